@@ -1,0 +1,45 @@
+// A fixed pool of worker threads running parallel_for over an index range.
+// The calling thread takes part, so n_threads == 1 spawns no thread at all.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace blockspec {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);  // n_threads <= 0: all cores
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int n_threads() const { return n_threads_; }
+
+  // Calls fn(begin, end) on disjoint contiguous chunks covering [0, n), one
+  // chunk per thread (thread t gets chunk t), and waits for all of them.
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+
+  // Like parallel_for but chunks are multiples of `grain` (except the last).
+  void parallel_for_grain(int64_t n, int64_t grain,
+                          const std::function<void(int64_t, int64_t)>& fn);
+
+  static int hardware_threads();
+
+ private:
+  void worker(int index);
+  int n_threads_;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_start_, cv_done_;
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0, job_grain_ = 1;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace blockspec

@@ -1,0 +1,77 @@
+#include "tensor/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "base/error.h"
+
+namespace blockspec {
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << "]";
+  return os.str();
+}
+
+size_t dtype_nbytes(DType t, int64_t numel) {
+  return static_cast<size_t>((numel * dtype_bits(t) + 7) / 8);
+}
+
+Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+  for (int64_t d : shape_) BS_ASSERT(d >= 0, "negative dimension in ", shape_str(shape_));
+  size_t n = nbytes();
+  size_t alloc = (n + 63) / 64 * 64;
+  if (alloc == 0) alloc = 64;
+  void* p = std::aligned_alloc(64, alloc);
+  if (p == nullptr) fail("out of memory allocating ", alloc, " bytes for tensor ", shape_str(shape_));
+  std::memset(p, 0, alloc);
+  keep_ = std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); });
+  data_ = p;
+  owned_ = true;
+}
+
+Tensor Tensor::view(DType dtype, Shape shape, const void* data, std::shared_ptr<const void> keep) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.data_ = data;
+  t.keep_ = std::move(keep);
+  return t;
+}
+
+void* Tensor::mutable_data() {
+  BS_ASSERT(owned_, "mutable access to a non-owned tensor view");
+  return const_cast<void*>(data_);
+}
+
+Tensor to_f32(const Tensor& t) {
+  Tensor out(DType::kF32, t.shape());
+  float* o = out.mutable_ptr<float>();
+  int64_t n = t.numel();
+  switch (t.dtype()) {
+    case DType::kF32: std::memcpy(o, t.data(), n * 4); break;
+    case DType::kBF16: {
+      const uint16_t* s = t.ptr<uint16_t>();
+      for (int64_t i = 0; i < n; ++i) o[i] = bf16_to_f32(s[i]);
+      break;
+    }
+    case DType::kF16: {
+      const uint16_t* s = t.ptr<uint16_t>();
+      for (int64_t i = 0; i < n; ++i) o[i] = f16_to_f32(s[i]);
+      break;
+    }
+    default: fail("cannot convert dtype ", dtype_name(t.dtype()), " to F32");
+  }
+  return out;
+}
+
+}  // namespace blockspec

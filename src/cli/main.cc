@@ -1,0 +1,48 @@
+// blockspec: one binary, subcommands like git.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "cli/commands.h"
+
+namespace {
+
+const char* kUsage =
+    "blockspec: LLM serving with speculative decoding by block-diffusion drafters\n"
+    "\n"
+    "usage: blockspec COMMAND [ARGS]\n"
+    "\n"
+    "commands:\n"
+    "  generate   one prompt in, text out; prints tok/s\n"
+    "  inspect    list tensors, dtypes, shapes and the config of a checkpoint\n"
+    "\n"
+    "Run `blockspec COMMAND --help` for the flags of a command.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  std::string cmd = argv[1];
+  std::vector<std::string> rest(argv + 2, argv + argc);
+  try {
+    if (cmd == "generate") return blockspec::cmd_generate(rest);
+    if (cmd == "inspect") return blockspec::cmd_inspect(rest);
+    std::fprintf(stderr, "blockspec: unknown command \"%s\" (run `blockspec --help`)\n", cmd.c_str());
+    return 2;
+  } catch (const blockspec::Error& e) {
+    std::fprintf(stderr, "blockspec %s: error: %s\n", cmd.c_str(), e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "blockspec %s: error: out of memory\n", cmd.c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "blockspec %s: error: %s\n", cmd.c_str(), e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,70 @@
+// HF `config.json` for the dense families blockspec runs: qwen3, qwen2, llama.
+// Reads both the legacy layout (top-level rope_theta + rope_scaling,
+// torch_dtype) that hub checkpoints carry and the transformers-5 layout
+// (rope_parameters with rope_theta inside, dtype).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace blockspec {
+
+enum class Arch { kQwen3, kQwen2, kLlama };
+const char* arch_name(Arch a);
+
+enum class RopeType { kDefault, kLinear, kYarn, kLlama3 };
+const char* rope_type_name(RopeType t);
+
+struct RopeConfig {
+  RopeType type = RopeType::kDefault;
+  double theta = 10000.0;
+  double factor = 1.0;
+  int64_t original_max_position_embeddings = 0;
+  // llama3
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;
+  // yarn
+  double beta_fast = 32.0, beta_slow = 1.0;
+  std::optional<double> attention_factor, mscale, mscale_all_dim;
+  bool truncate = true;
+  double partial_rotary_factor = 1.0;
+};
+
+struct ModelConfig {
+  Arch arch = Arch::kLlama;
+  std::string model_type;
+  std::string architecture;  // architectures[0]
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;  // decoupled for qwen3; hidden/heads when absent
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  RopeConfig rope;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q,k,v (+o for llama) biases
+  bool attention_out_bias = false;
+  bool mlp_bias = false;
+  std::vector<int32_t> eos_token_ids;
+  std::optional<int32_t> bos_token_id;
+  std::string torch_dtype;  // "float32", "bfloat16", ... ("" if absent)
+};
+
+// `what` names the source (a path) in error messages.
+ModelConfig parse_hf_config(const std::string& json_text, const std::string& what);
+// Reads DIR/config.json.
+ModelConfig load_hf_config(const std::string& model_dir);
+
+// RoPE inverse frequencies [rotary_dim/2] and the cos/sin scale, computed as
+// transformers' modeling_rope_utils does (float32 arithmetic where it uses it).
+struct RopeTables {
+  std::vector<float> inv_freq;  // [rotary_dim / 2]
+  float attention_scaling = 1.0f;
+  int64_t rotary_dim = 0;
+};
+RopeTables compute_rope(const ModelConfig& cfg);
+
+}  // namespace blockspec

@@ -1,0 +1,51 @@
+#include <algorithm>
+
+#include "base/error.h"
+#include "kernels/kernel_table.h"
+
+namespace blockspec {
+
+namespace {
+bool cpu_has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+bool cpu_has_avx512() {
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+}
+}  // namespace
+
+std::vector<std::string> available_isas() {
+  std::vector<std::string> v;
+  if (cpu_has_avx512()) v.push_back("avx512");
+  if (cpu_has_avx2()) v.push_back("avx2");
+  v.push_back("ref");
+  return v;
+}
+
+KernelTable select_kernels(const std::string& name) {
+  auto isas = available_isas();
+  std::string pick = (name.empty() || name == "auto") ? isas.front() : name;
+  if (pick != "ref" && pick != "avx2" && pick != "avx512")
+    fail("unknown ISA \"", name, "\" (expected auto, ref, avx2 or avx512)");
+  if (std::find(isas.begin(), isas.end(), pick) == isas.end())
+    fail("ISA \"", pick, "\" is not supported by this CPU (available: ", isas.front(), ")");
+  KernelTable t;
+  t.isa = pick == "avx512" ? "avx512" : pick == "avx2" ? "avx2" : "ref";
+  t.matmul_f32 = matmul_f32_ref;
+  t.matmul_bf16 = matmul_bf16_ref;
+  t.dot = dot_ref;
+  t.axpy = axpy_ref;
+  if (pick == "avx2" || pick == "avx512") {
+    t.matmul_f32 = matmul_f32_avx2;
+    t.matmul_bf16 = matmul_bf16_avx2;
+    t.dot = dot_avx2;
+    t.axpy = axpy_avx2;
+  }
+  if (pick == "avx512") {
+    t.matmul_f32 = matmul_f32_avx512;
+    t.matmul_bf16 = matmul_bf16_avx512;
+    t.dot = dot_avx512;
+  }
+  return t;
+}
+
+}  // namespace blockspec

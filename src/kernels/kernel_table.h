@@ -1,0 +1,46 @@
+// The per-ISA kernel table, filled once at start-up from CPUID (or forced by
+// name for tests). Model code calls kernels only through ops.h, which takes a
+// table; nothing here is global.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace blockspec {
+
+struct KernelTable {
+  const char* isa = "ref";
+  // y[m, n0:n1] = x[m, :] . w[n, :] for m in [0, M)
+  //   x: [M, K] f32   w: [N, K] (f32 or bf16 bits)   y: [M, N] f32 (row stride N)
+  void (*matmul_f32)(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N,
+                     int64_t n0, int64_t n1) = nullptr;
+  void (*matmul_bf16)(const float* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N,
+                      int64_t n0, int64_t n1) = nullptr;
+  float (*dot)(const float* a, const float* b, int64_t n) = nullptr;
+  // y[i] += a * x[i]
+  void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;
+};
+
+// ISAs this machine supports, best first, always ending in "ref".
+std::vector<std::string> available_isas();
+// name: "" or "auto" = best available; "ref", "avx2", "avx512" force one and
+// throw Error if this CPU lacks it. The env var BLOCKSPEC_ISA is read by the
+// CLI, not here.
+KernelTable select_kernels(const std::string& name);
+
+// Scalar reference twins (kernels/ref).
+void matmul_f32_ref(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
+void matmul_bf16_ref(const float* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
+float dot_ref(const float* a, const float* b, int64_t n);
+void axpy_ref(float a, const float* x, float* y, int64_t n);
+
+// x86 variants (kernels/x86), compiled with per-function target attributes.
+void matmul_f32_avx2(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
+void matmul_bf16_avx2(const float* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
+float dot_avx2(const float* a, const float* b, int64_t n);
+void axpy_avx2(float a, const float* x, float* y, int64_t n);
+void matmul_f32_avx512(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
+void matmul_bf16_avx512(const float* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
+float dot_avx512(const float* a, const float* b, int64_t n);
+
+}  // namespace blockspec

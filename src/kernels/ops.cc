@@ -1,0 +1,118 @@
+#include "kernels/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "base/error.h"
+
+namespace blockspec {
+
+void linear(const OpContext& ctx, const float* x, const Tensor& w, const float* bias, float* y, int64_t M) {
+  BS_ASSERT(w.ndim() == 2);
+  const int64_t N = w.dim(0), K = w.dim(1);
+  // Rows of w split evenly between threads; a grain of 16 rows keeps each
+  // thread's slice a contiguous stream of weight memory.
+  auto body = [&](int64_t n0, int64_t n1) {
+    if (w.dtype() == DType::kF32) ctx.k->matmul_f32(x, w.ptr<float>(), y, M, K, N, n0, n1);
+    else if (w.dtype() == DType::kBF16) ctx.k->matmul_bf16(x, w.ptr<uint16_t>(), y, M, K, N, n0, n1);
+    else fail("linear: unsupported weight dtype ", dtype_name(w.dtype()));
+    if (bias != nullptr)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = n0; n < n1; ++n) y[m * N + n] += bias[n];
+  };
+  ctx.pool->parallel_for_grain(N, 16, body);
+}
+
+void rmsnorm(const float* x, const float* w, float eps, int64_t rows, int64_t dim, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* o = out + r * dim;
+    double ss = 0;
+    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    float inv = 1.0f / std::sqrt(static_cast<float>(ss / dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) o[i] = w[i] * (xr[i] * inv);
+  }
+}
+
+void rope_neox(float* x, const int64_t* positions, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+               const float* inv_freq, int64_t rotary_dim, float scaling) {
+  const int64_t half = rotary_dim / 2;
+  std::vector<float> cs(half), sn(half);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    // freqs = position * inv_freq in float32, as transformers' rotary embedding.
+    float pos = static_cast<float>(positions[t]);
+    for (int64_t i = 0; i < half; ++i) {
+      float f = pos * inv_freq[i];
+      cs[i] = std::cos(f) * scaling;
+      sn[i] = std::sin(f) * scaling;
+    }
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* xh = x + (t * n_heads + h) * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        float a = xh[i], b = xh[i + half];
+        xh[i] = a * cs[i] - b * sn[i];
+        xh[i + half] = b * cs[i] + a * sn[i];
+      }
+    }
+  }
+}
+
+void silu_mul(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void attention_causal(const OpContext& ctx, const float* q, const float* k, const float* v,
+                      const AttentionShape& s, float* out) {
+  const int64_t D = s.head_dim, group = s.n_heads / s.n_kv_heads;
+  const int64_t kv_stride = s.n_kv_heads * D;
+  const int64_t n_items = s.n_tokens * s.n_heads;
+  auto body = [&](int64_t b, int64_t e) {
+    std::vector<float> scores(s.start + s.n_tokens);
+    for (int64_t it = b; it < e; ++it) {
+      const int64_t t = it / s.n_heads, h = it % s.n_heads, kvh = h / group;
+      const float* qh = q + (t * s.n_heads + h) * D;
+      const int64_t n_ctx = s.start + t + 1;  // causal: keys 0..start+t
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < n_ctx; ++j) {
+        scores[j] = ctx.k->dot(qh, k + j * kv_stride + kvh * D, D) * s.scale;
+        mx = std::max(mx, scores[j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < n_ctx; ++j) {
+        scores[j] = std::exp(scores[j] - mx);
+        sum += scores[j];
+      }
+      float inv = static_cast<float>(1.0 / sum);
+      float* o = out + (t * s.n_heads + h) * D;
+      std::memset(o, 0, D * sizeof(float));
+      for (int64_t j = 0; j < n_ctx; ++j) ctx.k->axpy(scores[j] * inv, v + j * kv_stride + kvh * D, o, D);
+    }
+  };
+  ctx.pool->parallel_for(n_items, body);
+}
+
+void embedding_lookup(const Tensor& table, const int32_t* ids, int64_t n, float* out) {
+  const int64_t V = table.dim(0), D = table.dim(1);
+  for (int64_t t = 0; t < n; ++t) {
+    if (ids[t] < 0 || ids[t] >= V) fail("token id ", ids[t], " is out of range for a vocabulary of ", V);
+    float* o = out + t * D;
+    const int64_t off = static_cast<int64_t>(ids[t]) * D;
+    switch (table.dtype()) {
+      case DType::kF32: std::memcpy(o, table.ptr<float>() + off, D * sizeof(float)); break;
+      case DType::kBF16:
+        for (int64_t i = 0; i < D; ++i) o[i] = bf16_to_f32(table.ptr<uint16_t>()[off + i]);
+        break;
+      case DType::kF16:
+        for (int64_t i = 0; i < D; ++i) o[i] = f16_to_f32(table.ptr<uint16_t>()[off + i]);
+        break;
+      default: fail("embedding: unsupported dtype ", dtype_name(table.dtype()));
+    }
+  }
+}
+
+}  // namespace blockspec

@@ -1,0 +1,49 @@
+// The public kernel API: every op the model calls. Ops take an OpContext
+// (kernel table + thread pool) and raw row-major buffers with shapes in the
+// comments. Weights arrive as Tensor so the op can dispatch on their dtype.
+#pragma once
+#include <cstdint>
+
+#include "base/thread_pool.h"
+#include "kernels/kernel_table.h"
+#include "tensor/tensor.h"
+
+namespace blockspec {
+
+struct OpContext {
+  const KernelTable* k;
+  ThreadPool* pool;
+};
+
+// y[M, N] = x[M, K] @ w[N, K]^T (+ bias[N]).  w: F32 or BF16.
+void linear(const OpContext& ctx, const float* x, const Tensor& w, const float* bias, float* y, int64_t M);
+
+// out[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * w[:]   (x may alias out)
+//   x, out: [rows, dim]   w: [dim] f32
+void rmsnorm(const float* x, const float* w, float eps, int64_t rows, int64_t dim, float* out);
+
+// NeoX-style ("rotate_half") RoPE in place on the first rotary_dim dims of
+// each head.  x: [n_tokens, n_heads, head_dim]  positions: [n_tokens]
+// inv_freq: [rotary_dim / 2]; cos/sin are multiplied by `scaling` (YaRN).
+void rope_neox(float* x, const int64_t* positions, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+               const float* inv_freq, int64_t rotary_dim, float scaling);
+
+// gate[i] = silu(gate[i]) * up[i]   gate, up: [n]
+void silu_mul(float* gate, const float* up, int64_t n);
+
+// Causal GQA attention of n_tokens new queries at positions start..start+n-1
+// against a KV history of start+n_tokens rows.
+//   q:   [n_tokens, n_heads, head_dim]
+//   k,v: [>= start+n_tokens, n_kv_heads, head_dim] (row stride n_kv_heads*head_dim)
+//   out: [n_tokens, n_heads, head_dim]
+struct AttentionShape {
+  int64_t n_tokens, start, n_heads, n_kv_heads, head_dim;
+  float scale;
+};
+void attention_causal(const OpContext& ctx, const float* q, const float* k, const float* v,
+                      const AttentionShape& s, float* out);
+
+// out[t, :] = table[ids[t], :] as f32.  table: [vocab, dim] F32/BF16/F16.
+void embedding_lookup(const Tensor& table, const int32_t* ids, int64_t n, float* out);
+
+}  // namespace blockspec

@@ -1,0 +1,38 @@
+// Scalar reference kernels: the ground truth every optimised variant is
+// tested against. Accumulate in double so the twin is the more exact side.
+#include "kernels/kernel_table.h"
+#include "tensor/dtype.h"
+
+namespace blockspec {
+
+void matmul_f32_ref(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N,
+                    int64_t n0, int64_t n1) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = n0; n < n1; ++n) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += static_cast<double>(x[m * K + k]) * w[n * K + k];
+      y[m * N + n] = static_cast<float>(acc);
+    }
+}
+
+void matmul_bf16_ref(const float* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N,
+                     int64_t n0, int64_t n1) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = n0; n < n1; ++n) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += static_cast<double>(x[m * K + k]) * bf16_to_f32(w[n * K + k]);
+      y[m * N + n] = static_cast<float>(acc);
+    }
+}
+
+float dot_ref(const float* a, const float* b, int64_t n) {
+  double acc = 0;
+  for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(a[i]) * b[i];
+  return static_cast<float>(acc);
+}
+
+void axpy_ref(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace blockspec

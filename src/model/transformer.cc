@@ -1,0 +1,115 @@
+#include "model/transformer.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "base/error.h"
+
+namespace blockspec {
+
+Transformer::Transformer(ModelConfig cfg, std::unique_ptr<SafetensorsCheckpoint> ckpt,
+                         const ModelOptions& opts)
+    : cfg_(std::move(cfg)), ckpt_(std::move(ckpt)), opts_(opts), kt_(select_kernels(opts.isa)),
+      pool_(opts.n_threads), rope_(compute_rope(cfg_)) {
+  w_ = load_weights(*ckpt_, cfg_);
+}
+
+std::unique_ptr<Transformer> Transformer::load(const std::string& model_dir, const ModelOptions& opts) {
+  ModelConfig cfg = load_hf_config(model_dir);
+  auto ckpt = std::make_unique<SafetensorsCheckpoint>(model_dir);
+  return std::unique_ptr<Transformer>(new Transformer(std::move(cfg), std::move(ckpt), opts));
+}
+
+uint64_t Transformer::weight_bytes() const {
+  uint64_t b = w_.lm_head.nbytes() + w_.out_norm.nbytes();
+  for (const auto& l : w_.layers)
+    for (const Tensor* t : {&l.attn_norm, &l.attn_q, &l.attn_k, &l.attn_v, &l.attn_o, &l.attn_q_norm,
+                            &l.attn_k_norm, &l.ffn_norm, &l.ffn_gate, &l.ffn_up, &l.ffn_down})
+      b += t->nbytes();
+  return b;
+}
+
+KvCache Transformer::new_cache(int64_t capacity) const {
+  return KvCache(cfg_.n_layers, capacity, cfg_.n_kv_heads, cfg_.head_dim);
+}
+
+namespace {
+const float* opt_ptr(const Tensor& t) { return t.empty() ? nullptr : t.ptr<float>(); }
+}  // namespace
+
+void Transformer::forward(const int32_t* tokens, int64_t n, KvCache& cache, std::vector<float>& logits,
+                          bool all_logits) {
+  const ModelConfig& c = cfg_;
+  const int64_t H = c.hidden_size, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads;
+  const int64_t I = c.intermediate_size, V = c.vocab_size;
+  const int64_t start = cache.size();
+  if (n <= 0) fail("forward: no tokens");
+  if (start + n > cache.capacity())
+    fail("context length ", start + n, " exceeds the KV cache capacity ", cache.capacity());
+  OpContext ctx{&kt_, &pool_};
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  std::vector<float> x(n * H);           // [n, H] residual stream
+  std::vector<float> xn(n * H);          // [n, H] normed input of a sublayer
+  std::vector<float> q(n * nh * hd);     // [n, nh, hd]
+  std::vector<float> kn(n * nkv * hd);   // [n, nkv, hd]
+  std::vector<float> vn(n * nkv * hd);   // [n, nkv, hd]
+  std::vector<float> att(n * nh * hd);   // [n, nh, hd]
+  std::vector<float> tmp(n * H);         // [n, H]
+  std::vector<float> gate(n * I), up(n * I);  // [n, I]
+  std::vector<int64_t> pos(n);
+  for (int64_t t = 0; t < n; ++t) pos[t] = start + t;
+
+  embedding_lookup(w_.tok_embd, tokens, n, x.data());
+
+  for (int64_t li = 0; li < c.n_layers; ++li) {
+    const LayerWeights& l = w_.layers[li];
+    // ---- attention ----
+    rmsnorm(x.data(), l.attn_norm.ptr<float>(), eps, n, H, xn.data());
+    linear(ctx, xn.data(), l.attn_q, opt_ptr(l.attn_q_bias), q.data(), n);
+    linear(ctx, xn.data(), l.attn_k, opt_ptr(l.attn_k_bias), kn.data(), n);
+    linear(ctx, xn.data(), l.attn_v, opt_ptr(l.attn_v_bias), vn.data(), n);
+    if (c.arch == Arch::kQwen3) {  // per-head RMSNorm of q and k before RoPE
+      rmsnorm(q.data(), l.attn_q_norm.ptr<float>(), eps, n * nh, hd, q.data());
+      rmsnorm(kn.data(), l.attn_k_norm.ptr<float>(), eps, n * nkv, hd, kn.data());
+    }
+    rope_neox(q.data(), pos.data(), n, nh, hd, rope_.inv_freq.data(), rope_.rotary_dim, rope_.attention_scaling);
+    rope_neox(kn.data(), pos.data(), n, nkv, hd, rope_.inv_freq.data(), rope_.rotary_dim,
+              rope_.attention_scaling);
+    std::memcpy(cache.k(li) + start * nkv * hd, kn.data(), kn.size() * sizeof(float));
+    std::memcpy(cache.v(li) + start * nkv * hd, vn.data(), vn.size() * sizeof(float));
+    AttentionShape as{n, start, nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+    attention_causal(ctx, q.data(), cache.k(li), cache.v(li), as, att.data());
+    linear(ctx, att.data(), l.attn_o, opt_ptr(l.attn_o_bias), tmp.data(), n);
+    for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
+    // ---- MLP (SwiGLU) ----
+    rmsnorm(x.data(), l.ffn_norm.ptr<float>(), eps, n, H, xn.data());
+    linear(ctx, xn.data(), l.ffn_gate, opt_ptr(l.ffn_gate_bias), gate.data(), n);
+    linear(ctx, xn.data(), l.ffn_up, opt_ptr(l.ffn_up_bias), up.data(), n);
+    silu_mul(gate.data(), up.data(), n * I);
+    linear(ctx, gate.data(), l.ffn_down, opt_ptr(l.ffn_down_bias), tmp.data(), n);
+    for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
+  }
+  cache.set_size(start + n);
+
+  const int64_t n_out = all_logits ? n : 1;
+  const float* last = x.data() + (all_logits ? 0 : (n - 1) * H);
+  rmsnorm(last, w_.out_norm.ptr<float>(), eps, n_out, H, xn.data());
+  logits.resize(n_out * V);
+  linear(ctx, xn.data(), w_.lm_head, nullptr, logits.data(), n_out);
+}
+
+void Transformer::prefill(const int32_t* tokens, int64_t n, KvCache& cache, std::vector<float>& logits,
+                          bool all_logits) {
+  const int64_t chunk = std::max<int64_t>(1, opts_.prefill_chunk);
+  std::vector<float> part;
+  if (all_logits) logits.clear();
+  for (int64_t b = 0; b < n; b += chunk) {
+    int64_t m = std::min(chunk, n - b);
+    forward(tokens + b, m, cache, part, all_logits);
+    if (all_logits) logits.insert(logits.end(), part.begin(), part.end());
+    else if (b + m == n) logits = part;
+  }
+}
+
+}  // namespace blockspec

@@ -1,0 +1,57 @@
+// Dense decoder-only transformer: Qwen3 (q/k RMSNorm), Qwen2 (qkv bias),
+// Llama. Pre-norm blocks: x += attn(norm(x)); x += mlp(norm(x)).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "formats/hf_config.h"
+#include "formats/safetensors.h"
+#include "kernels/ops.h"
+#include "model/kv_cache.h"
+#include "model/weights.h"
+
+namespace blockspec {
+
+struct ModelOptions {
+  int n_threads = 0;     // 0: all cores
+  std::string isa;       // "" / "auto": best available
+  int64_t prefill_chunk = 256;  // tokens per forward during prefill
+};
+
+class Transformer {
+ public:
+  // Loads DIR/config.json and the safetensors checkpoint in DIR.
+  static std::unique_ptr<Transformer> load(const std::string& model_dir, const ModelOptions& opts);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ModelWeights& weights() const { return w_; }
+  const KernelTable& kernels() const { return kt_; }
+  int n_threads() const { return pool_.n_threads(); }
+  uint64_t weight_bytes() const;  // bytes of all weights read per decode step
+
+  KvCache new_cache(int64_t capacity) const;
+
+  // Runs n tokens at positions cache.size().. and appends their K/V.
+  // logits: [n, vocab] if all_logits, else [1, vocab] for the last token.
+  void forward(const int32_t* tokens, int64_t n, KvCache& cache, std::vector<float>& logits,
+               bool all_logits);
+
+  // Prefill in chunks of opts.prefill_chunk; returns logits like forward.
+  void prefill(const int32_t* tokens, int64_t n, KvCache& cache, std::vector<float>& logits,
+               bool all_logits);
+
+ private:
+  Transformer(ModelConfig cfg, std::unique_ptr<SafetensorsCheckpoint> ckpt, const ModelOptions& opts);
+  ModelConfig cfg_;
+  std::unique_ptr<SafetensorsCheckpoint> ckpt_;
+  ModelWeights w_;
+  ModelOptions opts_;
+  KernelTable kt_;
+  ThreadPool pool_;
+  RopeTables rope_;
+};
+
+}  // namespace blockspec

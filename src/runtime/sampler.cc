@@ -1,0 +1,110 @@
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "base/error.h"
+
+namespace blockspec {
+
+namespace {
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+}  // namespace
+
+Rng::Rng(uint64_t seed) {
+  uint64_t x = seed;
+  for (auto& s : s_) s = splitmix64(x);
+}
+
+uint64_t Rng::next() {
+  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+void validate_sampling(const SamplingParams& p) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0)
+    fail("temperature must be a finite number >= 0, found ", p.temperature);
+  if (p.top_k < 0) fail("top_k must be >= 0, found ", p.top_k);
+  if (!(p.top_p > 0 && p.top_p <= 1)) fail("top_p must be in (0, 1], found ", p.top_p);
+}
+
+int32_t argmax(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+void sampling_probs(const float* logits, int64_t vocab, const SamplingParams& p, std::vector<float>& probs) {
+  probs.assign(vocab, 0.0f);
+  if (p.temperature <= 0) {
+    probs[argmax(logits, vocab)] = 1.0f;
+    return;
+  }
+  // Candidates sorted by logit, descending (ties: lower id first, stable).
+  std::vector<int32_t> idx(vocab);
+  std::iota(idx.begin(), idx.end(), 0);
+  int64_t keep = vocab;
+  if (p.top_k > 0 && p.top_k < vocab) keep = p.top_k;
+  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  if (keep < vocab) {
+    std::partial_sort(idx.begin(), idx.begin() + keep, idx.end(), by_logit);
+    // HF TopK keeps every token whose logit ties the k-th.
+    float kth = logits[idx[keep - 1]];
+    std::sort(idx.begin() + keep, idx.end(), by_logit);
+    while (keep < vocab && logits[idx[keep]] == kth) ++keep;
+  } else {
+    std::sort(idx.begin(), idx.end(), by_logit);
+  }
+  const double inv_t = 1.0 / p.temperature;
+  const double mx = logits[idx[0]] * inv_t;
+  std::vector<double> e(keep);
+  double sum = 0;
+  for (int64_t i = 0; i < keep; ++i) sum += e[i] = std::exp(logits[idx[i]] * inv_t - mx);
+  if (p.top_p < 1) {
+    // Keep the smallest prefix whose mass reaches top_p (at least one token).
+    double cum = 0;
+    int64_t n = 0;
+    while (n < keep) {
+      cum += e[n] / sum;
+      ++n;
+      if (cum >= p.top_p) break;
+    }
+    keep = n;
+    sum = 0;
+    for (int64_t i = 0; i < keep; ++i) sum += e[i];
+  }
+  for (int64_t i = 0; i < keep; ++i) probs[idx[i]] = static_cast<float>(e[i] / sum);
+}
+
+int32_t Sampler::sample(const float* logits, int64_t vocab) {
+  if (p_.temperature <= 0) return argmax(logits, vocab);
+  sampling_probs(logits, vocab, p_, probs_);
+  double u = rng_.uniform(), cum = 0;
+  int32_t last = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (probs_[i] <= 0) continue;
+    cum += probs_[i];
+    last = static_cast<int32_t>(i);
+    if (u < cum) return last;
+  }
+  return last;  // rounding left u beyond the total mass
+}
+
+}  // namespace blockspec

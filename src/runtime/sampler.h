@@ -1,0 +1,47 @@
+// Token sampling: greedy, or temperature -> top-k -> top-p (the order HF's
+// logits processors apply them) and a seeded draw. The RNG is our own
+// xoshiro256** so a seed gives the same tokens on every platform and build.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace blockspec {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // <= 0: greedy
+  int top_k = 0;             // <= 0: off
+  float top_p = 1.0f;        // >= 1: off
+  uint64_t seed = 0;
+};
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed);
+  uint64_t next();
+  double uniform();  // [0, 1) with 53 random bits
+ private:
+  uint64_t s_[4];
+};
+
+// Validates params; throws Error naming the bad field.
+void validate_sampling(const SamplingParams& p);
+
+// Probabilities after temperature/top-k/top-p (zero outside the kept set).
+//   logits: [vocab]  -> probs: [vocab], sums to 1
+void sampling_probs(const float* logits, int64_t vocab, const SamplingParams& p, std::vector<float>& probs);
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) { validate_sampling(p); }
+  int32_t sample(const float* logits, int64_t vocab);  // logits: [vocab]
+  const SamplingParams& params() const { return p_; }
+
+ private:
+  SamplingParams p_;
+  Rng rng_;
+  std::vector<float> probs_;
+};
+
+int32_t argmax(const float* x, int64_t n);  // first index of the maximum
+
+}  // namespace blockspec

@@ -1,0 +1,146 @@
+// Every optimised kernel against its scalar twin, over odd shapes, on every
+// ISA this machine has.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kernels/kernel_table.h"
+#include "base/error.h"
+#include "kernels/ops.h"
+#include "tensor/dtype.h"
+
+namespace blockspec {
+namespace {
+
+std::vector<float> randv(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+class IsaTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(IsaTest, MatmulF32MatchesRef) {
+  KernelTable kt = select_kernels(GetParam());
+  for (int64_t M : {1, 2, 3, 4, 5, 9}) {
+    for (int64_t K : {1, 7, 8, 15, 16, 17, 33, 64, 129}) {
+      const int64_t N = 11;
+      auto x = randv(M * K, 1), w = randv(N * K, 2);
+      std::vector<float> y(M * N, -7.f), yr(M * N, -7.f);
+      kt.matmul_f32(x.data(), w.data(), y.data(), M, K, N, 2, 9);
+      matmul_f32_ref(x.data(), w.data(), yr.data(), M, K, N, 2, 9);
+      for (int64_t i = 0; i < M * N; ++i)
+        ASSERT_NEAR(y[i], yr[i], 1e-4f * std::sqrt(static_cast<float>(K))) << "M=" << M << " K=" << K << " i=" << i;
+    }
+  }
+}
+
+TEST_P(IsaTest, MatmulBf16MatchesRef) {
+  KernelTable kt = select_kernels(GetParam());
+  for (int64_t M : {1, 3, 4, 6}) {
+    for (int64_t K : {1, 5, 16, 31, 48, 100}) {
+      const int64_t N = 7;
+      auto x = randv(M * K, 3), wf = randv(N * K, 4);
+      std::vector<uint16_t> w(N * K);
+      for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(wf[i]);
+      std::vector<float> y(M * N, 0.f), yr(M * N, 0.f);
+      kt.matmul_bf16(x.data(), w.data(), y.data(), M, K, N, 0, N);
+      matmul_bf16_ref(x.data(), w.data(), yr.data(), M, K, N, 0, N);
+      for (int64_t i = 0; i < M * N; ++i)
+        ASSERT_NEAR(y[i], yr[i], 1e-4f * std::sqrt(static_cast<float>(K))) << "M=" << M << " K=" << K;
+    }
+  }
+}
+
+TEST_P(IsaTest, DotAndAxpyMatchRef) {
+  KernelTable kt = select_kernels(GetParam());
+  for (int64_t n : {0, 1, 3, 8, 15, 16, 17, 31, 32, 33, 100}) {
+    auto a = randv(n, 5), b = randv(n, 6);
+    EXPECT_NEAR(kt.dot(a.data(), b.data(), n), dot_ref(a.data(), b.data(), n), 1e-4f * (1 + n)) << n;
+    auto y1 = b, y2 = b;
+    kt.axpy(0.37f, a.data(), y1.data(), n);
+    axpy_ref(0.37f, a.data(), y2.data(), n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y1[i], y2[i], 1e-6f) << n;
+  }
+}
+
+TEST_P(IsaTest, ThreadedLinearWithBiasMatchesRef) {
+  KernelTable kt = select_kernels(GetParam());
+  ThreadPool pool(2);
+  OpContext ctx{&kt, &pool};
+  const int64_t M = 5, K = 37, N = 53;
+  auto x = randv(M * K, 7), wf = randv(N * K, 8), bias = randv(N, 9);
+  Tensor w(DType::kF32, {N, K});
+  std::copy(wf.begin(), wf.end(), w.mutable_ptr<float>());
+  std::vector<float> y(M * N), yr(M * N);
+  linear(ctx, x.data(), w, bias.data(), y.data(), M);
+  matmul_f32_ref(x.data(), wf.data(), yr.data(), M, K, N, 0, N);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) ASSERT_NEAR(y[m * N + n], yr[m * N + n] + bias[n], 1e-4f);
+}
+
+TEST_P(IsaTest, AttentionMatchesNaiveSoftmax) {
+  KernelTable kt = select_kernels(GetParam());
+  ThreadPool pool(2);
+  OpContext ctx{&kt, &pool};
+  const int64_t T = 3, start = 4, H = 4, KVH = 2, D = 12;
+  auto q = randv(T * H * D, 10), k = randv((start + T) * KVH * D, 11), v = randv((start + T) * KVH * D, 12);
+  std::vector<float> out(T * H * D);
+  AttentionShape s{T, start, H, KVH, D, 0.3f};
+  attention_causal(ctx, q.data(), k.data(), v.data(), s, out.data());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t kvh = h / (H / KVH), n = start + t + 1;
+      std::vector<double> p(n);
+      double mx = -1e30, sum = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        double d = 0;
+        for (int64_t i = 0; i < D; ++i) d += q[(t * H + h) * D + i] * k[(j * KVH + kvh) * D + i];
+        p[j] = d * 0.3;
+        mx = std::max(mx, p[j]);
+      }
+      for (auto& e : p) sum += (e = std::exp(e - mx));
+      for (int64_t i = 0; i < D; ++i) {
+        double o = 0;
+        for (int64_t j = 0; j < n; ++j) o += p[j] / sum * v[(j * KVH + kvh) * D + i];
+        ASSERT_NEAR(out[(t * H + h) * D + i], o, 1e-5) << t << " " << h << " " << i;
+      }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, IsaTest, ::testing::ValuesIn(available_isas()));
+
+TEST(Dispatch, UnknownIsaIsAnError) {
+  EXPECT_THROW(select_kernels("sse9"), Error);
+  EXPECT_STREQ(select_kernels("ref").isa, "ref");
+}
+
+TEST(Ops, RmsnormAndSilu) {
+  std::vector<float> x = {1, -2, 3, 4}, w = {1, 0.5f, 2, 1}, o(4);
+  rmsnorm(x.data(), w.data(), 1e-6f, 1, 4, o.data());
+  float r = 1.0f / std::sqrt((1 + 4 + 9 + 16) / 4.0f + 1e-6f);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(o[i], x[i] * r * w[i], 1e-6f);
+  std::vector<float> g = {0.f, 1.f, -3.f}, u = {2.f, 2.f, 1.f};
+  silu_mul(g.data(), u.data(), 3);
+  EXPECT_NEAR(g[0], 0.f, 1e-7f);
+  EXPECT_NEAR(g[1], 2.f / (1 + std::exp(-1.f)), 1e-6f);
+  EXPECT_NEAR(g[2], -3.f / (1 + std::exp(3.f)), 1e-6f);
+}
+
+TEST(Ops, RopeRotatesPairsHalfApart) {
+  // head_dim 4, one head: pairs (0,2) and (1,3) rotate by pos*inv_freq[i].
+  std::vector<float> x = {1, 2, 3, 4};
+  int64_t pos = 3;
+  float inv[2] = {1.0f, 0.1f};
+  rope_neox(x.data(), &pos, 1, 1, 4, inv, 4, 1.0f);
+  EXPECT_NEAR(x[0], 1 * std::cos(3.f) - 3 * std::sin(3.f), 1e-6f);
+  EXPECT_NEAR(x[2], 3 * std::cos(3.f) + 1 * std::sin(3.f), 1e-6f);
+  EXPECT_NEAR(x[1], 2 * std::cos(.3f) - 4 * std::sin(.3f), 1e-6f);
+  EXPECT_NEAR(x[3], 4 * std::cos(.3f) + 2 * std::sin(.3f), 1e-6f);
+}
+
+}  // namespace
+}  // namespace blockspec

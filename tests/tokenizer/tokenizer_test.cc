@@ -1,0 +1,3 @@
+#include "tokenizer/tokenizer.h"
+#include <gtest/gtest.h>
+TEST(Tokenizer, Smoke) {}

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -31,6 +33,15 @@ struct SafetensorsHeader {
   std::vector<SafetensorsEntry> entries;  // sorted by begin offset
 };
 SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, const std::string& what);
+
+// Parsed model.safetensors.index.json (as transformers writes it). Duplicate
+// keys are rejected; `metadata.total_size` is read but not enforced, because
+// writers disagree on it (shared and tied tensors); total_bytes() is exact.
+struct SafetensorsIndex {
+  std::map<std::string, std::string> weight_map;  // tensor name -> shard file
+  std::optional<uint64_t> total_size;
+};
+SafetensorsIndex parse_safetensors_index(std::string_view text, const std::string& what);
 
 // One .safetensors file, memory mapped.
 class SafetensorsFile {

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Builds fuzz/TARGET_fuzz.cc with libFuzzer + ASan + UBSan and runs it.
+#   scripts/fuzz.sh TARGET SECONDS WORKDIR
+# e.g. scripts/fuzz.sh safetensors_header 20 build/fuzz  (CTest: fuzz_safetensors)
+# Needs clang++ with libFuzzer (Debian 12: apt-get install clang libclang-rt-14-dev)
+# and the nlohmann-json3-dev headers. Exits non-zero on any crash, sanitizer
+# report or leak; the crashing input is left in WORKDIR/TARGET/artifacts/.
+# CXX overrides the compiler; JOBS the parallel compile count (default 2).
+set -euo pipefail
+
+if [[ $# -ne 3 ]]; then
+  echo "usage: $0 TARGET SECONDS WORKDIR" >&2
+  exit 2
+fi
+target=$1 seconds=$2 workdir=$3
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+src=$root/fuzz/${target}_fuzz.cc
+[[ -f $src ]] || { echo "fuzz.sh: no fuzz target $src" >&2; exit 2; }
+
+cxx=${CXX_FUZZ:-}
+if [[ -z $cxx ]]; then
+  for c in clang++ clang++-14 clang++-15 clang++-16; do
+    if command -v "$c" >/dev/null; then cxx=$c; break; fi
+  done
+fi
+[[ -n $cxx ]] || { echo "fuzz.sh: clang++ not found (apt-get install clang libclang-rt-14-dev)" >&2; exit 2; }
+
+out=$workdir/$target
+mkdir -p "$out/obj" "$out/corpus" "$out/artifacts"
+flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined
+       -fno-sanitize-recover=undefined -I"$root/src")
+
+# Sources: the layers the parser links against, plus the safetensors files.
+# Each is compiled once per change (make-style check on mtime).
+sources=("$root"/src/base/*.cc "$root"/src/tensor/*.cc "$root"/src/formats/safetensors*.cc)
+objs=()
+pids=()
+jobs=${JOBS:-2}
+for s in "${sources[@]}"; do
+  o=$out/obj/$(basename "${s%.cc}").o
+  objs+=("$o")
+  if [[ ! -f $o || $s -nt $o || $(find "$root/src" -name '*.h' -newer "$o" | head -1) ]]; then
+    "$cxx" "${flags[@]}" -c "$s" -o "$o" &
+    pids+=($!)
+    if (( ${#pids[@]} >= jobs )); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+  fi
+done
+for p in "${pids[@]}"; do wait "$p"; done
+bin=$out/${target}_fuzz
+"$cxx" "${flags[@]}" -fsanitize=fuzzer "$src" "${objs[@]}" -o "$bin" -lpthread
+
+# Seed corpus: header bytes (8-byte length + JSON) of every fixture, plus the
+# whole small fixtures, plus index files.
+fix=$root/tests/fixtures/safetensors
+if [[ -d $fix ]]; then
+  while IFS= read -r -d '' f; do
+    name=$(echo "$f" | sed 's|[^A-Za-z0-9._-]|_|g')
+    n=$(od -An -t u8 -N 8 "$f" | tr -d ' ')
+    if [[ -n $n ]] && (( n < 65536 )); then head -c $((8 + n)) "$f" > "$out/corpus/hdr_$name"; fi
+    if (( $(stat -c %s "$f") < 4096 )); then cp "$f" "$out/corpus/full_$name"; fi
+  done < <(find "$fix" -name '*.safetensors' -print0)
+  while IFS= read -r -d '' f; do
+    cp "$f" "$out/corpus/idx_$(basename "$f")"
+  done < <(find "$fix" -name '*.index.json' -print0)
+fi
+
+echo "fuzz.sh: running $bin for ${seconds}s" >&2
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# -rss_limit_mb bounds a single input's memory; -max_len keeps inputs small
+# enough that headers, not data, are what gets explored.
+"$bin" "$out/corpus" -max_total_time="$seconds" -max_len=8192 -rss_limit_mb=2048 -timeout=10 \
+  -artifact_prefix="$out/artifacts/" -print_final_stats=1

@@ -25,19 +25,25 @@ void linear(const OpContext& ctx, const float* x, const Tensor& w, const float* 
   ctx.pool->parallel_for_grain(N, 16, body);
 }
 
-void rmsnorm(const float* x, const float* w, float eps, int64_t rows, int64_t dim, float* out) {
+void rmsnorm(const float* x, const float* w, float eps, int64_t rows, int64_t dim, float* out,
+             bool round_bf16) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     float* o = out + r * dim;
     double ss = 0;
     for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
     float inv = 1.0f / std::sqrt(static_cast<float>(ss / dim) + eps);
-    for (int64_t i = 0; i < dim; ++i) o[i] = w[i] * (xr[i] * inv);
+    if (round_bf16) {
+      for (int64_t i = 0; i < dim; ++i) o[i] = bf16_to_f32(f32_to_bf16(w[i] * bf16_to_f32(f32_to_bf16(xr[i] * inv))));
+    } else {
+      for (int64_t i = 0; i < dim; ++i) o[i] = w[i] * (xr[i] * inv);
+    }
   }
 }
 
 void rope_neox(float* x, const int64_t* positions, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-               const float* inv_freq, int64_t rotary_dim, float scaling) {
+               const float* inv_freq, int64_t rotary_dim, float scaling, bool round_bf16) {
+  auto r = [round_bf16](float v) { return round_bf16 ? bf16_to_f32(f32_to_bf16(v)) : v; };
   const int64_t half = rotary_dim / 2;
   std::vector<float> cs(half), sn(half);
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -45,25 +51,38 @@ void rope_neox(float* x, const int64_t* positions, int64_t n_tokens, int64_t n_h
     float pos = static_cast<float>(positions[t]);
     for (int64_t i = 0; i < half; ++i) {
       float f = pos * inv_freq[i];
-      cs[i] = std::cos(f) * scaling;
-      sn[i] = std::sin(f) * scaling;
+      cs[i] = r(std::cos(f) * scaling);
+      sn[i] = r(std::sin(f) * scaling);
     }
     for (int64_t h = 0; h < n_heads; ++h) {
       float* xh = x + (t * n_heads + h) * head_dim;
       for (int64_t i = 0; i < half; ++i) {
         float a = xh[i], b = xh[i + half];
-        xh[i] = a * cs[i] - b * sn[i];
-        xh[i + half] = b * cs[i] + a * sn[i];
+        // q*cos + rotate_half(q)*sin, with rotate_half(q) = [-b, a]
+        xh[i] = r(r(a * cs[i]) + r(-b * sn[i]));
+        xh[i + half] = r(r(b * cs[i]) + r(a * sn[i]));
       }
     }
   }
 }
 
-void silu_mul(float* gate, const float* up, int64_t n) {
+void silu_mul(float* gate, const float* up, int64_t n, bool round_bf16) {
+  if (round_bf16) {
+    for (int64_t i = 0; i < n; ++i) {
+      float g = gate[i];
+      float s = bf16_to_f32(f32_to_bf16(g / (1.0f + std::exp(-g))));
+      gate[i] = bf16_to_f32(f32_to_bf16(s * up[i]));
+    }
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) {
     float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
+}
+
+void round_to_bf16(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
 }
 
 void attention_causal(const OpContext& ctx, const float* q, const float* k, const float* v,
@@ -79,7 +98,8 @@ void attention_causal(const OpContext& ctx, const float* q, const float* k, cons
       const int64_t n_ctx = s.start + t + 1;  // causal: keys 0..start+t
       float mx = -INFINITY;
       for (int64_t j = 0; j < n_ctx; ++j) {
-        scores[j] = ctx.k->dot(qh, k + j * kv_stride + kvh * D, D) * s.scale;
+        float d = ctx.k->dot(qh, k + j * kv_stride + kvh * D, D);
+        scores[j] = s.round_bf16 ? bf16_to_f32(f32_to_bf16(bf16_to_f32(f32_to_bf16(d)) * s.scale)) : d * s.scale;
         mx = std::max(mx, scores[j]);
       }
       double sum = 0;
@@ -90,7 +110,12 @@ void attention_causal(const OpContext& ctx, const float* q, const float* k, cons
       float inv = static_cast<float>(1.0 / sum);
       float* o = out + (t * s.n_heads + h) * D;
       std::memset(o, 0, D * sizeof(float));
-      for (int64_t j = 0; j < n_ctx; ++j) ctx.k->axpy(scores[j] * inv, v + j * kv_stride + kvh * D, o, D);
+      for (int64_t j = 0; j < n_ctx; ++j) {
+        float pj = scores[j] * inv;
+        if (s.round_bf16) pj = bf16_to_f32(f32_to_bf16(pj));
+        ctx.k->axpy(pj, v + j * kv_stride + kvh * D, o, D);
+      }
+      if (s.round_bf16) round_to_bf16(o, D);
     }
   };
   ctx.pool->parallel_for(n_items, body);

@@ -20,16 +20,23 @@ void linear(const OpContext& ctx, const float* x, const Tensor& w, const float* 
 
 // out[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * w[:]   (x may alias out)
 //   x, out: [rows, dim]   w: [dim] f32
-void rmsnorm(const float* x, const float* w, float eps, int64_t rows, int64_t dim, float* out);
+// round_bf16: out = bf16(w * bf16(x * inv)), transformers' RMSNorm on bf16.
+void rmsnorm(const float* x, const float* w, float eps, int64_t rows, int64_t dim, float* out,
+             bool round_bf16 = false);
 
 // NeoX-style ("rotate_half") RoPE in place on the first rotary_dim dims of
 // each head.  x: [n_tokens, n_heads, head_dim]  positions: [n_tokens]
 // inv_freq: [rotary_dim / 2]; cos/sin are multiplied by `scaling` (YaRN).
+// round_bf16: round cos/sin and every intermediate product to bf16 as
+// transformers does when it runs a bf16 model (see ModelOptions).
 void rope_neox(float* x, const int64_t* positions, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-               const float* inv_freq, int64_t rotary_dim, float scaling);
+               const float* inv_freq, int64_t rotary_dim, float scaling, bool round_bf16 = false);
 
 // gate[i] = silu(gate[i]) * up[i]   gate, up: [n]
-void silu_mul(float* gate, const float* up, int64_t n);
+void silu_mul(float* gate, const float* up, int64_t n, bool round_bf16 = false);
+
+// x[i] = bf16(x[i]) (round to nearest even), for bf16 activation emulation.
+void round_to_bf16(float* x, int64_t n);
 
 // Causal GQA attention of n_tokens new queries at positions start..start+n-1
 // against a KV history of start+n_tokens rows.
@@ -39,6 +46,7 @@ void silu_mul(float* gate, const float* up, int64_t n);
 struct AttentionShape {
   int64_t n_tokens, start, n_heads, n_kv_heads, head_dim;
   float scale;
+  bool round_bf16 = false;  // round scores, probabilities and output to bf16 like eager HF in bf16
 };
 void attention_causal(const OpContext& ctx, const float* q, const float* k, const float* v,
                       const AttentionShape& s, float* out);

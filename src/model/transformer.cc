@@ -60,43 +60,56 @@ void Transformer::forward(const int32_t* tokens, int64_t n, KvCache& cache, std:
   std::vector<int64_t> pos(n);
   for (int64_t t = 0; t < n; ++t) pos[t] = start + t;
 
+  const bool bf = opts_.emulate_bf16_activations;
+  auto rnd = [bf](std::vector<float>& v) {
+    if (bf) round_to_bf16(v.data(), static_cast<int64_t>(v.size()));
+  };
   embedding_lookup(w_.tok_embd, tokens, n, x.data());
+  rnd(x);
 
   for (int64_t li = 0; li < c.n_layers; ++li) {
     const LayerWeights& l = w_.layers[li];
     // ---- attention ----
-    rmsnorm(x.data(), l.attn_norm.ptr<float>(), eps, n, H, xn.data());
+    rmsnorm(x.data(), l.attn_norm.ptr<float>(), eps, n, H, xn.data(), bf);
     linear(ctx, xn.data(), l.attn_q, opt_ptr(l.attn_q_bias), q.data(), n);
     linear(ctx, xn.data(), l.attn_k, opt_ptr(l.attn_k_bias), kn.data(), n);
     linear(ctx, xn.data(), l.attn_v, opt_ptr(l.attn_v_bias), vn.data(), n);
+    rnd(q), rnd(kn), rnd(vn);
     if (c.arch == Arch::kQwen3) {  // per-head RMSNorm of q and k before RoPE
-      rmsnorm(q.data(), l.attn_q_norm.ptr<float>(), eps, n * nh, hd, q.data());
-      rmsnorm(kn.data(), l.attn_k_norm.ptr<float>(), eps, n * nkv, hd, kn.data());
+      rmsnorm(q.data(), l.attn_q_norm.ptr<float>(), eps, n * nh, hd, q.data(), bf);
+      rmsnorm(kn.data(), l.attn_k_norm.ptr<float>(), eps, n * nkv, hd, kn.data(), bf);
     }
-    rope_neox(q.data(), pos.data(), n, nh, hd, rope_.inv_freq.data(), rope_.rotary_dim, rope_.attention_scaling);
+    rope_neox(q.data(), pos.data(), n, nh, hd, rope_.inv_freq.data(), rope_.rotary_dim, rope_.attention_scaling,
+              bf);
     rope_neox(kn.data(), pos.data(), n, nkv, hd, rope_.inv_freq.data(), rope_.rotary_dim,
-              rope_.attention_scaling);
+              rope_.attention_scaling, bf);
     std::memcpy(cache.k(li) + start * nkv * hd, kn.data(), kn.size() * sizeof(float));
     std::memcpy(cache.v(li) + start * nkv * hd, vn.data(), vn.size() * sizeof(float));
-    AttentionShape as{n, start, nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+    AttentionShape as{n, start, nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd)), bf};
     attention_causal(ctx, q.data(), cache.k(li), cache.v(li), as, att.data());
     linear(ctx, att.data(), l.attn_o, opt_ptr(l.attn_o_bias), tmp.data(), n);
+    rnd(tmp);
     for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
+    rnd(x);
     // ---- MLP (SwiGLU) ----
-    rmsnorm(x.data(), l.ffn_norm.ptr<float>(), eps, n, H, xn.data());
+    rmsnorm(x.data(), l.ffn_norm.ptr<float>(), eps, n, H, xn.data(), bf);
     linear(ctx, xn.data(), l.ffn_gate, opt_ptr(l.ffn_gate_bias), gate.data(), n);
     linear(ctx, xn.data(), l.ffn_up, opt_ptr(l.ffn_up_bias), up.data(), n);
-    silu_mul(gate.data(), up.data(), n * I);
+    rnd(gate), rnd(up);
+    silu_mul(gate.data(), up.data(), n * I, bf);
     linear(ctx, gate.data(), l.ffn_down, opt_ptr(l.ffn_down_bias), tmp.data(), n);
+    rnd(tmp);
     for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
+    rnd(x);
   }
   cache.set_size(start + n);
 
   const int64_t n_out = all_logits ? n : 1;
   const float* last = x.data() + (all_logits ? 0 : (n - 1) * H);
-  rmsnorm(last, w_.out_norm.ptr<float>(), eps, n_out, H, xn.data());
+  rmsnorm(last, w_.out_norm.ptr<float>(), eps, n_out, H, xn.data(), bf);
   logits.resize(n_out * V);
   linear(ctx, xn.data(), w_.lm_head, nullptr, logits.data(), n_out);
+  rnd(logits);
 }
 
 void Transformer::prefill(const int32_t* tokens, int64_t n, KvCache& cache, std::vector<float>& logits,

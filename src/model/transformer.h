@@ -19,6 +19,12 @@ struct ModelOptions {
   int n_threads = 0;     // 0: all cores
   std::string isa;       // "" / "auto": best available
   int64_t prefill_chunk = 256;  // tokens per forward during prefill
+  // Round activations to bf16 wherever transformers does when it runs a
+  // bf16 checkpoint in bf16 (eager attention): after every linear, norm,
+  // RoPE product, attention score/probability, activation and residual add.
+  // Off by default: f32 activations are more accurate; on, the engine
+  // reproduces HF's bf16 numerics (used by the golden tests).
+  bool emulate_bf16_activations = false;
 };
 
 class Transformer {

@@ -73,6 +73,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
   GenerateResult r = generate(*model, ids, go, on_token);
   std::fputs(stream.flush().c_str(), text_out);
   std::fputs("\n", text_out);
+  std::fflush(text_out);
   const double gb_s = r.decode_tok_s() * static_cast<double>(model->weight_bytes()) / 1e9;
   std::fprintf(stderr,
                "[prompt %lld tokens, prefill %.1f tok/s | generated %zu tokens, decode %.1f tok/s, %.2f GB/s "

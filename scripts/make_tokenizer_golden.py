@@ -369,6 +369,21 @@ def synthetic_documents():
     return docs
 
 
+def gpt2_style_variant(tokenizer_json_text):
+    """The Qwen3 tokenizer.json edited to exercise the GPT-2 path: ByteLevel
+    pre-tokenizer alone with use_regex and add_prefix_space, plus a
+    normalized, single_word, lstrip, rstrip added token. The C++ test applies
+    the same edit (tokenizer_golden_test.cc, gpt2_style_variant)."""
+    t = json.loads(tokenizer_json_text)
+    t["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+    t["added_tokens"].append({"id": 151669, "content": "hello world", "single_word": True, "lstrip": True,
+                              "rstrip": True, "normalized": True, "special": False})
+    return json.dumps(t)
+
+
+VARIANT_EXTRA = ["say  hello world  now", "xhello world", "hello world", " hello worldly", "HELLO WORLD"]
+
+
 def main():
     import tokenizers
     if tokenizers.__version__ != EXPECTED_TOKENIZERS:
@@ -394,12 +409,19 @@ def main():
             e["ids_offset"] = len(blob) // 4
             blob += ids_bytes(ids)
         entries.append(e)
+    with open(TOKENIZER_JSON, encoding="utf-8") as f:
+        variant = tokenizers.Tokenizer.from_str(gpt2_style_variant(f.read()))
+    vtexts = [t for _, t in synthetic] + VARIANT_EXTRA
+    variant_entries = [{"n_tokens": len(e.ids), "ids_fnv": "%016x" % fnv1a64(ids_bytes(e.ids))}
+                       for e in variant.encode_batch(vtexts, add_special_tokens=False)]
     with open(os.path.join(OUT, "golden_ids.bin"), "wb") as f:
         f.write(bytes(blob))
     meta = {"tokenizers_version": tokenizers.__version__, "tokenizer": "shared/data/tokenizers/qwen3/tokenizer.json",
             "doc_bytes": DOC_BYTES, "n_docs": len(docs),
             "corpus_bytes": sum(e["bytes"] for e in entries), "n_tokens": sum(e["n_tokens"] for e in entries),
-            "docs": entries}
+            "docs": entries,
+            # Synthetic documents then VARIANT_EXTRA, under gpt2_style_variant.
+            "gpt2_style_variant": {"extra": VARIANT_EXTRA, "docs": variant_entries}}
     with open(os.path.join(OUT, "golden.json"), "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=0)
     print("docs %d, corpus %d bytes, %d tokens, full ids for %d tokens" %

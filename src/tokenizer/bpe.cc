@@ -83,6 +83,16 @@ void BpeModel::encode_word(std::string_view word, BpeScratch& s, std::vector<int
       return;
     }
   }
+  if (n == 2) {  // one possible merge: skip the heap (common for short pieces)
+    int32_t a = byte_ids_[uint8_t(word[0])], b = byte_ids_[uint8_t(word[1])];
+    if (const auto* m = merges_.find(a, b)) {
+      out->push_back(m->new_id);
+      return;
+    }
+    out->push_back(a);
+    out->push_back(b);
+    return;
+  }
   auto& sym = s.symbols;
   sym.resize(n);
   for (size_t i = 0; i < n; ++i)

@@ -40,7 +40,7 @@ struct Regex::Code {
 };
 
 Regex::Regex(std::string_view pattern, const std::string& what)
-    : pattern_(rewrite_ascii_caseless(pattern)), what_(what), code_(std::make_unique<Code>()) {
+    : pattern_(pattern), what_(what), code_(std::make_unique<Code>()) {
   int err = 0;
   PCRE2_SIZE err_offset = 0;
   code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern_.data()), pattern_.size(),
@@ -86,81 +86,6 @@ void Regex::find_all(std::string_view subject, RegexScratch& scratch,
       pos = start + len;
     }
   }
-}
-
-std::string rewrite_ascii_caseless(std::string_view p) {
-  std::string out;
-  out.reserve(p.size() * 2);
-  int depth = 0;               // open groups
-  int caseless_depth = -1;     // depth at which the (?i: group opened
-  for (size_t i = 0; i < p.size(); ++i) {
-    char c = p[i];
-    bool caseless = caseless_depth >= 0;
-    if (c == '\\') {
-      if (i + 1 >= p.size()) return std::string(p);
-      char e = p[i + 1];
-      out.push_back(c);
-      out.push_back(e);
-      ++i;
-      // \p{..}, \x{..}: copy the braces verbatim.
-      if ((e == 'p' || e == 'P' || e == 'x') && i + 1 < p.size() && p[i + 1] == '{') {
-        size_t close = p.find('}', i + 1);
-        if (close == std::string_view::npos) return std::string(p);
-        out.append(p.substr(i + 1, close - i));
-        i = close;
-      } else if (caseless && ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z'))) {
-        // An escape like \s is case-sensitive anyway; but \Q..\E or
-        // backreferences would need care, so only plain class escapes pass.
-        if (e == 'Q' || e == 'k' || e == 'g') return std::string(p);
-      }
-      continue;
-    }
-    if (c == '[') {
-      if (caseless) return std::string(p);  // class under (?i): not handled
-      // Copy the class verbatim, honouring escapes and a leading ']'.
-      size_t j = i + 1;
-      if (j < p.size() && p[j] == '^') ++j;
-      if (j < p.size() && p[j] == ']') ++j;
-      while (j < p.size() && p[j] != ']') j += (p[j] == '\\') ? 2 : 1;
-      if (j >= p.size()) return std::string(p);
-      out.append(p.substr(i, j - i + 1));
-      i = j;
-      continue;
-    }
-    if (c == '(') {
-      if (p.substr(i, 4) == "(?i:") {
-        if (caseless) return std::string(p);
-        caseless_depth = depth;
-        ++depth;
-        out.append("(?:");
-        i += 3;
-        continue;
-      }
-      // Any other inline option group could change case rules: leave alone.
-      if (p.substr(i, 2) == "(?" && i + 2 < p.size() &&
-          std::string_view(":=!<>|").find(p[i + 2]) == std::string_view::npos)
-        return std::string(p);
-      ++depth;
-      out.push_back(c);
-      continue;
-    }
-    if (c == ')') {
-      --depth;
-      if (depth == caseless_depth) caseless_depth = -1;
-      out.push_back(c);
-      continue;
-    }
-    if (caseless && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))) {
-      char lower = char(c | 0x20), upper = char(c & ~0x20);
-      out += '[';
-      out += lower;
-      out += upper;
-      out += ']';
-      continue;
-    }
-    out.push_back(c);
-  }
-  return out;
 }
 
 namespace {

@@ -3,7 +3,8 @@
 // `ByteLevel` step, alone or in a `Sequence`). Regexes run on PCRE2 with
 // UTF + UCP and JIT; HF runs them on Oniguruma, whose semantics for these
 // patterns (leftmost-first alternation, greedy backtracking, \p classes)
-// PCRE2 shares.
+// PCRE2 shares. Both also fold case beyond ASCII under (?i): "'ſ" (LONG S)
+// matches the contraction 's in HF too, so the pattern is used as is.
 #pragma once
 #include <cstddef>
 #include <deque>
@@ -45,17 +46,11 @@ class Regex {
   const std::string& pattern() const { return pattern_; }
 
  private:
-  std::string pattern_;  // as compiled (after the caseless rewrite)
+  std::string pattern_;
   std::string what_;
   struct Code;
   std::unique_ptr<Code> code_;
 };
-
-// Oniguruma's (?i) folds only within ASCII for these patterns, while PCRE2
-// also lets 's' match U+017F LONG S. Rewrites the ASCII letters inside
-// (?i:...) groups into explicit [xX] classes and drops the flag; returns the
-// pattern unchanged when it uses (?i) in a form this does not handle.
-std::string rewrite_ascii_caseless(std::string_view pattern);
 
 // The regex HF's ByteLevel pre-tokenizer uses when use_regex is true.
 inline constexpr std::string_view kGpt2SplitPattern =

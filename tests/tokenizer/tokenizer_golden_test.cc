@@ -151,5 +151,36 @@ TEST(TokenizerGolden, StreamingDecodeEqualsDecode) {
   }
 }
 
+// The edit of gpt2_style_variant() in the script: the GPT-2 path (ByteLevel
+// with use_regex and add_prefix_space) and an added token with every flag.
+Tokenizer gpt2_style_variant() {
+  std::string path = golden::shared_data_dir() + "/tokenizers/qwen3/tokenizer.json";
+  auto j = nlohmann::json::parse(read_text_file(path));
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
+                        {"use_regex", true}};
+  j["added_tokens"].push_back({{"id", 151669}, {"content", "hello world"}, {"single_word", true},
+                               {"lstrip", true}, {"rstrip", true}, {"normalized", true},
+                               {"special", false}});
+  return Tokenizer::from_json(j.dump(), path + " (gpt2-style variant)");
+}
+
+TEST(TokenizerGolden, Gpt2StyleVariantMatchesHf) {
+  const auto& g = golden_data();
+  const auto& v = g.meta.at("gpt2_style_variant");
+  std::vector<std::string> texts;
+  for (const auto& d : g.docs)
+    if (d.name.rfind("synthetic/", 0) == 0) texts.push_back(d.text);
+  for (const auto& e : v.at("extra")) texts.push_back(e.get<std::string>());
+  const auto& want = v.at("docs");
+  ASSERT_EQ(texts.size(), want.size());
+  Tokenizer tok = gpt2_style_variant();
+  for (size_t i = 0; i < texts.size(); ++i) {
+    std::vector<int32_t> ids = tok.encode(texts[i]);
+    EXPECT_EQ(ids.size(), want[i].at("n_tokens").get<size_t>()) << "variant text " << i;
+    EXPECT_EQ(hex64(golden::fnv1a64_ids(ids)), want[i].at("ids_fnv").get<std::string>())
+        << "variant text " << i;
+  }
+}
+
 }  // namespace
 }  // namespace blockspec

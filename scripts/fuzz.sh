@@ -5,7 +5,8 @@
 # Needs clang++ with libFuzzer (Debian 12: apt-get install clang libclang-rt-14-dev)
 # and the nlohmann-json3-dev headers. Exits non-zero on any crash, sanitizer
 # report or leak; the crashing input is left in WORKDIR/TARGET/artifacts/.
-# CXX overrides the compiler; JOBS the parallel compile count (default 2).
+# CXX_FUZZ overrides the compiler (CXX is left alone: the main build may be g++);
+# JOBS sets the parallel compile count (default 2).
 set -euo pipefail
 
 if [[ $# -ne 3 ]]; then

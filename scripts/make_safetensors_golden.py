@@ -7,7 +7,9 @@ with huggingface_hub.split_torch_state_dict_into_shards and indexed exactly as
 transformers' save_pretrained writes model.safetensors.index.json.
 tests/formats/safetensors_golden_test.cc reads them back through our reader,
 checks every value against manifest.json, and re-writes every file with
-write_safetensors, requiring identical bytes. So CI needs no Python.
+write_safetensors, requiring identical bytes; differential.json holds random
+and corrupted headers with the reference reader's accept/reject verdict, which
+ours must match. So CI needs no Python.
 
 Metadata has at most one key per file: the reference keeps metadata in a Rust
 HashMap, so two or more keys come out in a different order on each run.
@@ -16,6 +18,7 @@ Run:  /root/.cache/blockspec/venv-golden/bin/python scripts/make_safetensors_gol
 """
 import json
 import os
+import random
 import shutil
 import struct
 import sys
@@ -69,6 +72,97 @@ def describe(path, tensors, metadata):
         header = f.read(n)
     assert n % 8 == 0 and header.startswith(b"{")
     return {"metadata": metadata or {}, "tensors": entries, "size": os.path.getsize(path)}
+
+
+# ---- Differential cases: random valid files and structured corruptions of
+# them, each judged by the reference reader (safetensors.deserialize). The C++
+# golden test requires the same accept/reject verdict on every one. Kept out of
+# the generator: the inputs where we are deliberately stricter (duplicate keys,
+# unknown tensor fields, leading whitespace, dimensions >= 2^63), which the
+# unit tests cover.
+BITS = {"BOOL": 8, "F4": 4, "F6_E2M3": 6, "U8": 8, "I8": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16, "F16": 16,
+        "BF16": 16, "I32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64}
+
+
+def random_entries(rng):
+    entries, off = [], 0
+    for i in range(rng.randint(0, 4)):
+        dtype = rng.choice(list(BITS))
+        shape = [rng.randint(0, 4) for _ in range(rng.randint(0, 3))]
+        numel = 1
+        for d in shape:
+            numel *= d
+        nbytes = numel * BITS[dtype] // 8
+        entries.append([f"t{i}", dtype, shape, [off, off + nbytes]])
+        off += nbytes
+    return entries, off
+
+
+def corrupt(rng, entries, data_len):
+    e = rng.choice(entries) if entries else None
+    m = rng.randint(0, 11)
+    if m == 0 and e:
+        e[3][1] += rng.choice([-1, 1])
+    elif m == 1 and e:
+        e[3][0] += rng.choice([-1, 1])
+    elif m == 2 and e:
+        e[2].append(rng.choice([0, 1, 3, 2**31, 2**62, 2**63 - 1, -1]))
+    elif m == 3 and e:
+        e[1] = rng.choice(["F33", "f32", "", "BF16", "F4", "F6_E3M2", "C64", "U16", 7, None])
+    elif m == 4:
+        data_len += rng.choice([-1, 1, 8])
+    elif m == 5 and len(entries) > 1:
+        entries[0][3], entries[1][3] = entries[1][3], entries[0][3]
+    elif m == 6 and e:
+        e[3] = rng.choice([[e[3][0], e[3][1], 0], [e[3][0]], [], [e[3][0], 1.5], "0,1"])
+    elif m == 7 and e:
+        e[2] = rng.choice([[rng.randint(0, 5) for _ in range(rng.randint(0, 5))], [2.0], ["2"], 3, [[1]]])
+    elif m == 8 and e:
+        e[3] = [rng.randint(0, data_len + 2), rng.randint(0, data_len + 2)]
+    elif m == 9 and e:
+        e.append(rng.choice(["dtype", "shape", "data_offsets"]))  # marks a field to drop
+    return entries, data_len
+
+
+def render(rng, entries, metadata):
+    parts = [] if metadata is None else ['"__metadata__":' + json.dumps(metadata)]
+    for e in entries:
+        fields = {"dtype": e[1], "shape": e[2], "data_offsets": e[3]}
+        if len(e) > 4:
+            del fields[e[4]]
+        parts.append(json.dumps(e[0]) + ":" + json.dumps(fields))
+    rng.shuffle(parts)
+    header = "{" + ",".join(parts) + "}"
+    style = rng.randint(0, 3)
+    if style == 1:
+        header += " " * rng.randint(0, 9)
+    elif style == 2:
+        header += rng.choice(["\n", "\t", "\r", "x", "}", "\0", " \0"])
+    elif style == 3:
+        header = header.replace(": ", ":").replace(", ", ",")
+    return header
+
+
+def differential_cases(n):
+    rng = random.Random(20261130)
+    cases, verdicts = [], {True: 0, False: 0}
+    while len(cases) < n:
+        entries, data_len = random_entries(rng)
+        if rng.random() < 0.6:
+            entries, data_len = corrupt(rng, entries, data_len)
+        metadata = rng.choice([None, {"format": "pt"}, {}, {"a": 1}, {"k": ["v"]}, "pt", None])
+        header = render(rng, entries, metadata)
+        raw = header.encode()
+        blob = struct.pack("<Q", len(raw)) + raw + b"\x5a" * max(data_len, 0)
+        try:
+            safetensors.deserialize(blob)
+            ok = True
+        except Exception:  # SafetensorError; the verdict is what matters
+            ok = False
+        verdicts[ok] += 1
+        cases.append({"header": header, "data_len": max(data_len, 0), "accept": ok})
+    assert min(verdicts.values()) > n // 5, f"unbalanced verdicts {verdicts}"
+    return cases
 
 
 def main():
@@ -135,6 +229,12 @@ def main():
         f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")  # as transformers writes it
     manifest["sharded"] = {"dir": "sharded", "weight_map": split.tensor_to_filename,
                            "total_size": split.metadata["total_size"]}
+
+    with open(os.path.join(OUT, "differential.json"), "w") as f:
+        # One case per line keeps the file small and its diffs readable.
+        f.write('{"about": "header + data_len bytes of 0x5a, and the reference reader\'s verdict",\n"cases": [\n')
+        f.write(",\n".join(json.dumps(c) for c in differential_cases(400)))
+        f.write("\n]}\n")
 
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1, sort_keys=True, ensure_ascii=False)

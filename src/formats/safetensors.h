@@ -52,7 +52,10 @@ class SafetensorsFile {
   const std::vector<SafetensorsEntry>& entries() const;
   bool has(const std::string& name) const;
   const SafetensorsEntry& entry(const std::string& name) const;  // throws if missing
-  // Zero-copy view; keeps the mapping alive.
+  // Zero-copy view; keeps the mapping alive. The data is naturally aligned
+  // when the file comes from a canonical writer (ours, save_file: 8 + N is a
+  // multiple of 8 and tensors are sorted by alignment); the format does not
+  // require it, so check the pointer before aligned SIMD loads.
   Tensor tensor(const std::string& name) const;
 
  private:

@@ -2,7 +2,8 @@
 // save_file, huggingface_hub sharding): fixtures and manifest come from
 // scripts/make_safetensors_golden.py. We read every reference file and check
 // every byte and value, and re-write every file with write_safetensors, which
-// must reproduce the reference bytes exactly.
+// must reproduce the reference bytes exactly. differential.json adds 400
+// random and corrupted headers with the reference reader's verdict on each.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -163,6 +164,33 @@ TEST(SafetensorsGolden, ShardedCheckpoint) {
   EXPECT_EQ(ck.total_bytes(), sh["total_size"].get<uint64_t>());
   // The index file itself is an accepted path too.
   EXPECT_EQ(SafetensorsCheckpoint(dir + "/model.safetensors.index.json").names(), want_names);
+}
+
+// Same accept/reject verdict as the reference reader on random valid files
+// and structured corruptions of them (fixtures/safetensors/differential.json).
+TEST(SafetensorsGolden, SameVerdictsAsReferenceReader) {
+  const json d = json::parse(read_text_file(kDir + "/differential.json"));
+  const json& cases = d["cases"];
+  ASSERT_GE(cases.size(), 300u);
+  int n_accept = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string header = cases[i]["header"].get<std::string>();
+    const bool want = cases[i]["accept"].get<bool>();
+    std::vector<uint8_t> bytes(8);
+    for (int k = 0; k < 8; ++k) bytes[k] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * k));
+    bytes.insert(bytes.end(), header.begin(), header.end());
+    bytes.resize(bytes.size() + cases[i]["data_len"].get<size_t>(), 0x5a);
+    std::string error;
+    try {
+      parse_safetensors_header(bytes.data(), bytes.size(), "case.safetensors");
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    n_accept += want;
+    EXPECT_EQ(error.empty(), want) << "case " << i << ": reference " << (want ? "accepts" : "rejects") << " "
+                                   << header << (error.empty() ? "" : "\n ours: " + error);
+  }
+  EXPECT_GT(n_accept, 50);
 }
 
 }  // namespace

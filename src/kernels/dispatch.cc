@@ -11,6 +11,7 @@ bool cpu_has_avx512() {
   return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl");
 }
+bool cpu_has_avx512vnni() { return cpu_has_avx512() && __builtin_cpu_supports("avx512vnni"); }
 }  // namespace
 
 std::vector<std::string> available_isas() {
@@ -34,16 +35,27 @@ KernelTable select_kernels(const std::string& name) {
   t.matmul_bf16 = matmul_bf16_ref;
   t.dot = dot_ref;
   t.axpy = axpy_ref;
+  t.quantize_acts = quantize_acts_ref;
+  t.gemm_q8g128 = gemm_q8g128_ref;
+  t.gemm_q4g128 = gemm_q4g128_ref;
   if (pick == "avx2" || pick == "avx512") {
     t.matmul_f32 = matmul_f32_avx2;
     t.matmul_bf16 = matmul_bf16_avx2;
     t.dot = dot_avx2;
     t.axpy = axpy_avx2;
+    t.quantize_acts = quantize_acts_avx2;
+    t.gemm_q8g128 = gemm_q8g128_avx2;
+    t.gemm_q4g128 = gemm_q4g128_avx2;
   }
   if (pick == "avx512") {
     t.matmul_f32 = matmul_f32_avx512;
     t.matmul_bf16 = matmul_bf16_avx512;
     t.dot = dot_avx512;
+    // Without VNNI, maddubs-based AVX2 int8 kernels are the best we have.
+    if (cpu_has_avx512vnni()) {
+      t.gemm_q8g128 = gemm_q8g128_avx512vnni;
+      t.gemm_q4g128 = gemm_q4g128_avx512vnni;
+    }
   }
   return t;
 }

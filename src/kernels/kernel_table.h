@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/quant_layout.h"
+
 namespace blockspec {
 
 struct KernelTable {
@@ -19,6 +21,15 @@ struct KernelTable {
   float (*dot)(const float* a, const float* b, int64_t n) = nullptr;
   // y[i] += a * x[i]
   void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;
+
+  // Integer formats (layouts and exact arithmetic in kernels/quant_layout.h).
+  // Quantizes activation rows: x [M, K] f32 -> q [M, Kp] u8, scales [M, G] f32.
+  void (*quantize_acts)(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales) = nullptr;
+  // y[m, n] for all m < a.M and rows n of weight tiles [tile0, tile1) (clipped
+  // to N); y: [M, N] f32. One kernel per format serves decode (M = 1),
+  // verification (small M) and prefill (large M).
+  void (*gemm_q8g128)(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1) = nullptr;
+  void (*gemm_q4g128)(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1) = nullptr;
 };
 
 // ISAs this machine supports, best first, always ending in "ref".
@@ -33,6 +44,9 @@ void matmul_f32_ref(const float* x, const float* w, float* y, int64_t M, int64_t
 void matmul_bf16_ref(const float* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
 float dot_ref(const float* a, const float* b, int64_t n);
 void axpy_ref(float a, const float* x, float* y, int64_t n);
+void quantize_acts_ref(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales);
+void gemm_q8g128_ref(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
+void gemm_q4g128_ref(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 
 // x86 variants (kernels/x86), compiled with per-function target attributes.
 void matmul_f32_avx2(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
@@ -42,5 +56,11 @@ void axpy_avx2(float a, const float* x, float* y, int64_t n);
 void matmul_f32_avx512(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
 void matmul_bf16_avx512(const float* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
 float dot_avx512(const float* a, const float* b, int64_t n);
+void quantize_acts_avx2(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales);
+void gemm_q8g128_avx2(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
+void gemm_q4g128_avx2(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
+// AVX-512 VNNI (vpdpbusd); the "avx512" level uses them when the CPU has VNNI.
+void gemm_q8g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
+void gemm_q4g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 
 }  // namespace blockspec

@@ -1,0 +1,175 @@
+// make_weight / dequantize_weight / linear(QuantTensor).
+//
+// Formats (byte layouts in kernels/quant_layout.h):
+//   F32, BF16  data: [N, K], shared with the source tensor when its dtype
+//              already matches (zero-copy), else converted once.
+//   Q8_G128    RTN symmetric int8 per row and group of 128 inputs:
+//              scale = max|w| / 127, code = round_half_even(w / scale) in [-127, 127].
+//   Q4_G128    RTN symmetric int4: scale = max|w| / 7, code = round_half_even(w / scale)
+//              clamped to [-7, 7]. We do not use the "-8 trick" (scale = max/8 with the
+//              extremum mapped to -8): it gains half a step of resolution but an
+//              opposite-sign value near max|w| then clips by a whole step, breaking
+//              |error| <= scale / 2. Code -8 stays legal in the layout (kernels and
+//              dequantize handle it) for importers of GPTQ checkpoints that use it.
+//   An all-zero group has scale 0 and codes 0.
+//
+// linear() on Q8/Q4 is W8A8 / W4A8: activations are quantized per row and per
+// group of 128 to int8 (quant_layout.h), multiplied with integer dot products,
+// and each group's int32 sum is scaled by weight scale * activation scale.
+#include "kernels/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "base/error.h"
+
+namespace blockspec {
+
+namespace {
+
+bool is_int_format(WeightFormat f) { return f == WeightFormat::kQ8_G128 || f == WeightFormat::kQ4_G128; }
+
+}  // namespace
+
+PackedWeights packed_weights(const QuantTensor& w) {
+  BS_ASSERT(is_int_format(w.format), "packed_weights of a ", weight_format_name(w.format), " weight");
+  PackedWeights p;
+  p.codes = w.data.ptr<uint8_t>();
+  p.scales = w.scales.ptr<float>();
+  p.corr = w.aux.ptr<int32_t>();
+  p.N = w.rows;
+  p.K = w.cols;
+  p.Kp = q_padded_k(w.cols);
+  p.n_groups = q_groups(w.cols);
+  p.n_tiles = q_tiles(w.rows);
+  p.q4 = w.format == WeightFormat::kQ4_G128;
+  return p;
+}
+
+namespace {
+
+// Quantizes tile t (rows 16t..16t+15 of wf [N, K]) into the packed buffers.
+void quantize_tile(const float* wf, int64_t N, int64_t K, bool q4, int64_t t, uint8_t* codes, float* scales,
+                   int32_t* corr) {
+  const int64_t Kp = q_padded_k(K), G = q_groups(K);
+  const float qmax = q4 ? 7.f : 127.f;
+  const int64_t tile_bytes = q4 ? Kp * 8 : Kp * 16;
+  uint8_t* tile = codes + t * tile_bytes;  // [tile_bytes], zero-initialised
+  if (q4) std::fill(tile, tile + tile_bytes, static_cast<uint8_t>(0x88));  // code 0 in both nibbles
+  std::vector<int8_t> row(Kp);  // [Kp] codes of one row
+  for (int64_t r = 0; r < kQTile; ++r) {
+    const int64_t n = t * kQTile + r;
+    std::fill(row.begin(), row.end(), 0);
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t k0 = g * kQGroup, k1 = std::min(k0 + kQGroup, K);
+      float amax = 0.f;
+      if (n < N)
+        for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(wf[n * K + k]));
+      const float scale = amax / qmax;
+      int32_t sum = 0;
+      if (scale > 0.f)
+        for (int64_t k = k0; k < k1; ++k) {
+          float c = std::nearbyint(wf[n * K + k] / scale);
+          row[k] = static_cast<int8_t>(std::min(qmax, std::max(-qmax, c)));
+          sum += row[k];
+        }
+      scales[(t * G + g) * kQTile + r] = scale;
+      corr[(t * G + g) * kQTile + r] = 128 * sum;
+    }
+    for (int64_t k = 0; k < Kp; ++k) {
+      if (!q4) {
+        tile[(k / 4) * 64 + r * 4 + k % 4] = static_cast<uint8_t>(row[k]);
+      } else {
+        uint8_t& b = tile[(k / 8) * 64 + r * 4 + k % 4];
+        const uint8_t nib = static_cast<uint8_t>(row[k] + 8);
+        b = (k % 8) < 4 ? static_cast<uint8_t>((b & 0xF0) | nib) : static_cast<uint8_t>((b & 0x0F) | (nib << 4));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+QuantTensor make_weight(const OpContext& ctx, const Tensor& w, WeightFormat fmt) {
+  if (w.ndim() != 2) fail("make_weight: expected a 2-D [N, K] weight, found shape ", shape_str(w.shape()));
+  if (w.dtype() != DType::kF32 && w.dtype() != DType::kBF16 && w.dtype() != DType::kF16)
+    fail("make_weight: expected an F32, BF16 or F16 weight, found ", dtype_name(w.dtype()),
+         "; dequantize it first");
+  QuantTensor q;
+  q.format = fmt;
+  q.rows = w.dim(0);
+  q.cols = w.dim(1);
+  const int64_t N = q.rows, K = q.cols;
+  if (fmt == WeightFormat::kF32) {
+    q.data = w.dtype() == DType::kF32 ? w : to_f32(w);
+    return q;
+  }
+  if (fmt == WeightFormat::kBF16) {
+    if (w.dtype() == DType::kBF16) {
+      q.data = w;
+      return q;
+    }
+    Tensor f = to_f32(w);
+    q.data = Tensor(DType::kBF16, {N, K});
+    uint16_t* d = q.data.mutable_ptr<uint16_t>();
+    for (int64_t i = 0; i < N * K; ++i) d[i] = f32_to_bf16(f.ptr<float>()[i]);
+    return q;
+  }
+  BS_ASSERT(is_int_format(fmt));
+  const bool q4 = fmt == WeightFormat::kQ4_G128;
+  const Tensor wf = w.dtype() == DType::kF32 ? w : to_f32(w);
+  const int64_t n_tiles = q_tiles(N), G = q_groups(K), Kp = q_padded_k(K);
+  q.data = Tensor(DType::kU8, {n_tiles, q4 ? Kp * 8 : Kp * 16});
+  q.scales = Tensor(DType::kF32, {n_tiles, G, kQTile});
+  q.aux = Tensor(DType::kI32, {n_tiles, G, kQTile});
+  uint8_t* codes = q.data.mutable_ptr<uint8_t>();
+  float* scales = q.scales.mutable_ptr<float>();
+  int32_t* corr = q.aux.mutable_ptr<int32_t>();
+  ctx.pool->parallel_for(n_tiles, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) quantize_tile(wf.ptr<float>(), N, K, q4, t, codes, scales, corr);
+  });
+  return q;
+}
+
+Tensor dequantize_weight(const QuantTensor& w) {
+  if (!is_int_format(w.format)) return to_f32(w.data);
+  const PackedWeights p = packed_weights(w);
+  Tensor out(DType::kF32, {w.rows, w.cols});
+  float* o = out.mutable_ptr<float>();  // [N, K]
+  for (int64_t n = 0; n < w.rows; ++n)
+    for (int64_t k = 0; k < w.cols; ++k) {
+      const int64_t gi = ((n / kQTile) * p.n_groups + k / kQGroup) * kQTile + n % kQTile;
+      o[n * w.cols + k] = static_cast<float>(packed_code(p, n, k)) * p.scales[gi];
+    }
+  return out;
+}
+
+void linear(const OpContext& ctx, const float* x, const QuantTensor& w, const float* bias, float* y, int64_t M) {
+  if (!is_int_format(w.format)) {
+    linear(ctx, x, w.data, bias, y, M);
+    return;
+  }
+  const PackedWeights p = packed_weights(w);
+  const int64_t K = w.cols, N = w.rows;
+  std::vector<uint8_t> xq(M * p.Kp);      // [M, Kp] u8 codes + 128
+  std::vector<float> xs(M * p.n_groups);  // [M, G]
+  ctx.pool->parallel_for(M, [&](int64_t m0, int64_t m1) {
+    ctx.k->quantize_acts(x + m0 * K, m1 - m0, K, xq.data() + m0 * p.Kp, xs.data() + m0 * p.n_groups);
+  });
+  const QuantActs a{xq.data(), xs.data(), M};
+  auto gemm = p.q4 ? ctx.k->gemm_q4g128 : ctx.k->gemm_q8g128;
+  // Threads split the weight tiles (16 rows each) in grains of 4 tiles, the
+  // kernels' register block, so each thread streams one contiguous slice of
+  // the weight and both cores' bandwidth is used in decode.
+  ctx.pool->parallel_for_grain(p.n_tiles, 4, [&](int64_t t0, int64_t t1) {
+    gemm(a, p, y, t0, t1);
+    if (bias != nullptr) {
+      const int64_t n0 = t0 * kQTile, n1 = std::min(N, t1 * kQTile);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = n0; n < n1; ++n) y[m * N + n] += bias[n];
+    }
+  });
+}
+
+}  // namespace blockspec

@@ -1,0 +1,133 @@
+// AVX-512 VNNI kernels for Q8_G128 (W8A8) and Q4_G128 (W4A8) weights.
+//
+// Micro-kernel: T weight tiles (16 rows each, one zmm of int32 lanes) times MB
+// activation rows. Per input quad k..k+3 it loads T 64-byte weight lines, and
+// for each activation row broadcasts its 4 u8 codes and issues T vpdpbusd.
+// At each group end (128 inputs) the int32 sums are corrected for the +128
+// activation offset, converted and folded into f32 accumulators with
+// wscale * xscale (the exact sequence of kernels/quant_layout.h). Loop order:
+// 4-tile panel outer, MB-row block inner, so a panel (64 x K bytes, <= 573 KB
+// for K = 8960) is read from memory once and reused from L2 by later blocks.
+//
+// GCC 12 warns falsely inside its own avx512fintrin.h (_mm512_undefined_ps).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "kernels/kernel_table.h"
+
+#define BS_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
+
+namespace blockspec {
+
+namespace {
+
+constexpr int kMaxT = 4;   // tiles per panel (64 rows)
+constexpr int kMaxMB = 4;  // activation rows per block
+
+BS_VNNI inline __m512i bcast4(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+template <bool Q4, int T, int MB>
+BS_VNNI void micro(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile, int64_t m0) {
+  const int64_t Kp = w.Kp, G = w.n_groups, tb = w.tile_bytes();
+  const uint8_t* wt = w.codes + tile * tb;  // [T, tb]
+  const uint8_t* xq = a.q + m0 * Kp;        // [MB, Kp]
+  const __m512i low4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+  __m512 facc[T][MB];
+  for (int t = 0; t < T; ++t)
+    for (int m = 0; m < MB; ++m) facc[t][m] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t k0 = g * kQGroup, k1 = std::min(k0 + kQGroup, Kp);
+    __m512i acc[T][MB];
+    for (int t = 0; t < T; ++t)
+      for (int m = 0; m < MB; ++m) acc[t][m] = _mm512_setzero_si512();
+    if constexpr (!Q4) {
+      for (int64_t k = k0; k < k1; k += 4) {
+        __m512i wv[T];
+        for (int t = 0; t < T; ++t) wv[t] = _mm512_loadu_si512(wt + t * tb + k * 16);
+        for (int m = 0; m < MB; ++m) {
+          const __m512i b = bcast4(xq + m * Kp + k);
+          for (int t = 0; t < T; ++t) acc[t][m] = _mm512_dpbusd_epi32(acc[t][m], b, wv[t]);
+        }
+      }
+    } else {
+      for (int64_t k = k0; k < k1; k += 8) {
+        __m512i lo[T], hi[T];
+        for (int t = 0; t < T; ++t) {
+          const __m512i v = _mm512_loadu_si512(wt + t * tb + k * 8);
+          lo[t] = _mm512_sub_epi8(_mm512_and_si512(v, low4), eight);
+          hi[t] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), eight);
+        }
+        for (int m = 0; m < MB; ++m) {
+          const __m512i b0 = bcast4(xq + m * Kp + k), b1 = bcast4(xq + m * Kp + k + 4);
+          for (int t = 0; t < T; ++t) {
+            acc[t][m] = _mm512_dpbusd_epi32(acc[t][m], b0, lo[t]);
+            acc[t][m] = _mm512_dpbusd_epi32(acc[t][m], b1, hi[t]);
+          }
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      const int64_t gi = ((tile + t) * G + g) * kQTile;
+      const __m512 sw = _mm512_loadu_ps(w.scales + gi);
+      const __m512i corr = _mm512_loadu_si512(w.corr + gi);
+      for (int m = 0; m < MB; ++m) {
+        const __m512 s = _mm512_mul_ps(sw, _mm512_set1_ps(a.scales[(m0 + m) * G + g]));
+        const __m512 d = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[t][m], corr));
+        facc[t][m] = _mm512_fmadd_ps(d, s, facc[t][m]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    const int64_t n = (tile + t) * kQTile;
+    const int64_t valid = std::min<int64_t>(kQTile, w.N - n);
+    const __mmask16 mk = static_cast<__mmask16>((1u << valid) - 1u);
+    for (int m = 0; m < MB; ++m) _mm512_mask_storeu_ps(y + (m0 + m) * w.N + n, mk, facc[t][m]);
+  }
+}
+
+using MicroFn = void (*)(const QuantActs&, const PackedWeights&, float*, int64_t, int64_t);
+
+template <bool Q4, int T, int... MB>
+constexpr std::array<MicroFn, kMaxMB> row_of(std::integer_sequence<int, MB...>) {
+  return {&micro<Q4, T, MB + 1>...};
+}
+
+template <bool Q4, int... T>
+constexpr std::array<std::array<MicroFn, kMaxMB>, kMaxT> table_of(std::integer_sequence<int, T...>) {
+  return {row_of<Q4, T + 1>(std::make_integer_sequence<int, kMaxMB>())...};
+}
+
+template <bool Q4>
+BS_VNNI void gemm_impl(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1) {
+  constexpr auto table = table_of<Q4>(std::make_integer_sequence<int, kMaxT>());
+  for (int64_t tile = tile0; tile < tile1; tile += kMaxT) {
+    const int64_t T = std::min<int64_t>(kMaxT, tile1 - tile);
+    for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMB) {
+      const int64_t MB = std::min<int64_t>(kMaxMB, a.M - m0);
+      table[T - 1][MB - 1](a, w, y, tile, m0);
+    }
+  }
+}
+
+}  // namespace
+
+BS_VNNI void gemm_q8g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0,
+                                    int64_t tile1) {
+  gemm_impl<false>(a, w, y, tile0, tile1);
+}
+
+BS_VNNI void gemm_q4g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0,
+                                    int64_t tile1) {
+  gemm_impl<true>(a, w, y, tile0, tile1);
+}
+
+}  // namespace blockspec

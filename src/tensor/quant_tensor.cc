@@ -1,0 +1,21 @@
+#include "tensor/quant_tensor.h"
+
+namespace blockspec {
+
+const char* weight_format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kF32: return "f32";
+    case WeightFormat::kBF16: return "bf16";
+    case WeightFormat::kQ8_G128: return "q8";
+    case WeightFormat::kQ4_G128: return "q4";
+  }
+  return "?";
+}
+
+std::optional<WeightFormat> weight_format_from_name(std::string_view name) {
+  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kQ8_G128, WeightFormat::kQ4_G128})
+    if (name == weight_format_name(f)) return f;
+  return std::nullopt;
+}
+
+}  // namespace blockspec

@@ -1,0 +1,36 @@
+// QuantTensor: a linear layer's weight in one of the engine's compute
+// formats. The tag says how to read the buffers; the kernels layer owns the
+// exact layout (kernels/quant.h documents it) and is the only code that
+// creates or reads the buffers of quantized formats.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "tensor/tensor.h"
+
+namespace blockspec {
+
+enum class WeightFormat : uint8_t {
+  kF32,      // data: [N, K] f32
+  kBF16,     // data: [N, K] bf16 bits
+  kQ8_G128,  // int8 symmetric, one f32 scale per 128 inputs (last group may be shorter)
+  kQ4_G128,  // int4 symmetric, one f32 scale per 128 inputs (last group may be shorter)
+};
+const char* weight_format_name(WeightFormat f);  // "f32", "bf16", "q8", "q4"
+std::optional<WeightFormat> weight_format_from_name(std::string_view name);
+
+struct QuantTensor {
+  WeightFormat format = WeightFormat::kF32;
+  int64_t rows = 0;  // N: output features
+  int64_t cols = 0;  // K: input features
+  Tensor data;       // codes or values, layout per format
+  Tensor scales;     // per-group scales (quantized formats), else empty
+  Tensor aux;        // format-specific extra (e.g. per-group code sums), else empty
+
+  bool empty() const { return rows == 0; }
+  // Bytes a matmul reads: what the roofline counts per decode step.
+  size_t nbytes() const { return data.nbytes() + scales.nbytes() + aux.nbytes(); }
+};
+
+}  // namespace blockspec

@@ -39,15 +39,19 @@ BS_AVX2 void micro(const QuantActs& a, const PackedWeights& w, float* y, int64_t
   const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   __m256 facc[2][MB];
+  #pragma GCC unroll 16
   for (int h = 0; h < 2; ++h)
+    #pragma GCC unroll 16
     for (int m = 0; m < MB; ++m) facc[h][m] = _mm256_setzero_ps();
   // acc[h][m] += sum over the 4 inputs of quad (q - 128) * w for rows 8h..8h+7.
   auto quad = [&](__m256i (&acc)[2][MB], const __m256i (&wv)[2], int64_t k) BS_AVX2 {
     const __m256i aw[2] = {_mm256_sign_epi8(wv[0], wv[0]), _mm256_sign_epi8(wv[1], wv[1])};
+    #pragma GCC unroll 16
     for (int m = 0; m < MB; ++m) {
       int32_t v;
       std::memcpy(&v, xq + m * Kp + k, 4);
       const __m256i b = _mm256_xor_si256(_mm256_set1_epi32(v), flip);  // q - 128 as s8
+      #pragma GCC unroll 16
       for (int h = 0; h < 2; ++h) {
         const __m256i p = _mm256_maddubs_epi16(aw[h], _mm256_sign_epi8(b, wv[h]));
         acc[h][m] = _mm256_add_epi32(acc[h][m], _mm256_madd_epi16(p, ones));
@@ -57,7 +61,9 @@ BS_AVX2 void micro(const QuantActs& a, const PackedWeights& w, float* y, int64_t
   for (int64_t g = 0; g < G; ++g) {
     const int64_t k0 = g * kQGroup, k1 = std::min(k0 + kQGroup, Kp);
     __m256i acc[2][MB];
+    #pragma GCC unroll 16
     for (int h = 0; h < 2; ++h)
+      #pragma GCC unroll 16
       for (int m = 0; m < MB; ++m) acc[h][m] = _mm256_setzero_si256();
     if constexpr (!Q4) {
       for (int64_t k = k0; k < k1; k += 4) {
@@ -68,6 +74,7 @@ BS_AVX2 void micro(const QuantActs& a, const PackedWeights& w, float* y, int64_t
     } else {
       for (int64_t k = k0; k < k1; k += 8) {
         __m256i lo[2], hi[2];
+        #pragma GCC unroll 16
         for (int h = 0; h < 2; ++h) {
           const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wt + k * 8 + h * 32));
           lo[h] = _mm256_sub_epi8(_mm256_and_si256(v, low4), eight);
@@ -78,8 +85,10 @@ BS_AVX2 void micro(const QuantActs& a, const PackedWeights& w, float* y, int64_t
       }
     }
     // acc already holds sum (q - 128) * w = sum q * w - corr: no correction.
+    #pragma GCC unroll 16
     for (int h = 0; h < 2; ++h) {
       const __m256 sw = _mm256_loadu_ps(w.scales + (tile * G + g) * kQTile + h * 8);
+      #pragma GCC unroll 16
       for (int m = 0; m < MB; ++m) {
         const __m256 s = _mm256_mul_ps(sw, _mm256_set1_ps(a.scales[(m0 + m) * G + g]));
         facc[h][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h][m]), s, facc[h][m]);
@@ -87,6 +96,7 @@ BS_AVX2 void micro(const QuantActs& a, const PackedWeights& w, float* y, int64_t
     }
   }
   const int64_t n = tile * kQTile, valid = std::min<int64_t>(kQTile, w.N - n);
+  #pragma GCC unroll 16
   for (int m = 0; m < MB; ++m) {
     float out[kQTile];
     _mm256_storeu_ps(out, facc[0][m]);

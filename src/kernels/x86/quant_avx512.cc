@@ -35,62 +35,84 @@ BS_VNNI inline __m512i bcast4(const uint8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
+// vpdpbusd through inline asm: with the intrinsic, GCC 12 copies every
+// accumulator to another register and back around each instruction.
+BS_VNNI inline __m512i dpbusd(__m512i acc, __m512i a_u8, __m512i w_s8) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a_u8), "v"(w_s8));
+  return acc;
+}
+
 template <bool Q4, int T, int MB>
 BS_VNNI void micro(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile, int64_t m0) {
   const int64_t Kp = w.Kp, G = w.n_groups, tb = w.tile_bytes();
   const uint8_t* wt = w.codes + tile * tb;  // [T, tb]
   const uint8_t* xq = a.q + m0 * Kp;        // [MB, Kp]
   const __m512i low4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
-  __m512 facc[T][MB];
-  for (int t = 0; t < T; ++t)
-    for (int m = 0; m < MB; ++m) facc[t][m] = _mm512_setzero_ps();
+  // f32 sums live in memory (L1), touched once per group: kept in registers
+  // they took 16 of the 32 zmm and pushed the int32 accumulators of the hot
+  // loop onto the stack. The empty asm makes the buffer escape, so GCC cannot
+  // promote it back into registers across the group loop.
+  alignas(64) float facc[T][MB][kQTile] = {};
+  asm volatile("" : : "r"(&facc[0][0][0]) : "memory");
   for (int64_t g = 0; g < G; ++g) {
     const int64_t k0 = g * kQGroup, k1 = std::min(k0 + kQGroup, Kp);
     __m512i acc[T][MB];
+    #pragma GCC unroll 16
     for (int t = 0; t < T; ++t)
+      #pragma GCC unroll 16
       for (int m = 0; m < MB; ++m) acc[t][m] = _mm512_setzero_si512();
     if constexpr (!Q4) {
       for (int64_t k = k0; k < k1; k += 4) {
         __m512i wv[T];
+        #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) wv[t] = _mm512_loadu_si512(wt + t * tb + k * 16);
+        #pragma GCC unroll 16
         for (int m = 0; m < MB; ++m) {
           const __m512i b = bcast4(xq + m * Kp + k);
-          for (int t = 0; t < T; ++t) acc[t][m] = _mm512_dpbusd_epi32(acc[t][m], b, wv[t]);
+          #pragma GCC unroll 16
+          for (int t = 0; t < T; ++t) acc[t][m] = dpbusd(acc[t][m], b, wv[t]);
         }
       }
     } else {
       for (int64_t k = k0; k < k1; k += 8) {
         __m512i lo[T], hi[T];
+        #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
           const __m512i v = _mm512_loadu_si512(wt + t * tb + k * 8);
           lo[t] = _mm512_sub_epi8(_mm512_and_si512(v, low4), eight);
           hi[t] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), eight);
         }
+        #pragma GCC unroll 16
         for (int m = 0; m < MB; ++m) {
           const __m512i b0 = bcast4(xq + m * Kp + k), b1 = bcast4(xq + m * Kp + k + 4);
+          #pragma GCC unroll 16
           for (int t = 0; t < T; ++t) {
-            acc[t][m] = _mm512_dpbusd_epi32(acc[t][m], b0, lo[t]);
-            acc[t][m] = _mm512_dpbusd_epi32(acc[t][m], b1, hi[t]);
+            acc[t][m] = dpbusd(acc[t][m], b0, lo[t]);
+            acc[t][m] = dpbusd(acc[t][m], b1, hi[t]);
           }
         }
       }
     }
+    #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
       const int64_t gi = ((tile + t) * G + g) * kQTile;
       const __m512 sw = _mm512_loadu_ps(w.scales + gi);
       const __m512i corr = _mm512_loadu_si512(w.corr + gi);
+      #pragma GCC unroll 16
       for (int m = 0; m < MB; ++m) {
         const __m512 s = _mm512_mul_ps(sw, _mm512_set1_ps(a.scales[(m0 + m) * G + g]));
         const __m512 d = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[t][m], corr));
-        facc[t][m] = _mm512_fmadd_ps(d, s, facc[t][m]);
+        _mm512_store_ps(facc[t][m], _mm512_fmadd_ps(d, s, _mm512_load_ps(facc[t][m])));
       }
     }
   }
+  #pragma GCC unroll 16
   for (int t = 0; t < T; ++t) {
     const int64_t n = (tile + t) * kQTile;
     const int64_t valid = std::min<int64_t>(kQTile, w.N - n);
     const __mmask16 mk = static_cast<__mmask16>((1u << valid) - 1u);
-    for (int m = 0; m < MB; ++m) _mm512_mask_storeu_ps(y + (m0 + m) * w.N + n, mk, facc[t][m]);
+    #pragma GCC unroll 16
+    for (int m = 0; m < MB; ++m) _mm512_mask_storeu_ps(y + (m0 + m) * w.N + n, mk, _mm512_load_ps(facc[t][m]));
   }
 }
 

@@ -1,0 +1,168 @@
+// Microbenchmarks of linear(QuantTensor) at Qwen2.5-1.5B shapes, for every
+// weight format, decode (M = 1) to prefill (M = 512), on 1 and 2 threads.
+//
+// Counters: bytes_per_second = weight bytes read per call (QuantTensor::nbytes,
+// codes + scales + corrections) per second, to compare against the machine's
+// read bandwidth (~33 GB/s with 2 threads on the 2-core EPYC of design.md);
+// MAC/s = M * N * K multiply-accumulates per second, to compare against the
+// int8 vpdpbusd peak (~445 GMAC/s with 2 threads).
+//
+//   ninja -C build kernels_bench
+//   build/kernels_bench --benchmark_filter='q8/.*/M:1/' --benchmark_repetitions=5
+//       (add --benchmark_report_aggregates_only=true for medians only)
+#include <benchmark/benchmark.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <tuple>
+
+#include "kernels/quant.h"
+
+namespace blockspec {
+namespace {
+
+struct Shape2 {
+  const char* name;
+  int64_t K, N;
+};
+constexpr Shape2 kShapes[] = {{"up", 1536, 8960}, {"down", 8960, 1536}, {"qo", 1536, 1536}};
+constexpr WeightFormat kFormats[] = {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kQ8_G128,
+                                     WeightFormat::kQ4_G128};
+
+Tensor random_weight(int64_t N, int64_t K) {
+  Tensor w(DType::kF32, {N, K});
+  std::mt19937 g(1);
+  std::normal_distribution<float> d(0.f, 0.02f);
+  float* p = w.mutable_ptr<float>();
+  for (int64_t i = 0; i < N * K; ++i) p[i] = d(g);
+  return w;
+}
+
+Tensor deep_copy(const Tensor& t) {
+  if (t.data() == nullptr) return t;  // absent buffer (scales of a float format)
+  Tensor c(t.dtype(), t.shape());
+  std::memcpy(c.mutable_data(), t.data(), t.nbytes());
+  return c;
+}
+
+// Enough copies of one weight to fill 128 MB: iterations cycle through them so
+// each call reads its weight from DRAM, as a decode step over a whole model
+// does, and not from the 32 MB L3 that one 13.8 MB matrix would fit in.
+// BS_BENCH_ROTATE_MB=0 keeps one copy instead, to see the kernels' compute
+// ceiling with cache-resident weights.
+size_t rotation_bytes() {
+  const char* e = std::getenv("BS_BENCH_ROTATE_MB");
+  return (e != nullptr ? std::strtoull(e, nullptr, 10) : 128) << 20;
+}
+constexpr size_t kReadProbeBytes = size_t{128} << 20;
+
+// Weights quantized once per (format, shape) and shared by all M and thread
+// counts: quantizing 13.8 M weights per benchmark would dominate the run.
+class WeightCache {
+ public:
+  const std::vector<QuantTensor>& get(WeightFormat fmt, const Shape2& s) {
+    auto key = std::make_tuple(static_cast<int>(fmt), s.K, s.N);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    KernelTable kt = select_kernels("");
+    ThreadPool pool(0);
+    OpContext ctx{&kt, &pool};
+    std::vector<QuantTensor> copies{make_weight(ctx, random_weight(s.N, s.K), fmt)};
+    const size_t n_copies = std::max<size_t>(1, (rotation_bytes() + copies[0].nbytes() - 1) / copies[0].nbytes());
+    while (copies.size() < n_copies) {
+      QuantTensor c = copies[0];
+      c.data = deep_copy(c.data);
+      c.scales = deep_copy(c.scales);
+      c.aux = deep_copy(c.aux);
+      copies.push_back(std::move(c));
+    }
+    return cache_.emplace(key, std::move(copies)).first->second;
+  }
+
+ private:
+  std::map<std::tuple<int, int64_t, int64_t>, std::vector<QuantTensor>> cache_;
+};
+
+void bench_linear(benchmark::State& state, WeightCache* cache, WeightFormat fmt, Shape2 s) {
+  const int64_t M = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  const std::vector<QuantTensor>& ws = cache->get(fmt, s);
+  KernelTable kt = select_kernels("");
+  ThreadPool pool(threads);
+  OpContext ctx{&kt, &pool};
+  std::vector<float> x(M * s.K), y(M * s.N);  // [M, K], [M, N]
+  std::mt19937 g(2);
+  std::normal_distribution<float> d(0.f, 1.f);
+  for (auto& v : x) v = d(g);
+  size_t i = 0;
+  for (auto _ : state) {
+    linear(ctx, x.data(), ws[i], nullptr, y.data(), M);
+    i = i + 1 == ws.size() ? 0 : i + 1;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(ws[0].nbytes()));
+  state.counters["MAC/s"] = benchmark::Counter(static_cast<double>(M) * s.N * s.K,
+                                               benchmark::Counter::kIsIterationInvariantRate,
+                                               benchmark::Counter::kIs1000);
+  state.SetLabel(kt.isa);
+}
+
+// The roofline in the same run: a plain streaming read of 128 MB (AVX2 loads
+// summed into 4 accumulators), split between the threads like linear() does.
+__attribute__((target("avx2"))) uint64_t sum_bytes(const uint8_t* p, int64_t n) {
+  __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+  for (int64_t i = 0; i + 128 <= n; i += 128) {
+    a = _mm256_add_epi64(a, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    b = _mm256_add_epi64(b, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    c = _mm256_add_epi64(c, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    d = _mm256_add_epi64(d, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  alignas(32) uint64_t o[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(o), _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d)));
+  return o[0] + o[1] + o[2] + o[3];
+}
+
+void bench_read_bandwidth(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  Tensor buf(DType::kU8, {static_cast<int64_t>(kReadProbeBytes)});
+  std::memset(buf.mutable_data(), 1, kReadProbeBytes);
+  ThreadPool pool(threads);
+  const int64_t n_lines = static_cast<int64_t>(kReadProbeBytes / 4096);  // 4 KB chunks
+  for (auto _ : state) {
+    pool.parallel_for(n_lines, [&](int64_t b, int64_t e) {
+      benchmark::DoNotOptimize(sum_bytes(buf.ptr<uint8_t>() + b * 4096, (e - b) * 4096));
+    });
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(kReadProbeBytes));
+}
+
+}  // namespace
+}  // namespace blockspec
+
+int main(int argc, char** argv) {
+  using namespace blockspec;
+  WeightCache cache;  // lives for the whole run; benchmarks hold a pointer to it
+  if (__builtin_cpu_supports("avx2"))
+    benchmark::RegisterBenchmark("read_bw", bench_read_bandwidth)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+  for (WeightFormat fmt : kFormats)
+    for (const Shape2& s : kShapes) {
+      std::string name = std::string(weight_format_name(fmt)) + "/" + s.name + "_K" + std::to_string(s.K) +
+                         "_N" + std::to_string(s.N);
+      benchmark::RegisterBenchmark(name.c_str(), bench_linear, &cache, fmt, s)
+          ->ArgNames({"M", "threads"})
+          ->ArgsProduct({{1, 4, 8, 64, 512}, {1, 2}})
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+    }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -2,6 +2,7 @@
 # Builds fuzz/TARGET_fuzz.cc with libFuzzer + ASan + UBSan and runs it.
 #   scripts/fuzz.sh TARGET SECONDS WORKDIR
 # e.g. scripts/fuzz.sh safetensors_header 20 build/fuzz  (CTest: fuzz_safetensors)
+#      scripts/fuzz.sh gguf_header 20 build/fuzz         (CTest: fuzz_gguf)
 # Needs clang++ with libFuzzer (Debian 12: apt-get install clang libclang-rt-14-dev)
 # and the nlohmann-json3-dev headers. Exits non-zero on any crash, sanitizer
 # report or leak; the crashing input is left in WORKDIR/TARGET/artifacts/.
@@ -31,9 +32,10 @@ mkdir -p "$out/obj" "$out/corpus" "$out/artifacts"
 flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined
        -fno-sanitize-recover=undefined -I"$root/src")
 
-# Sources: the layers the parser links against, plus the safetensors files.
-# Each is compiled once per change (make-style check on mtime).
-sources=("$root"/src/base/*.cc "$root"/src/tensor/*.cc "$root"/src/formats/safetensors*.cc)
+# Sources: the layers the parsers link against and the whole formats layer
+# (every target's parser lives there; the linker drops what a target does not
+# use). Each is compiled once per change (make-style check on mtime).
+sources=("$root"/src/base/*.cc "$root"/src/tensor/*.cc "$root"/src/formats/*.cc)
 objs=()
 pids=()
 jobs=${JOBS:-2}
@@ -53,7 +55,7 @@ bin=$out/${target}_fuzz
 # Seed corpus: header bytes (8-byte length + JSON) of every fixture, plus the
 # whole small fixtures, plus index files.
 fix=$root/tests/fixtures/safetensors
-if [[ -d $fix ]]; then
+if [[ $target == safetensors_header && -d $fix ]]; then
   while IFS= read -r -d '' f; do
     name=$(echo "$f" | sed 's|[^A-Za-z0-9._-]|_|g')
     n=$(od -An -t u8 -N 8 "$f" | tr -d ' ')
@@ -63,6 +65,12 @@ if [[ -d $fix ]]; then
   while IFS= read -r -d '' f; do
     cp "$f" "$out/corpus/idx_$(basename "$f")"
   done < <(find "$fix" -name '*.index.json' -print0)
+fi
+
+# GGUF: the whole fixture files (inputs past -max_len are cut, which also
+# seeds truncations).
+if [[ $target == gguf_header && -d $root/tests/fixtures/gguf ]]; then
+  for f in "$root"/tests/fixtures/gguf/*.gguf; do cp "$f" "$out/corpus/full_$(basename "$f")"; done
 fi
 
 echo "fuzz.sh: running $bin for ${seconds}s" >&2

@@ -41,14 +41,15 @@ const MergeTable::Merge* MergeTable::find(int32_t left, int32_t right) const {
 
 BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
                    const std::vector<std::pair<std::string, std::string>>& merges,
-                   bool ignore_merges, const std::string& what)
+                   bool ignore_merges, const std::string& what, bool allow_missing_bytes)
     : vocab_(std::move(vocab)), ignore_merges_(ignore_merges) {
   for (int b = 0; b < 256; ++b) {
     auto it = vocab_.find(std::string(1, char(b)));
-    if (it == vocab_.end())
+    if (it == vocab_.end() && !allow_missing_bytes)
       fail(what, ": model.vocab: expected a token for every byte (byte-level BPE), found none for "
                  "byte ", b);
-    byte_ids_[b] = it->second;
+    byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
+    has_missing_bytes_ |= it == vocab_.end();
   }
   std::vector<std::pair<uint64_t, MergeTable::Merge>> entries;
   entries.reserve(merges.size());
@@ -72,6 +73,20 @@ std::optional<int32_t> BpeModel::find(const std::string& bytes) const {
 }
 
 void BpeModel::encode_word(std::string_view word, BpeScratch& s, std::vector<int32_t>* out) const {
+  if (has_missing_bytes_) {
+    auto missing = [&](char c) { return byte_ids_[uint8_t(c)] < 0; };
+    if (std::any_of(word.begin(), word.end(), missing)) {
+      if (auto id = ignore_merges_ ? find(std::string(word)) : std::nullopt) {
+        out->push_back(*id);
+        return;
+      }
+      std::string kept;
+      for (char c : word)
+        if (!missing(c)) kept.push_back(c);
+      if (!kept.empty()) encode_word(kept, s, out);
+      return;
+    }
+  }
   const size_t n = word.size();
   if (n == 1) {
     out->push_back(byte_ids_[uint8_t(word[0])]);

@@ -66,10 +66,13 @@ class BpeModel {
   BpeModel() = default;
   // vocab: raw token bytes -> id. merges: (left bytes, right bytes) in rank
   // order. `what` names the JSON for errors. Throws Error when a merge names
-  // a token that is not in the vocab or a byte has no token.
+  // a token that is not in the vocab or, unless allow_missing_bytes, a byte
+  // has no token. With allow_missing_bytes such bytes are dropped from the
+  // input before merging, as HF's BPE does without an unk token (SmolLM2's
+  // GGUF vocabulary has no token for 21 bytes, e.g. 0x04).
   BpeModel(std::unordered_map<std::string, int32_t> vocab,
            const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges,
-           const std::string& what);
+           const std::string& what, bool allow_missing_bytes = false);
 
   // Appends the ids of one piece (non-empty raw bytes).
   void encode_word(std::string_view word, BpeScratch& scratch, std::vector<int32_t>* out) const;
@@ -79,9 +82,10 @@ class BpeModel {
 
  private:
   std::unordered_map<std::string, int32_t> vocab_;
-  std::array<int32_t, 256> byte_ids_{};
+  std::array<int32_t, 256> byte_ids_{};  // -1: no token for this byte
   MergeTable merges_;
   bool ignore_merges_ = false;
+  bool has_missing_bytes_ = false;
 };
 
 }  // namespace blockspec::tok

@@ -62,8 +62,12 @@ Tokenizer Tokenizer::from_file(const std::string& tokenizer_json_path) {
 }
 
 Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& what) {
+  return from_parts(tok::parse_tokenizer_json(json_text, what));
+}
+
+Tokenizer Tokenizer::from_parts(tok::TokenizerParts parts) {
   Tokenizer t;
-  t.impl_->parts = tok::parse_tokenizer_json(json_text, what);
+  t.impl_->parts = std::move(parts);
   return t;
 }
 

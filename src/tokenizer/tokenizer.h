@@ -12,12 +12,21 @@
 
 namespace blockspec {
 
+struct GgufVocab;  // tokenizer/gguf_vocab.h
+namespace tok {
+struct TokenizerParts;
+}
+
 class Tokenizer {
  public:
   // Throws Error naming the file and the field if the JSON is not a
   // supported byte-level BPE tokenizer.
   static Tokenizer from_file(const std::string& tokenizer_json_path);
   static Tokenizer from_json(const std::string& json_text, const std::string& what);
+  // From GGUF tokenizer metadata (see gguf_vocab.h); `what` names the file.
+  // Throws Error naming the tokenizer.ggml.* key for an unsupported model or
+  // pre-tokenizer name and for inconsistent metadata.
+  static Tokenizer from_gguf_vocab(const GgufVocab& vocab, const std::string& what);
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -36,6 +45,7 @@ class Tokenizer {
 
  private:
   Tokenizer();
+  static Tokenizer from_parts(tok::TokenizerParts parts);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -43,6 +43,12 @@ Tensor random_weight(int64_t N, int64_t K) {
   return w;
 }
 
+// BLOCKSPEC_ISA=ref|avx2|avx512 forces a kernel level, as in the CLI.
+KernelTable bench_kernels() {
+  const char* e = std::getenv("BLOCKSPEC_ISA");
+  return select_kernels(e != nullptr ? e : "");
+}
+
 Tensor deep_copy(const Tensor& t) {
   if (t.data() == nullptr) return t;  // absent buffer (scales of a float format)
   Tensor c(t.dtype(), t.shape());
@@ -69,7 +75,7 @@ class WeightCache {
     auto key = std::make_tuple(static_cast<int>(fmt), s.K, s.N);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
-    KernelTable kt = select_kernels("");
+    KernelTable kt = bench_kernels();
     ThreadPool pool(0);
     OpContext ctx{&kt, &pool};
     std::vector<QuantTensor> copies{make_weight(ctx, random_weight(s.N, s.K), fmt)};
@@ -92,7 +98,7 @@ void bench_linear(benchmark::State& state, WeightCache* cache, WeightFormat fmt,
   const int64_t M = state.range(0);
   const int threads = static_cast<int>(state.range(1));
   const std::vector<QuantTensor>& ws = cache->get(fmt, s);
-  KernelTable kt = select_kernels("");
+  KernelTable kt = bench_kernels();
   ThreadPool pool(threads);
   OpContext ctx{&kt, &pool};
   std::vector<float> x(M * s.K), y(M * s.N);  // [M, K], [M, N]

@@ -38,11 +38,10 @@ BS_AVX2 void micro(const QuantActs& a, const PackedWeights& w, float* y, int64_t
   const uint8_t* xq = a.q + m0 * Kp;                    // [MB, Kp]
   const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-  __m256 facc[2][MB];
-  #pragma GCC unroll 16
-  for (int h = 0; h < 2; ++h)
-    #pragma GCC unroll 16
-    for (int m = 0; m < MB; ++m) facc[h][m] = _mm256_setzero_ps();
+  // f32 sums in L1, touched once per group, leave the 16 ymm registers to the
+  // int32 accumulators (as in quant_avx512.cc; the asm stops GCC promoting them).
+  alignas(32) float facc[2][MB][8] = {};
+  asm volatile("" : : "r"(&facc[0][0][0]) : "memory");
   // acc[h][m] += sum over the 4 inputs of quad (q - 128) * w for rows 8h..8h+7.
   auto quad = [&](__m256i (&acc)[2][MB], const __m256i (&wv)[2], int64_t k) BS_AVX2 {
     const __m256i aw[2] = {_mm256_sign_epi8(wv[0], wv[0]), _mm256_sign_epi8(wv[1], wv[1])};
@@ -91,17 +90,15 @@ BS_AVX2 void micro(const QuantActs& a, const PackedWeights& w, float* y, int64_t
       #pragma GCC unroll 16
       for (int m = 0; m < MB; ++m) {
         const __m256 s = _mm256_mul_ps(sw, _mm256_set1_ps(a.scales[(m0 + m) * G + g]));
-        facc[h][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h][m]), s, facc[h][m]);
+        _mm256_store_ps(facc[h][m], _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h][m]), s, _mm256_load_ps(facc[h][m])));
       }
     }
   }
   const int64_t n = tile * kQTile, valid = std::min<int64_t>(kQTile, w.N - n);
   #pragma GCC unroll 16
   for (int m = 0; m < MB; ++m) {
-    float out[kQTile];
-    _mm256_storeu_ps(out, facc[0][m]);
-    _mm256_storeu_ps(out + 8, facc[1][m]);
-    std::memcpy(y + (m0 + m) * w.N + n, out, valid * sizeof(float));
+    std::memcpy(y + (m0 + m) * w.N + n, facc[0][m], std::min<int64_t>(valid, 8) * sizeof(float));
+    if (valid > 8) std::memcpy(y + (m0 + m) * w.N + n + 8, facc[1][m], (valid - 8) * sizeof(float));
   }
 }
 

@@ -39,13 +39,26 @@ const float* opt_ptr(const Tensor& t) { return t.empty() ? nullptr : t.ptr<float
 
 void Transformer::forward(const int32_t* tokens, int64_t n, KvCache& cache, std::vector<float>& logits,
                           bool all_logits) {
+  forward_batch({SeqChunk{tokens, n, &cache, all_logits}}, logits);
+}
+
+void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector<float>& logits) {
   const ModelConfig& c = cfg_;
   const int64_t H = c.hidden_size, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads;
   const int64_t I = c.intermediate_size, V = c.vocab_size;
-  const int64_t start = cache.size();
-  if (n <= 0) fail("forward: no tokens");
-  if (start + n > cache.capacity())
-    fail("context length ", start + n, " exceeds the KV cache capacity ", cache.capacity());
+  if (chunks.empty()) fail("forward: no sequences");
+  int64_t n = 0;  // total tokens over all chunks
+  std::vector<int32_t> ids;
+  std::vector<int64_t> pos;  // [n] absolute position of each row
+  for (const SeqChunk& ch : chunks) {
+    if (ch.n <= 0) fail("forward: a sequence chunk has no tokens");
+    const int64_t start = ch.cache->size();
+    if (start + ch.n > ch.cache->capacity())
+      fail("context length ", start + ch.n, " exceeds the KV cache capacity ", ch.cache->capacity());
+    ids.insert(ids.end(), ch.tokens, ch.tokens + ch.n);
+    for (int64_t t = 0; t < ch.n; ++t) pos.push_back(start + t);
+    n += ch.n;
+  }
   OpContext ctx{&kt_, &pool_};
   const float eps = static_cast<float>(c.rms_norm_eps);
 
@@ -57,14 +70,12 @@ void Transformer::forward(const int32_t* tokens, int64_t n, KvCache& cache, std:
   std::vector<float> att(n * nh * hd);   // [n, nh, hd]
   std::vector<float> tmp(n * H);         // [n, H]
   std::vector<float> gate(n * I), up(n * I);  // [n, I]
-  std::vector<int64_t> pos(n);
-  for (int64_t t = 0; t < n; ++t) pos[t] = start + t;
 
   const bool bf = opts_.emulate_bf16_activations;
   auto rnd = [bf](std::vector<float>& v) {
     if (bf) round_to_bf16(v.data(), static_cast<int64_t>(v.size()));
   };
-  embedding_lookup(w_.tok_embd, tokens, n, x.data());
+  embedding_lookup(w_.tok_embd, ids.data(), n, x.data());
   rnd(x);
 
   for (int64_t li = 0; li < c.n_layers; ++li) {
@@ -83,10 +94,16 @@ void Transformer::forward(const int32_t* tokens, int64_t n, KvCache& cache, std:
               bf);
     rope_neox(kn.data(), pos.data(), n, nkv, hd, rope_.inv_freq.data(), rope_.rotary_dim,
               rope_.attention_scaling, bf);
-    std::memcpy(cache.k(li) + start * nkv * hd, kn.data(), kn.size() * sizeof(float));
-    std::memcpy(cache.v(li) + start * nkv * hd, vn.data(), vn.size() * sizeof(float));
-    AttentionShape as{n, start, nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd)), bf};
-    attention_causal(ctx, q.data(), cache.k(li), cache.v(li), as, att.data());
+    int64_t row = 0;
+    for (const SeqChunk& ch : chunks) {
+      const int64_t start = ch.cache->size();
+      std::memcpy(ch.cache->k(li) + start * nkv * hd, kn.data() + row * nkv * hd, ch.n * nkv * hd * sizeof(float));
+      std::memcpy(ch.cache->v(li) + start * nkv * hd, vn.data() + row * nkv * hd, ch.n * nkv * hd * sizeof(float));
+      AttentionShape as{ch.n, start, nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd)), bf};
+      attention_causal(ctx, q.data() + row * nh * hd, ch.cache->k(li), ch.cache->v(li), as,
+                       att.data() + row * nh * hd);
+      row += ch.n;
+    }
     linear(ctx, att.data(), l.attn_o, opt_ptr(l.attn_o_bias), tmp.data(), n);
     rnd(tmp);
     for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
@@ -102,11 +119,22 @@ void Transformer::forward(const int32_t* tokens, int64_t n, KvCache& cache, std:
     for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
     rnd(x);
   }
-  cache.set_size(start + n);
 
-  const int64_t n_out = all_logits ? n : 1;
-  const float* last = x.data() + (all_logits ? 0 : (n - 1) * H);
-  rmsnorm(last, w_.out_norm.ptr<float>(), eps, n_out, H, xn.data(), bf);
+  // Rows that need logits: every row of all_logits chunks, else the last.
+  std::vector<int64_t> out_rows;
+  int64_t row = 0;
+  for (const SeqChunk& ch : chunks) {
+    ch.cache->set_size(ch.cache->size() + ch.n);
+    if (ch.all_logits) {
+      for (int64_t t = 0; t < ch.n; ++t) out_rows.push_back(row + t);
+    } else {
+      out_rows.push_back(row + ch.n - 1);
+    }
+    row += ch.n;
+  }
+  const int64_t n_out = static_cast<int64_t>(out_rows.size());
+  for (int64_t r = 0; r < n_out; ++r)
+    rmsnorm(x.data() + out_rows[r] * H, w_.out_norm.ptr<float>(), eps, 1, H, xn.data() + r * H, bf);
   logits.resize(n_out * V);
   linear(ctx, xn.data(), w_.lm_head, nullptr, logits.data(), n_out);
   rnd(logits);

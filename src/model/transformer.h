@@ -45,6 +45,18 @@ class Transformer {
   void forward(const int32_t* tokens, int64_t n, KvCache& cache, std::vector<float>& logits,
                bool all_logits);
 
+  // One forward over several sequences at once: every weight is read once
+  // for all their tokens (what makes batching and verification cheap on a
+  // bandwidth-bound CPU); attention stays per sequence.
+  struct SeqChunk {
+    const int32_t* tokens;
+    int64_t n;
+    KvCache* cache;
+    bool all_logits;
+  };
+  // logits: rows of each chunk in order (n rows if all_logits, else 1).
+  void forward_batch(const std::vector<SeqChunk>& chunks, std::vector<float>& logits);
+
   // Prefill in chunks of opts.prefill_chunk; returns logits like forward.
   void prefill(const int32_t* tokens, int64_t n, KvCache& cache, std::vector<float>& logits,
                bool all_logits);

@@ -85,40 +85,70 @@ void round_to_bf16(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
 }
 
+namespace {
+
+// Scores, softmax and weighted sum of values for query heads [h0, h1) of one
+// token t, all reading the same KV head. Keys and values are walked row by
+// row with the heads inner, so each K/V row is read from memory once per KV
+// head instead of once per query head (6x less KV traffic for Qwen2.5-1.5B,
+// 12 heads over 2 KV heads). Per head the operations and their order are the
+// same as one head at a time, so results do not depend on the grouping.
+void attend_heads(const OpContext& ctx, const float* q, const float* k, const float* v, const AttentionShape& s,
+                  int64_t t, int64_t h0, int64_t h1, std::vector<float>& scores, float* out) {
+  const int64_t D = s.head_dim, kvh = h0 / (s.n_heads / s.n_kv_heads);
+  const int64_t kv_stride = s.n_kv_heads * D, n_h = h1 - h0;
+  const int64_t n_ctx = s.start + t + 1;  // causal: keys 0..start+t
+  scores.resize(n_h * n_ctx);             // [n_h, n_ctx]
+  std::vector<float> mx(n_h, -INFINITY);
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    const float* kr = k + j * kv_stride + kvh * D;
+    for (int64_t i = 0; i < n_h; ++i) {
+      float d = ctx.k->dot(q + (t * s.n_heads + h0 + i) * D, kr, D);
+      d = s.round_bf16 ? bf16_to_f32(f32_to_bf16(bf16_to_f32(f32_to_bf16(d)) * s.scale)) : d * s.scale;
+      scores[i * n_ctx + j] = d;
+      mx[i] = std::max(mx[i], d);
+    }
+  }
+  for (int64_t i = 0; i < n_h; ++i) {
+    float* sc = scores.data() + i * n_ctx;
+    double sum = 0;
+    for (int64_t j = 0; j < n_ctx; ++j) {
+      sc[j] = std::exp(sc[j] - mx[i]);
+      sum += sc[j];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j < n_ctx; ++j) {
+      sc[j] *= inv;
+      if (s.round_bf16) sc[j] = bf16_to_f32(f32_to_bf16(sc[j]));
+    }
+    std::memset(out + (t * s.n_heads + h0 + i) * D, 0, D * sizeof(float));
+  }
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    const float* vr = v + j * kv_stride + kvh * D;
+    for (int64_t i = 0; i < n_h; ++i) ctx.k->axpy(scores[i * n_ctx + j], vr, out + (t * s.n_heads + h0 + i) * D, D);
+  }
+  if (s.round_bf16)
+    for (int64_t i = 0; i < n_h; ++i) round_to_bf16(out + (t * s.n_heads + h0 + i) * D, D);
+}
+
+}  // namespace
+
 void attention_causal(const OpContext& ctx, const float* q, const float* k, const float* v,
                       const AttentionShape& s, float* out) {
-  const int64_t D = s.head_dim, group = s.n_heads / s.n_kv_heads;
-  const int64_t kv_stride = s.n_kv_heads * D;
-  const int64_t n_items = s.n_tokens * s.n_heads;
-  auto body = [&](int64_t b, int64_t e) {
-    std::vector<float> scores(s.start + s.n_tokens);
+  const int64_t group = s.n_heads / s.n_kv_heads;
+  // Work items are (token, KV head) when there are enough of them to keep
+  // every thread busy; else (token, query head), giving up K/V sharing for
+  // parallelism (e.g. one decode token of a model with one KV head).
+  const bool by_kv = s.n_tokens * s.n_kv_heads >= ctx.pool->n_threads();
+  const int64_t per_item = by_kv ? group : 1;
+  const int64_t n_items = s.n_tokens * s.n_heads / per_item;
+  ctx.pool->parallel_for(n_items, [&](int64_t b, int64_t e) {
+    std::vector<float> scores;  // [heads of the item, context]
     for (int64_t it = b; it < e; ++it) {
-      const int64_t t = it / s.n_heads, h = it % s.n_heads, kvh = h / group;
-      const float* qh = q + (t * s.n_heads + h) * D;
-      const int64_t n_ctx = s.start + t + 1;  // causal: keys 0..start+t
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < n_ctx; ++j) {
-        float d = ctx.k->dot(qh, k + j * kv_stride + kvh * D, D);
-        scores[j] = s.round_bf16 ? bf16_to_f32(f32_to_bf16(bf16_to_f32(f32_to_bf16(d)) * s.scale)) : d * s.scale;
-        mx = std::max(mx, scores[j]);
-      }
-      double sum = 0;
-      for (int64_t j = 0; j < n_ctx; ++j) {
-        scores[j] = std::exp(scores[j] - mx);
-        sum += scores[j];
-      }
-      float inv = static_cast<float>(1.0 / sum);
-      float* o = out + (t * s.n_heads + h) * D;
-      std::memset(o, 0, D * sizeof(float));
-      for (int64_t j = 0; j < n_ctx; ++j) {
-        float pj = scores[j] * inv;
-        if (s.round_bf16) pj = bf16_to_f32(f32_to_bf16(pj));
-        ctx.k->axpy(pj, v + j * kv_stride + kvh * D, o, D);
-      }
-      if (s.round_bf16) round_to_bf16(o, D);
+      const int64_t t = it / (s.n_heads / per_item), h0 = it % (s.n_heads / per_item) * per_item;
+      attend_heads(ctx, q, k, v, s, t, h0, h0 + per_item, scores, out);
     }
-  };
-  ctx.pool->parallel_for(n_items, body);
+  });
 }
 
 void embedding_lookup(const Tensor& table, const int32_t* ids, int64_t n, float* out) {

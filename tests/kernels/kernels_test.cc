@@ -111,6 +111,23 @@ TEST_P(IsaTest, AttentionMatchesNaiveSoftmax) {
     }
 }
 
+// Decode with few KV heads groups query heads by KV head (one pass over K/V)
+// on a 1-thread pool and splits them by query head on a wide pool: the
+// per-head arithmetic is the same, so the outputs must be bitwise equal.
+TEST_P(IsaTest, AttentionGroupingDoesNotChangeResults) {
+  KernelTable kt = select_kernels(GetParam());
+  ThreadPool one(1), wide(8);
+  const int64_t T = 1, start = 37, H = 6, KVH = 2, D = 20;
+  auto q = randv(T * H * D, 13), k = randv((start + T) * KVH * D, 14), v = randv((start + T) * KVH * D, 15);
+  for (bool round : {false, true}) {
+    AttentionShape s{T, start, H, KVH, D, 0.2f, round};
+    std::vector<float> a(T * H * D), b(T * H * D);
+    attention_causal(OpContext{&kt, &one}, q.data(), k.data(), v.data(), s, a.data());
+    attention_causal(OpContext{&kt, &wide}, q.data(), k.data(), v.data(), s, b.data());
+    EXPECT_EQ(a, b) << "round_bf16=" << round;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllIsas, IsaTest, ::testing::ValuesIn(available_isas()));
 
 TEST(Dispatch, UnknownIsaIsAnError) {

@@ -60,7 +60,8 @@ fetch() {
       echo "fetch_models.sh: $name: cached $dst (sha256 ok)"
       return 0
     fi
-    echo "fetch_models.sh: $name: cached $dst has sha256 $have, expected $want; fetching again" >&2
+    echo "fetch_models.sh: $name: cached $dst has sha256 $have, expected $want; removing it and fetching again" >&2
+    rm -f "$dst"
   fi
   local wdir=$wheels_root/$name
   mkdir -p "$wdir"

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <set>
 #include <string_view>
+#include <type_traits>
 
 #include "base/error.h"
 
@@ -93,6 +94,18 @@ std::string known_ggml_types() {
   return s;
 }
 
+// What is being read, for error messages: a string, or a callable that
+// builds one only when an error is thrown (per-element contexts of 150k-token
+// arrays would otherwise cost more than the parse).
+template <class C>
+std::string ctx_str(const C& c) {
+  if constexpr (std::is_invocable_v<const C&>) {
+    return c();
+  } else {
+    return std::string(c);
+  }
+}
+
 // Bounds-checked little-endian cursor. `ctx` in each call says what is being
 // read, so a truncation error names the key or tensor.
 class Cursor {
@@ -101,29 +114,35 @@ class Cursor {
   size_t pos() const { return pos_; }
   size_t left() const { return size_ - pos_; }
 
-  void need(uint64_t n, const std::string& ctx) const {
+  template <class C>
+  void need(uint64_t n, const C& ctx) const {
     if (n > left())
-      fail(what_, ": ", ctx, ": file truncated at offset ", pos_, ": need ", n, " bytes, only ", left(),
+      fail(what_, ": ", ctx_str(ctx), ": file truncated at offset ", pos_, ": need ", n, " bytes, only ", left(),
            " left (file size ", size_, "); re-download the file");
   }
-  uint64_t uint(size_t width, const std::string& ctx) {
+  template <class C>
+  uint64_t uint(size_t width, const C& ctx) {
     need(width, ctx);
     uint64_t v = 0;
     for (size_t i = 0; i < width; ++i) v |= static_cast<uint64_t>(p_[pos_ + i]) << (8 * i);
     pos_ += width;
     return v;
   }
-  uint32_t u32(const std::string& ctx) { return static_cast<uint32_t>(uint(4, ctx)); }
-  uint64_t u64(const std::string& ctx) { return uint(8, ctx); }
-  std::string str(const std::string& ctx, size_t max_len) {
+  template <class C>
+  uint32_t u32(const C& ctx) { return static_cast<uint32_t>(uint(4, ctx)); }
+  template <class C>
+  uint64_t u64(const C& ctx) { return uint(8, ctx); }
+  template <class C>
+  std::string str(const C& ctx, size_t max_len) {
     uint64_t n = u64(ctx);
-    if (n > max_len) fail(what_, ": ", ctx, ": string length ", n, " exceeds the limit of ", max_len, " bytes");
-    need(n, str_cat(ctx, " (string of ", n, " bytes)"));
+    if (n > max_len) fail(what_, ": ", ctx_str(ctx), ": string length ", n, " exceeds the limit of ", max_len, " bytes");
+    if (n > left()) need(n, str_cat(ctx_str(ctx), " (string of ", n, " bytes)"));
     std::string s(reinterpret_cast<const char*>(p_ + pos_), n);
     pos_ += n;
     return s;
   }
-  void bytes(uint8_t* out, size_t n, const std::string& ctx) {
+  template <class C>
+  void bytes(uint8_t* out, size_t n, const C& ctx) {
     need(n, ctx);
     std::copy(p_ + pos_, p_ + pos_ + n, out);
     pos_ += n;
@@ -172,7 +191,8 @@ void read_array(ParseState& st, GgufValue& v, int depth, const std::string& ctx)
         if (v.raw[i] > 1) fail(st.what, ": ", ctx, ": bool element ", i, " is ", int(v.raw[i]), ", expected 0 or 1");
   } else if (v.elem_type == GgufType::kString) {
     v.strs.reserve(v.n_elems);
-    for (uint64_t i = 0; i < v.n_elems; ++i) v.strs.push_back(st.cur.str(str_cat(ctx, " element ", i), SIZE_MAX));
+    for (uint64_t i = 0; i < v.n_elems; ++i)
+      v.strs.push_back(st.cur.str([&] { return str_cat(ctx, " element ", i); }, SIZE_MAX));
   } else {
     st.n_nested += v.n_elems;
     if (st.n_nested > kMaxNestedValues)

@@ -18,6 +18,7 @@ const char* kUsage =
     "commands:\n"
     "  generate   one prompt in, text out; prints tok/s\n"
     "  inspect    list tensors, dtypes, shapes and the config of a checkpoint\n"
+    "  bench      offline throughput, latency and bandwidth roofline; JSON out\n"
     "\n"
     "Run `blockspec COMMAND --help` for the flags of a command.\n";
 
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "generate") return blockspec::cmd_generate(rest);
     if (cmd == "inspect") return blockspec::cmd_inspect(rest);
+    if (cmd == "bench") return blockspec::cmd_bench(rest);
     std::fprintf(stderr, "blockspec: unknown command \"%s\" (run `blockspec --help`)\n", cmd.c_str());
     return 2;
   } catch (const blockspec::Error& e) {

@@ -10,17 +10,17 @@
 
 namespace {
 
-struct Run {
+struct CmdResult {
   int code;
   std::string out;  // stdout
   std::string err;  // stderr
 };
 
-Run run(const std::string& args) {
+CmdResult run(const std::string& args) {
   const std::string err_path = std::string(BS_BINARY_DIR) + "/cli_test_stderr.txt";
   std::string cmd = std::string(BS_BINARY_DIR) + "/blockspec " + args + " 2>" + err_path;
   FILE* p = popen(cmd.c_str(), "r");
-  Run r{-1, "", ""};
+  CmdResult r{-1, "", ""};
   if (p == nullptr) return r;
   char buf[4096];
   size_t n;
@@ -42,7 +42,7 @@ int count_lines(const std::string& s) {
 
 TEST(Cli, GenerateJsonHasFieldsAndIsReproducible) {
   std::string args = "generate -m " + kModel + " -p 'Hello there' -n 12 --temp 0.9 --top-k 50 --top-p 0.9 --seed 3 --ignore-eos --json";
-  Run a = run(args), b = run(args);
+  CmdResult a = run(args), b = run(args);
   ASSERT_EQ(a.code, 0) << a.err;
   auto j = nlohmann::json::parse(a.out);
   for (const char* key : {"text", "tokens", "prompt_tokens", "prefill_tok_s", "decode_tok_s"})
@@ -52,13 +52,13 @@ TEST(Cli, GenerateJsonHasFieldsAndIsReproducible) {
   auto k = nlohmann::json::parse(b.out);
   EXPECT_EQ(j["tokens"], k["tokens"]);  // same seed, same tokens
   EXPECT_EQ(j["text"], k["text"]);
-  Run c = run("generate -m " + kModel + " -p 'Hello there' -n 12 --temp 0.9 --seed 4 --ignore-eos --json");
+  CmdResult c = run("generate -m " + kModel + " -p 'Hello there' -n 12 --temp 0.9 --seed 4 --ignore-eos --json");
   ASSERT_EQ(c.code, 0) << c.err;
   EXPECT_NE(nlohmann::json::parse(c.out)["tokens"], j["tokens"]);
 }
 
 TEST(Cli, GreedyPrintsTextAndStats) {
-  Run r = run("generate -m " + kModel + " -p 'To be' -n 8 --threads 1");
+  CmdResult r = run("generate -m " + kModel + " -p 'To be' -n 8 --threads 1");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_FALSE(r.out.empty());
   EXPECT_NE(r.err.find("decode"), std::string::npos);
@@ -66,15 +66,29 @@ TEST(Cli, GreedyPrintsTextAndStats) {
 }
 
 TEST(Cli, InspectListsTensorsAndConfig) {
-  Run r = run("inspect " + kModel + " --json");
+  CmdResult r = run("inspect " + kModel + " --json");
   ASSERT_EQ(r.code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_GT(j["n_tensors"].get<int>(), 10);
   EXPECT_GT(j["total_bytes"].get<uint64_t>(), 0u);
   EXPECT_EQ(j["config"]["model_type"], "qwen3");
-  Run h = run("inspect " + kModel);
+  CmdResult h = run("inspect " + kModel);
   ASSERT_EQ(h.code, 0);
   EXPECT_NE(h.out.find("model.embed_tokens.weight"), std::string::npos);
+}
+
+TEST(Cli, BenchJsonHasRooflineKeys) {
+  CmdResult r = run("bench -m " + kModel + " --prompt-len 8 --gen-len 4 --concurrency 2 --repeats 1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"model", "weights", "threads", "concurrency", "prompt_tokens", "gen_tokens",
+                          "prefill_tok_s", "decode_tok_s", "ttft_ms_p50", "tpot_ms_p50", "achieved_gb_s",
+                          "read_bw_gb_s", "bw_fraction", "peak_rss_mb"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["concurrency"], 2);
+  EXPECT_GT(j["read_bw_gb_s"].get<double>(), 0.0);
+  EXPECT_GT(j["decode_tok_s"].get<double>(), 0.0);
+  EXPECT_NE(r.err.find("bw fraction"), std::string::npos);  // human table on stderr
 }
 
 TEST(Cli, BadInputIsOneLineErrorAndNonZeroExit) {
@@ -87,10 +101,13 @@ TEST(Cli, BadInputIsOneLineErrorAndNonZeroExit) {
       "generate -m " + kModel,
       "generate -m " + kModel + " -p hi --isa sse9",
       "inspect /nonexistent/file.safetensors",
+      "bench -m " + kModel + " --gen-len 1",
+      "bench -m " + kModel + " --concurrency 0",
+      "bench -m " + kModel + " --prompt-len 100000",
       "frobnicate",
   };
   for (const auto& c : cases) {
-    Run r = run(c);
+    CmdResult r = run(c);
     EXPECT_NE(r.code, 0) << c;
     EXPECT_EQ(count_lines(r.err), 1) << c << "\n" << r.err;
     EXPECT_EQ(r.err.find("Segmentation"), std::string::npos) << c;

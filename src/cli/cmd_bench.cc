@@ -1,0 +1,162 @@
+// blockspec bench: offline prefill/decode throughput, latency and the
+// roofline (achieved GB/s against this machine's measured read bandwidth).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "base/memory_bandwidth.h"
+#include "base/timer.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "model/transformer.h"
+#include "runtime/sampler.h"
+
+namespace blockspec {
+
+namespace {
+const std::vector<FlagSpec> kFlags = {
+    {"--model", "-m", true, "model directory"},
+    {"--prompt-len", "", true, "prompt tokens per sequence (default 512)"},
+    {"--gen-len", "", true, "generated tokens per sequence (default 64)"},
+    {"--concurrency", "-c", true, "sequences decoded together in one batch (default 1)"},
+    {"--repeats", "-r", true, "repetitions; medians are reported (default 3)"},
+    {"--threads", "-t", true, "worker threads (default: all cores)"},
+    {"--isa", "", true, "kernel ISA: auto, ref, avx2, avx512 (default: $BLOCKSPEC_ISA or auto)"},
+    {"--seed", "", true, "seed of the random prompt tokens (default 0)"},
+    {"--json", "", false, "print one JSON object on stdout, human output on stderr"},
+    {"--help", "-h", false, "show this help"},
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+struct RepeatStats {
+  double prefill_tok_s, decode_tok_s, ttft_ms, tpot_ms, achieved_gb_s;
+};
+
+// One repetition: prefill every sequence (one at a time, as a server admits
+// them), then decode all of them together for gen_len steps, greedy.
+RepeatStats run_once(Transformer& model, int64_t P, int64_t G, int64_t C, Rng& rng) {
+  const ModelConfig& cfg = model.config();
+  std::vector<KvCache> caches;
+  std::vector<int32_t> next(C);
+  std::vector<double> ttft;
+  std::vector<float> logits;
+  double prefill_s = 0;
+  for (int64_t s = 0; s < C; ++s) {
+    caches.push_back(model.new_cache(P + G));
+    std::vector<int32_t> prompt(P);
+    for (auto& t : prompt) t = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(cfg.vocab_size));
+    Timer t;
+    model.prefill(prompt.data(), P, caches.back(), logits, false);
+    next[s] = argmax(logits.data(), cfg.vocab_size);
+    double e = t.seconds();
+    prefill_s += e;
+    ttft.push_back(e * 1e3);
+  }
+  // Bytes a decode step reads: all weights once, plus each sequence's K and V.
+  const double kv_row_bytes = 2.0 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * sizeof(float);
+  double bytes = 0;
+  std::vector<double> step_ms;
+  Timer total;
+  for (int64_t step = 1; step < G; ++step) {
+    std::vector<Transformer::SeqChunk> chunks;
+    for (int64_t s = 0; s < C; ++s) chunks.push_back({&next[s], 1, &caches[s], false});
+    Timer t;
+    model.forward_batch(chunks, logits);
+    for (int64_t s = 0; s < C; ++s) next[s] = argmax(logits.data() + s * cfg.vocab_size, cfg.vocab_size);
+    step_ms.push_back(t.seconds() * 1e3);
+    bytes += static_cast<double>(model.weight_bytes());
+    for (int64_t s = 0; s < C; ++s) bytes += kv_row_bytes * static_cast<double>(caches[s].size());
+  }
+  const double decode_s = total.seconds();
+  RepeatStats r;
+  r.prefill_tok_s = static_cast<double>(P * C) / prefill_s;
+  r.decode_tok_s = decode_s > 0 ? static_cast<double>((G - 1) * C) / decode_s : 0;
+  r.ttft_ms = median(ttft);
+  r.tpot_ms = median(step_ms);
+  r.achieved_gb_s = decode_s > 0 ? bytes / decode_s / 1e9 : 0;
+  return r;
+}
+}  // namespace
+
+int cmd_bench(const std::vector<std::string>& argv) {
+  Args a("bench", kFlags, argv);
+  if (a.has("--help")) {
+    std::fputs(Args::usage("bench", "-m MODEL_DIR [--prompt-len P --gen-len G --concurrency C --repeats R] [--json]",
+                           kFlags).c_str(), stdout);
+    return 0;
+  }
+  if (!a.positionals().empty()) fail("bench: unexpected argument \"", a.positionals()[0], "\"");
+  const std::string dir = a.required("--model");
+  const int64_t P = a.integer("--prompt-len", 512), G = a.integer("--gen-len", 64);
+  const int64_t C = a.integer("--concurrency", 1), R = a.integer("--repeats", 3);
+  if (P < 1) fail("bench: --prompt-len must be >= 1, found ", P);
+  if (G < 2) fail("bench: --gen-len must be >= 2, found ", G);
+  if (C < 1 || C > 256) fail("bench: --concurrency must be in [1, 256], found ", C);
+  if (R < 1) fail("bench: --repeats must be >= 1, found ", R);
+  ModelOptions mo;
+  mo.n_threads = static_cast<int>(a.integer("--threads", 0));
+  if (mo.n_threads < 0) fail("bench: --threads must be >= 0, found ", mo.n_threads);
+  const char* env_isa = std::getenv("BLOCKSPEC_ISA");
+  mo.isa = a.str("--isa", env_isa ? env_isa : "");
+  const bool json_out = a.has("--json");
+
+  auto model = Transformer::load(dir, mo);
+  if (P + G > model->config().max_position_embeddings)
+    fail("bench: prompt-len + gen-len = ", P + G, " exceeds max_position_embeddings ",
+         model->config().max_position_embeddings);
+  ThreadPool bw_pool(model->n_threads());
+  BandwidthResult bw = measure_read_bandwidth(bw_pool);
+  Rng rng(a.u64("--seed", 0));
+  run_once(*model, std::min<int64_t>(P, 16), 4, 1, rng);  // warm-up: page in the mmapped weights
+  std::vector<RepeatStats> reps;
+  for (int64_t r = 0; r < R; ++r) {
+    reps.push_back(run_once(*model, P, G, C, rng));
+    const auto& s = reps.back();
+    std::fprintf(stderr, "repeat %lld: prefill %.1f tok/s, decode %.2f tok/s, TTFT %.1f ms, TPOT %.1f ms, %.2f GB/s\n",
+                 static_cast<long long>(r + 1), s.prefill_tok_s, s.decode_tok_s, s.ttft_ms, s.tpot_ms,
+                 s.achieved_gb_s);
+  }
+  auto med = [&](double RepeatStats::*f) {
+    std::vector<double> v;
+    for (const auto& s : reps) v.push_back(s.*f);
+    return median(v);
+  };
+  nlohmann::json j;
+  j["model"] = dir;
+  j["weights"] = dtype_name(model->weights().linear_dtype);
+  j["threads"] = model->n_threads();
+  j["isa"] = model->kernels().isa;
+  j["concurrency"] = C;
+  j["prompt_tokens"] = P;
+  j["gen_tokens"] = G;
+  j["repeats"] = R;
+  j["prefill_tok_s"] = med(&RepeatStats::prefill_tok_s);
+  j["decode_tok_s"] = med(&RepeatStats::decode_tok_s);
+  j["ttft_ms_p50"] = med(&RepeatStats::ttft_ms);
+  j["tpot_ms_p50"] = med(&RepeatStats::tpot_ms);
+  j["achieved_gb_s"] = med(&RepeatStats::achieved_gb_s);
+  j["read_bw_gb_s"] = bw.median_gb_s;
+  j["bw_fraction"] = bw.median_gb_s > 0 ? j["achieved_gb_s"].get<double>() / bw.median_gb_s : 0.0;
+  j["weight_bytes"] = model->weight_bytes();
+  j["peak_rss_mb"] = peak_rss_mb();
+  std::fprintf(stderr,
+               "\n%s | weights %s | %d threads (%s) | concurrency %lld | prompt %lld | gen %lld | %lld repeats\n"
+               "  prefill      %10.1f tok/s\n  decode       %10.2f tok/s\n  TTFT p50     %10.1f ms\n"
+               "  TPOT p50     %10.2f ms\n  achieved     %10.2f GB/s\n  read bw      %10.2f GB/s (measured now)\n"
+               "  bw fraction  %10.3f\n  peak RSS     %10.1f MB\n",
+               dir.c_str(), j["weights"].get<std::string>().c_str(), model->n_threads(), model->kernels().isa,
+               static_cast<long long>(C), static_cast<long long>(P), static_cast<long long>(G),
+               static_cast<long long>(R), j["prefill_tok_s"].get<double>(), j["decode_tok_s"].get<double>(),
+               j["ttft_ms_p50"].get<double>(), j["tpot_ms_p50"].get<double>(), j["achieved_gb_s"].get<double>(),
+               bw.median_gb_s, j["bw_fraction"].get<double>(), j["peak_rss_mb"].get<double>());
+  if (json_out) std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+}  // namespace blockspec

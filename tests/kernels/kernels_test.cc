@@ -111,6 +111,36 @@ TEST_P(IsaTest, AttentionMatchesNaiveSoftmax) {
     }
 }
 
+// A row of y must not depend on how many rows were computed with it, nor on
+// how the output columns were split between threads: verifying k drafted
+// tokens in one batch must give the logits of decoding them one at a time.
+TEST_P(IsaTest, MatmulIsBatchInvariant) {
+  KernelTable kt = select_kernels(GetParam());
+  for (int64_t K : {5, 37, 100}) {
+    const int64_t M = 7, N = 13;
+    auto x = randv(M * K, 16), wf = randv(N * K, 17);
+    std::vector<uint16_t> wb(N * K);
+    for (size_t i = 0; i < wb.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
+    for (bool bf16 : {false, true}) {
+      auto mm = [&](const float* xp, float* yp, int64_t m, int64_t n0, int64_t n1) {
+        if (bf16) kt.matmul_bf16(xp, wb.data(), yp, m, K, N, n0, n1);
+        else kt.matmul_f32(xp, wf.data(), yp, m, K, N, n0, n1);
+      };
+      std::vector<float> all(M * N), one(N), split(N);
+      mm(x.data(), all.data(), M, 0, N);
+      for (int64_t m = 0; m < M; ++m) {
+        mm(x.data() + m * K, one.data(), 1, 0, N);
+        mm(x.data() + m * K, split.data(), 1, 0, 6);
+        mm(x.data() + m * K, split.data(), 1, 6, N);
+        for (int64_t n = 0; n < N; ++n) {
+          ASSERT_EQ(one[n], all[m * N + n]) << "bf16=" << bf16 << " K=" << K << " m=" << m << " n=" << n;
+          ASSERT_EQ(split[n], all[m * N + n]) << "bf16=" << bf16 << " K=" << K << " m=" << m << " n=" << n;
+        }
+      }
+    }
+  }
+}
+
 // Decode with few KV heads groups query heads by KV head (one pass over K/V)
 // on a 1-thread pool and splits them by query head on a wide pool: the
 // per-head arithmetic is the same, so the outputs must be bitwise equal.

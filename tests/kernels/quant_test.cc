@@ -262,6 +262,24 @@ TEST_P(QuantIsaTest, LinearWithinQuantizationBoundOfFloatMatmul) {
   }
 }
 
+// Rows of a quantized linear are bitwise independent of the batch and of the
+// thread split (activations are quantized per row; integer sums are exact).
+TEST_P(QuantIsaTest, LinearIsBatchInvariant) {
+  KernelTable kt = select_kernels(GetParam());
+  ThreadPool one(1), two(2);
+  const int64_t N = 83, K = 200, M = 9;
+  auto w = randv(N * K, 60), x = randv(M * K, 61);
+  for (WeightFormat fmt : kIntFormats) {
+    QuantTensor qw = make_weight(OpContext{&kt, &two}, tensor_of(w, N, K), fmt);
+    std::vector<float> all(M * N), row(N);
+    linear(OpContext{&kt, &two}, x.data(), qw, nullptr, all.data(), M);
+    for (int64_t m = 0; m < M; ++m) {
+      linear(OpContext{&kt, &one}, x.data() + m * K, qw, nullptr, row.data(), 1);
+      for (int64_t n = 0; n < N; ++n) ASSERT_EQ(row[n], all[m * N + n]) << weight_format_name(fmt) << " m=" << m;
+    }
+  }
+}
+
 TEST_P(QuantIsaTest, FloatFormatsRouteToFloatMatmul) {
   KernelTable kt = select_kernels(GetParam());
   ThreadPool pool(2);

@@ -1,8 +1,11 @@
-// AVX2+FMA variants. The matmul walks weight rows once and, for each row,
-// computes up to 4 activation rows at a time so a weight row (a few KB,
-// L1-resident) is streamed from memory once per call: decode (M=1) is bound
-// by weight bandwidth, and prefill reuses each row across M.
+// AVX2+FMA variants. The matmul streams each weight row from memory once per
+// call (decode, M = 1, is bound by weight bandwidth) and reuses it from cache
+// across the activation rows (prefill).
 #include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
 
 #include "kernels/kernel_table.h"
 #include "tensor/dtype.h"
@@ -31,42 +34,56 @@ inline float load1(const uint16_t* w) { return bf16_to_f32(*w); }
 BS_AVX2 inline __m256 load8(const float* w) { return _mm256_loadu_ps(w); }
 BS_AVX2 inline __m256 load8(const uint16_t* w) { return load_bf16x8(w); }
 
+// Register block: NB weight rows x MB activation rows (4 x 2 fills 14 of the
+// 16 ymm registers), one accumulator per output. Every output is computed the
+// same way whatever the block, M or thread split: one accumulator over k in
+// steps of 8, a horizontal sum, then the scalar tail in order; so a row of y
+// does not depend on its batch (see basic_avx512.cc for why that matters).
+template <int NB, int MB, class W>
+BS_AVX2 void block(const float* x, const W* w, float* y, int64_t K, int64_t N, int64_t n, int64_t m) {
+  const int64_t K8 = K / 8 * 8;
+  __m256 acc[NB][MB];
+#pragma GCC unroll 4
+  for (int i = 0; i < NB; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < MB; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K8; k += 8) {
+    __m256 wv[NB], xv[MB];
+#pragma GCC unroll 4
+    for (int i = 0; i < NB; ++i) wv[i] = load8(w + (n + i) * K + k);
+#pragma GCC unroll 4
+    for (int j = 0; j < MB; ++j) xv[j] = _mm256_loadu_ps(x + (m + j) * K + k);
+#pragma GCC unroll 4
+    for (int i = 0; i < NB; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < MB; ++j) acc[i][j] = _mm256_fmadd_ps(xv[j], wv[i], acc[i][j]);
+  }
+  for (int i = 0; i < NB; ++i)
+    for (int j = 0; j < MB; ++j) {
+      float s = hsum256(acc[i][j]);
+      for (int64_t k = K8; k < K; ++k) s += x[(m + j) * K + k] * load1(w + (n + i) * K + k);
+      y[(m + j) * N + n + i] = s;
+    }
+}
+
+template <class W, int NB, int... MB>
+constexpr auto block_row(std::integer_sequence<int, MB...>) {
+  return std::array{&block<NB, MB + 1, W>...};
+}
+
 template <class W>
 BS_AVX2 void matmul_avx2_impl(const float* x, const W* w, float* y, int64_t M, int64_t K, int64_t N,
                               int64_t n0, int64_t n1) {
-  const int64_t K8 = K / 8 * 8;
-  for (int64_t n = n0; n < n1; ++n) {
-    const W* wr = w + n * K;
-    int64_t m = 0;
-    for (; m + 4 <= M; m += 4) {
-      const float* x0 = x + m * K;
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (int64_t k = 0; k < K8; k += 8) {
-        __m256 wv = load8(wr + k);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + k), wv, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + K + k), wv, a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + 2 * K + k), wv, a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + 3 * K + k), wv, a3);
-      }
-      float s[4] = {hsum256(a0), hsum256(a1), hsum256(a2), hsum256(a3)};
-      for (int64_t k = K8; k < K; ++k) {
-        float wk = load1(wr + k);
-        for (int j = 0; j < 4; ++j) s[j] += x0[j * K + k] * wk;
-      }
-      for (int j = 0; j < 4; ++j) y[(m + j) * N + n] = s[j];
-    }
-    for (; m < M; ++m) {
-      const float* xr = x + m * K;
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-      int64_t k = 0;
-      for (; k + 16 <= K; k += 16) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k), load8(wr + k), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k + 8), load8(wr + k + 8), a1);
-      }
-      for (; k + 8 <= K; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k), load8(wr + k), a0);
-      float s = hsum256(_mm256_add_ps(a0, a1));
-      for (; k < K; ++k) s += xr[k] * load1(wr + k);
-      y[m * N + n] = s;
+  constexpr auto seq = std::make_integer_sequence<int, 2>();
+  constexpr std::array table{block_row<W, 1>(seq), block_row<W, 2>(seq), block_row<W, 3>(seq),
+                             block_row<W, 4>(seq)};  // [NB - 1][MB - 1]
+  // Panels of 32 weight rows stay in L2 while x streams past in pairs of rows.
+  constexpr int64_t kPanel = 32;
+  for (int64_t p = n0; p < n1; p += kPanel) {
+    const int64_t p1 = std::min(n1, p + kPanel);
+    for (int64_t m = 0; m < M; m += 2) {
+      const int64_t mb = std::min<int64_t>(2, M - m);
+      for (int64_t n = p; n < p1; n += 4) table[std::min<int64_t>(4, p1 - n) - 1][mb - 1](x, w, y, K, N, n, m);
     }
   }
 }

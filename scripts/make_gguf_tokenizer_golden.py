@@ -66,6 +66,8 @@ EXTRA = [
     "<|endoftext|><|endoftext|>  <|endoftext|>",
     "    return [x**2 for x in range(10)]  # 100 items\r\n",
     "\u4f60\u597d\u4e16\u754c 12,345.67 \U0001F600\U0001F600",
+    # Bytes SmolLM2 has no token for (0x04, 0x06, 0x13, 0x1d, lead bytes 0xf1/0xf2).
+    "a.\x04.b \x06\x13\x14 q\x1dq \U00040000\U0008abcd!",
 ]
 
 
@@ -194,6 +196,8 @@ def main():
                 hf_differs.append(dname)
         extra = [{"text": t, "ids": ref.encode(t, add_special_tokens=False).ids,
                   "hf_gguf_ids": hf.encode(t, add_special_tokens=False).ids} for t in EXTRA]
+        for x in extra:
+            x["round_trips"] = ref.decode(x["ids"], skip_special_tokens=False) == x["text"]
         for x in extra:
             if x["hf_gguf_ids"] == x["ids"]:
                 del x["hf_gguf_ids"]

@@ -12,6 +12,7 @@
 #include "golden_corpus.h"
 #include "tokenizer/gguf_vocab.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_text.h"
 
 namespace blockspec {
 namespace {
@@ -126,7 +127,10 @@ TEST_P(GgufVocabGolden, ExtraTextsMatchHfExactly) {
     auto got = c.tok.encode(text);
     EXPECT_EQ(got, want) << c.model << ": \"" << text << "\"\n  HF:   " << show_ids(want)
                          << "\n  ours: " << show_ids(got);
-    EXPECT_EQ(c.tok.decode(got), text) << c.model;
+    // False where the text has bytes without a token (SmolLM2), which encode drops.
+    if (x.at("round_trips").get<bool>()) {
+      EXPECT_EQ(c.tok.decode(got), text) << c.model;
+    }
   }
 }
 
@@ -196,14 +200,24 @@ TEST(GgufVocabGoldenQwen, EqualsQwen3TokenizerJsonOutsideListedDocuments) {
       Tokenizer::from_file(golden::shared_data_dir() + "/tokenizers/qwen3/tokenizer.json");
   std::set<std::string> listed;
   for (const auto& n : c.golden.at("tokenizer_json_differs")) listed.insert(n.get<std::string>());
-  size_t n_equal = 0;
+  size_t n_equal = 0, n_equal_after_nfc = 0;
   for (const auto& d : corpus()) {
-    bool equal = c.tok.encode(d.text) == json_tok.encode(d.text);
+    std::vector<int32_t> want = json_tok.encode(d.text);
+    bool equal = c.tok.encode(d.text) == want;
     EXPECT_EQ(equal, !listed.count(d.name)) << d.name;
     n_equal += equal;
+    bool qwen3_only_tokens = false;
+    for (const char* t : {"<think>", "</think>", "<tool_response>", "</tool_response>"})
+      qwen3_only_tokens |= d.text.find(t) != std::string::npos;
+    if (!equal && !qwen3_only_tokens) {
+      // Then the missing normalizer is the whole difference.
+      EXPECT_EQ(c.tok.encode(tok::normalize(d.text, tok::NormalForm::kNfc)), want) << d.name;
+      ++n_equal_after_nfc;
+    }
   }
-  std::printf("[ info ] qwen2.5 GGUF tokenizer == Qwen3 tokenizer.json on %zu of %zu documents\n",
-              n_equal, corpus().size());
+  std::printf("[ info ] qwen2.5 GGUF tokenizer == Qwen3 tokenizer.json on %zu of %zu documents, "
+              "%zu more after NFC; the rest hold tokens only Qwen3 has\n",
+              n_equal, corpus().size(), n_equal_after_nfc);
 }
 
 }  // namespace

@@ -10,6 +10,9 @@
 # JOBS sets the parallel compile count (default 2).
 set -euo pipefail
 
+# Everything runs inside main, so bash has parsed the whole script before the
+# long fuzzer run starts: editing this file during a run cannot break it.
+main() {
 if [[ $# -ne 3 ]]; then
   echo "usage: $0 TARGET SECONDS WORKDIR" >&2
   exit 2
@@ -33,8 +36,9 @@ flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,addre
        -fno-sanitize-recover=undefined -I"$root/src")
 
 # Sources: the layers the parsers link against and the whole formats layer
-# (every target's parser lives there; the linker drops what a target does not
-# use). Each is compiled once per change (make-style check on mtime).
+# (every target's parser lives there). They go into an archive, so the linker
+# takes only the objects a target uses. Each is compiled once per change
+# (make-style check on mtime).
 sources=("$root"/src/base/*.cc "$root"/src/tensor/*.cc "$root"/src/formats/*.cc)
 objs=()
 pids=()
@@ -49,8 +53,11 @@ for s in "${sources[@]}"; do
   fi
 done
 for p in "${pids[@]}"; do wait "$p"; done
+lib=$out/obj/libfuzz_deps.a
+rm -f "$lib"
+ar rcs "$lib" "${objs[@]}"
 bin=$out/${target}_fuzz
-"$cxx" "${flags[@]}" -fsanitize=fuzzer "$src" "${objs[@]}" -o "$bin" -lpthread
+"$cxx" "${flags[@]}" -fsanitize=fuzzer "$src" "$lib" -o "$bin" -lpthread
 
 # Seed corpus: header bytes (8-byte length + JSON) of every fixture, plus the
 # whole small fixtures, plus index files.
@@ -80,3 +87,6 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # enough that headers, not data, are what gets explored.
 "$bin" "$out/corpus" -max_total_time="$seconds" -max_len=8192 -rss_limit_mb=2048 -timeout=10 \
   -artifact_prefix="$out/artifacts/" -print_final_stats=1
+}
+
+main "$@"

@@ -200,6 +200,7 @@ def main():
         "no_metadata.safetensors": ({"b": torch.arange(4, dtype=torch.int32),
                                      "a": torch.tensor([1.5, -2.0], dtype=torch.bfloat16)}, None),
         "empty.safetensors": ({}, None),
+        "metadata_only.safetensors": ({}, {"note": "tab\there \"quoted\" \\ é\x01\x7f/"}),
         "gptq_metadata.safetensors": ({"model.layers.0.mlp.up_proj.qweight":
                                        torch.randint(-2**31, 2**31 - 1, (1, 8), generator=g, dtype=torch.int32),
                                        "model.layers.0.mlp.up_proj.scales": torch.rand(1, 8, generator=g).half()},

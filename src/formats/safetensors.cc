@@ -37,6 +37,11 @@ constexpr size_t kMaxIndexDepth = 32;
 // key cannot turn an error into megabytes of text.
 constexpr size_t kMaxQuoted = 120;
 
+std::string hex_byte(unsigned char c) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  return {kHex[c >> 4], kHex[c & 15]};
+}
+
 // JSON-style quoting for error messages: keeps each message on one line even
 // when a tensor name holds control characters.
 std::string quote(std::string_view s) {
@@ -48,10 +53,7 @@ std::string quote(std::string_view s) {
       out += '\\';
       out += static_cast<char>(c);
     } else if (c < 0x20 || c == 0x7f) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
+      out += "\\x" + hex_byte(c);
     } else {
       out += static_cast<char>(c);
     }
@@ -75,12 +77,13 @@ std::string describe_header_path(const std::vector<std::string>& path) {
   if (path.empty()) return "header";
   if (path[0] == "__metadata__") return "__metadata__";
   std::string s = "tensor " + quote(path[0]);
-  for (size_t i = 1; i < path.size(); ++i) s += str_cat(" field ", quote(path[i]));
+  for (size_t i = 1; i < path.size(); ++i)
+    if (!path[i].empty()) s += str_cat(" field ", quote(path[i]));  // "" = inside an array
   return s;
 }
 
 std::string describe_index_path(const std::vector<std::string>& path) {
-  if (path.empty()) return "top-level object";
+  if (path.empty()) return "index";
   std::string s;
   for (size_t i = 0; i < path.size(); ++i) s += (i ? " > " : "") + quote(path[i]);
   return s;
@@ -129,7 +132,15 @@ json parse_json_strict(const char* first, const char* last, const std::string& w
   } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e999
     std::string msg = e.what();
     if (auto p = msg.find("] "); p != std::string::npos) msg = msg.substr(p + 2);
-    fail(what, ": ", describe({}), " is not valid JSON: ", msg);
+    // nlohmann quotes the offending token raw: it may be megabytes long or
+    // hold the very bytes that are not UTF-8. Keep the message short, ASCII.
+    std::string clean;
+    for (size_t i = 0; i < msg.size() && i < 4 * kMaxQuoted; ++i) {
+      unsigned char c = static_cast<unsigned char>(msg[i]);
+      clean += (c >= 0x20 && c < 0x7f) ? std::string(1, static_cast<char>(c)) : str_cat("\\x", hex_byte(c));
+    }
+    if (msg.size() > 4 * kMaxQuoted) clean += "...";
+    fail(what, ": ", describe({}), " is not valid JSON: ", clean);
   }
 }
 

@@ -51,11 +51,12 @@ std::vector<BadCase> bad_cases() {
       {"leading_space", file_bytes(" {}"), {"must start with '{'"}},
       {"not_json", file_bytes("{abc}"), {"not valid JSON"}},
       {"number_overflow", file_bytes("{\"a\":1e99999}"), {"not valid JSON", "number overflow"}},
+      {"huge_bad_token", file_bytes("{\"" + std::string(1'000'000, 'a')), {"not valid JSON"}},
       {"unterminated", file_bytes("{\"a\":"), {"not valid JSON"}},
       {"trailing_garbage", file_bytes("{}x"), {"not valid JSON"}},
       {"nul_padding", file_bytes(std::string("{}\0\0", 4)), {"NUL byte at header offset 2"}},
       {"nul_then_junk", file_bytes(std::string("{}\0junk", 7)), {"NUL byte"}},
-      {"invalid_utf8_key", file_bytes("{\"a\xff\":1}"), {"not valid JSON"}},
+      {"invalid_utf8_key", file_bytes("{\"a\xff\":1}"), {"not valid JSON", "\\xff"}},
       {"duplicate_tensor", file_bytes("{" + a8 + "," + entry("a", "F32", "[2]", 8, 16) + "}", 16),
        {"duplicate key \"a\"", "header"}},
       {"duplicate_escaped", file_bytes("{" + a8 + "," + entry("\\u0061", "F32", "[2]", 8, 16) + "}", 16),
@@ -118,7 +119,7 @@ std::vector<BadCase> bad_cases() {
        {"data_offsets[0] is -8"}},
       {"entry_not_object", file_bytes("{\"a\":[1]}"), {"tensor \"a\"", "expected an object"}},
       {"too_deep", file_bytes("{\"a\":{\"shape\":[[2]]}}"), {"tensor \"a\" field \"shape\"", "nested deeper"}},
-      {"very_deep", file_bytes("{\"a\":" + std::string(100000, '[') + "}"), {"nested deeper"}},
+      {"very_deep", file_bytes("{\"a\":" + std::string(100000, '[') + "}"), {"tensor \"a\": JSON nested deeper"}},
       {"control_char_name", file_bytes("{\"a\\nb\":{\"dtype\":\"X\",\"shape\":[],\"data_offsets\":[0,1]}}", 1),
        {"tensor \"a\\x0ab\"", "unknown dtype"}},
   };
@@ -134,6 +135,9 @@ TEST(SafetensorsHeader, RejectsCorruptInputs) {
       std::string msg = e.what();
       EXPECT_EQ(msg.rfind(std::string(kWhat) + ": ", 0), 0u) << msg;
       EXPECT_EQ(msg.find('\n'), std::string::npos) << "multi-line message: " << msg;
+      EXPECT_LT(msg.size(), 1000u) << msg.substr(0, 2000);
+      if (std::string(c.label) != "control_char_name")  // names are UTF-8; the rest is ASCII
+        for (char ch : msg) EXPECT_TRUE(ch >= 0x20 && ch < 0x7f) << "non-ASCII byte in: " << msg;
       for (const auto& n : c.needles) EXPECT_NE(msg.find(n), std::string::npos) << "missing '" << n << "' in: " << msg;
     }
   }

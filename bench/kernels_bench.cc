@@ -5,7 +5,10 @@
 // codes + scales + corrections) per second, to compare against the machine's
 // read bandwidth (~33 GB/s with 2 threads on the 2-core EPYC of design.md);
 // MAC/s = M * N * K multiply-accumulates per second, to compare against the
-// int8 vpdpbusd peak (~445 GMAC/s with 2 threads).
+// int8 vpdpbusd peak (~445 GMAC/s with 2 threads). read_bw measures that
+// roofline in the same run; quote kernel GB/s as a fraction of it. On a shared
+// machine (other jobs on the cores) real time is inflated by time slicing;
+// cpu_time of the 1-thread runs is then the steadier per-core figure.
 //
 //   ninja -C build kernels_bench
 //   build/kernels_bench --benchmark_filter='q8/.*/M:1/' --benchmark_repetitions=5

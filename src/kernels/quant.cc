@@ -138,10 +138,7 @@ Tensor dequantize_weight(const QuantTensor& w) {
   Tensor out(DType::kF32, {w.rows, w.cols});
   float* o = out.mutable_ptr<float>();  // [N, K]
   for (int64_t n = 0; n < w.rows; ++n)
-    for (int64_t k = 0; k < w.cols; ++k) {
-      const int64_t gi = ((n / kQTile) * p.n_groups + k / kQGroup) * kQTile + n % kQTile;
-      o[n * w.cols + k] = static_cast<float>(packed_code(p, n, k)) * p.scales[gi];
-    }
+    for (int64_t k = 0; k < w.cols; ++k) o[n * w.cols + k] = static_cast<float>(packed_code(p, n, k)) * packed_scale(p, n, k);
   return out;
 }
 

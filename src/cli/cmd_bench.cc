@@ -10,24 +10,28 @@
 #include "base/timer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_files.h"
 #include "model/transformer.h"
 #include "runtime/sampler.h"
 
 namespace blockspec {
 
 namespace {
-const std::vector<FlagSpec> kFlags = {
+std::vector<FlagSpec> flags() {
+  std::vector<FlagSpec> f = model_flags();
+  std::vector<FlagSpec> own = {
     {"--model", "-m", true, "model directory"},
     {"--prompt-len", "", true, "prompt tokens per sequence (default 512)"},
     {"--gen-len", "", true, "generated tokens per sequence (default 64)"},
     {"--concurrency", "-c", true, "sequences decoded together in one batch (default 1)"},
     {"--repeats", "-r", true, "repetitions; medians are reported (default 3)"},
-    {"--threads", "-t", true, "worker threads (default: all cores)"},
-    {"--isa", "", true, "kernel ISA: auto, ref, avx2, avx512 (default: $BLOCKSPEC_ISA or auto)"},
     {"--seed", "", true, "seed of the random prompt tokens (default 0)"},
     {"--json", "", false, "print one JSON object on stdout, human output on stderr"},
     {"--help", "-h", false, "show this help"},
-};
+  };
+  f.insert(f.begin(), own.begin(), own.end());
+  return f;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -85,10 +89,10 @@ RepeatStats run_once(Transformer& model, int64_t P, int64_t G, int64_t C, Rng& r
 }  // namespace
 
 int cmd_bench(const std::vector<std::string>& argv) {
-  Args a("bench", kFlags, argv);
+  Args a("bench", flags(), argv);
   if (a.has("--help")) {
     std::fputs(Args::usage("bench", "-m MODEL_DIR [--prompt-len P --gen-len G --concurrency C --repeats R] [--json]",
-                           kFlags).c_str(), stdout);
+                           flags()).c_str(), stdout);
     return 0;
   }
   if (!a.positionals().empty()) fail("bench: unexpected argument \"", a.positionals()[0], "\"");
@@ -99,11 +103,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (G < 2) fail("bench: --gen-len must be >= 2, found ", G);
   if (C < 1 || C > 256) fail("bench: --concurrency must be in [1, 256], found ", C);
   if (R < 1) fail("bench: --repeats must be >= 1, found ", R);
-  ModelOptions mo;
-  mo.n_threads = static_cast<int>(a.integer("--threads", 0));
-  if (mo.n_threads < 0) fail("bench: --threads must be >= 0, found ", mo.n_threads);
-  const char* env_isa = std::getenv("BLOCKSPEC_ISA");
-  mo.isa = a.str("--isa", env_isa ? env_isa : "");
+  ModelOptions mo = model_options(a);
   const bool json_out = a.has("--json");
 
   auto model = Transformer::load(dir, mo);
@@ -129,7 +129,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   };
   nlohmann::json j;
   j["model"] = dir;
-  j["weights"] = dtype_name(model->weights().linear_dtype);
+  j["weights"] = model->weights().format_summary;
   j["threads"] = model->n_threads();
   j["isa"] = model->kernels().isa;
   j["concurrency"] = C;

@@ -7,13 +7,16 @@
 #include "base/timer.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_files.h"
 #include "runtime/generate.h"
 #include "tokenizer/tokenizer.h"
 
 namespace blockspec {
 
 namespace {
-const std::vector<FlagSpec> kFlags = {
+std::vector<FlagSpec> flags() {
+  std::vector<FlagSpec> f = model_flags();
+  std::vector<FlagSpec> own = {
     {"--model", "-m", true, "model directory (config.json, *.safetensors, tokenizer.json)"},
     {"--prompt", "-p", true, "prompt text"},
     {"--n-predict", "-n", true, "tokens to generate (default 64)"},
@@ -21,18 +24,19 @@ const std::vector<FlagSpec> kFlags = {
     {"--top-k", "", true, "keep the k most likely tokens (default 0 = off)"},
     {"--top-p", "", true, "nucleus sampling mass (default 1 = off)"},
     {"--seed", "", true, "random seed (default 0)"},
-    {"--threads", "-t", true, "worker threads (default: all cores)"},
-    {"--isa", "", true, "kernel ISA: auto, ref, avx2, avx512 (default: $BLOCKSPEC_ISA or auto)"},
     {"--ignore-eos", "", false, "keep generating past end-of-sequence tokens"},
     {"--json", "", false, "print one JSON object on stdout, human output on stderr"},
     {"--help", "-h", false, "show this help"},
-};
+  };
+  f.insert(f.begin(), own.begin(), own.end());
+  return f;
+}
 }  // namespace
 
 int cmd_generate(const std::vector<std::string>& argv) {
-  Args a("generate", kFlags, argv);
+  Args a("generate", flags(), argv);
   if (a.has("--help")) {
-    std::fputs(Args::usage("generate", "-m MODEL_DIR -p TEXT [-n N] [flags]", kFlags).c_str(), stdout);
+    std::fputs(Args::usage("generate", "-m MODEL_DIR -p TEXT [-n N] [flags]", flags()).c_str(), stdout);
     return 0;
   }
   if (!a.positionals().empty()) fail("generate: unexpected argument \"", a.positionals()[0], "\"");
@@ -47,15 +51,11 @@ int cmd_generate(const std::vector<std::string>& argv) {
   go.sampling.seed = a.u64("--seed", 0);
   go.stop_at_eos = !a.has("--ignore-eos");
   validate_sampling(go.sampling);
-  ModelOptions mo;
-  mo.n_threads = static_cast<int>(a.integer("--threads", 0));
-  if (mo.n_threads < 0) fail("generate: --threads must be >= 0, found ", mo.n_threads);
-  const char* env_isa = std::getenv("BLOCKSPEC_ISA");
-  mo.isa = a.str("--isa", env_isa ? env_isa : "");
+  ModelOptions mo = model_options(a);
   const bool json_out = a.has("--json");
 
   Timer load_timer;
-  Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
+  Tokenizer tok = load_tokenizer(dir);
   auto model = Transformer::load(dir, mo);
   const double load_s = load_timer.seconds();
   if (tok.vocab_size() > model->config().vocab_size)

@@ -4,28 +4,34 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "kernels/quant.h"
+#include "kernels/quant_rows.h"
 
 namespace blockspec {
 
-Transformer::Transformer(ModelConfig cfg, std::unique_ptr<SafetensorsCheckpoint> ckpt,
-                         const ModelOptions& opts)
-    : cfg_(std::move(cfg)), ckpt_(std::move(ckpt)), opts_(opts), kt_(select_kernels(opts.isa)),
-      pool_(opts.n_threads), rope_(compute_rope(cfg_)) {
-  w_ = load_weights(*ckpt_, cfg_);
+Transformer::Transformer(const WeightSource& src, const ModelOptions& opts)
+    : cfg_(src.config()), opts_(opts), kt_(select_kernels(opts.isa)), pool_(opts.n_threads),
+      rope_(compute_rope(cfg_)) {
+  OpContext ctx{&kt_, &pool_};
+  w_ = load_weights(src, cfg_, WeightOptions{opts.weights, opts.progress}, ctx);
 }
 
-std::unique_ptr<Transformer> Transformer::load(const std::string& model_dir, const ModelOptions& opts) {
-  ModelConfig cfg = load_hf_config(model_dir);
-  auto ckpt = std::make_unique<SafetensorsCheckpoint>(model_dir);
-  return std::unique_ptr<Transformer>(new Transformer(std::move(cfg), std::move(ckpt), opts));
+std::unique_ptr<Transformer> Transformer::load(const std::string& path, const ModelOptions& opts) {
+  auto src = open_weight_source(path);
+  // The source (file mapping) is dropped after loading: converted weights are
+  // owned, and zero-copy safetensors views keep their own mapping alive.
+  return std::unique_ptr<Transformer>(new Transformer(*src, opts));
 }
 
 uint64_t Transformer::weight_bytes() const {
   uint64_t b = w_.lm_head.nbytes() + w_.out_norm.nbytes();
-  for (const auto& l : w_.layers)
-    for (const Tensor* t : {&l.attn_norm, &l.attn_q, &l.attn_k, &l.attn_v, &l.attn_o, &l.attn_q_norm,
-                            &l.attn_k_norm, &l.ffn_norm, &l.ffn_gate, &l.ffn_up, &l.ffn_down})
+  for (const auto& l : w_.layers) {
+    for (const QuantTensor* t : {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_o, &l.ffn_gate, &l.ffn_up, &l.ffn_down})
       b += t->nbytes();
+    for (const Tensor* t : {&l.attn_norm, &l.attn_q_norm, &l.attn_k_norm, &l.ffn_norm, &l.attn_q_bias,
+                            &l.attn_k_bias, &l.attn_v_bias, &l.attn_o_bias})
+      b += t->nbytes();
+  }
   return b;
 }
 
@@ -75,7 +81,7 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
   auto rnd = [bf](std::vector<float>& v) {
     if (bf) round_to_bf16(v.data(), static_cast<int64_t>(v.size()));
   };
-  embedding_lookup(w_.tok_embd, ids.data(), n, x.data());
+  dequantize_rows(w_.tok_embd, ids.data(), n, x.data());
   rnd(x);
 
   for (int64_t li = 0; li < c.n_layers; ++li) {

@@ -3,12 +3,12 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/thread_pool.h"
 #include "formats/hf_config.h"
-#include "formats/safetensors.h"
 #include "kernels/ops.h"
 #include "model/kv_cache.h"
 #include "model/weights.h"
@@ -25,12 +25,16 @@ struct ModelOptions {
   // Off by default: f32 activations are more accurate; on, the engine
   // reproduces HF's bf16 numerics (used by the golden tests).
   bool emulate_bf16_activations = false;
+  // Compute format of every weight matrix; nullopt keeps the stored
+  // precision class of each tensor (bf16 stays bf16, Q4_K becomes q4, ...).
+  std::optional<WeightFormat> weights;
+  bool progress = false;  // progress bar on stderr while loading (TTY only)
 };
 
 class Transformer {
  public:
-  // Loads DIR/config.json and the safetensors checkpoint in DIR.
-  static std::unique_ptr<Transformer> load(const std::string& model_dir, const ModelOptions& opts);
+  // Loads an HF directory (config.json + safetensors) or a GGUF file.
+  static std::unique_ptr<Transformer> load(const std::string& path, const ModelOptions& opts);
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
@@ -62,9 +66,8 @@ class Transformer {
                bool all_logits);
 
  private:
-  Transformer(ModelConfig cfg, std::unique_ptr<SafetensorsCheckpoint> ckpt, const ModelOptions& opts);
+  Transformer(const WeightSource& src, const ModelOptions& opts);
   ModelConfig cfg_;
-  std::unique_ptr<SafetensorsCheckpoint> ckpt_;
   ModelWeights w_;
   ModelOptions opts_;
   KernelTable kt_;

@@ -1,55 +1,77 @@
 #include "model/weights.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+
 #include "base/error.h"
+#include "kernels/quant.h"
 
 namespace blockspec {
 
 namespace {
 
 struct Loader {
-  const SafetensorsCheckpoint& ckpt;
+  const WeightSource& src;
+  const WeightOptions& opts;
+  const OpContext& ctx;
+  std::map<std::string, int> formats_used;
+  int64_t done = 0, total = 0;
+  bool tty = false;
 
-  // A linear weight or embedding: kept in F32/BF16 (zero-copy), F16 widened.
-  Tensor matrix(const std::string& name, const Shape& shape) const {
-    Tensor t = fetch(name, shape);
-    switch (t.dtype()) {
-      case DType::kF32:
-      case DType::kBF16: return t;
-      case DType::kF16: return to_f32(t);
-      default:
-        fail(ckpt.path(), ": tensor \"", name, "\" has dtype ", dtype_name(t.dtype()),
-             "; expected F32, BF16 or F16 (quantized formats load through their own loaders)");
+  void check(const std::string& name, const Shape& shape) const {
+    if (!src.has(name))
+      fail(src.path(), ": missing tensor \"", name, "\" (expected shape ", shape_str(shape), ")");
+    Shape s = src.shape(name);
+    if (s != shape)
+      fail(src.path(), ": tensor \"", name, "\" has shape ", shape_str(s), ", expected ", shape_str(shape),
+           " from the model config");
+  }
+  void tick() {
+    ++done;
+    if (tty) {
+      int w = 40, f = static_cast<int>(w * std::min(done, total) / std::max<int64_t>(total, 1));
+      std::fprintf(stderr, "\rloading [%.*s%*s] %lld/%lld", f, "########################################", w - f, "",
+                   static_cast<long long>(done), static_cast<long long>(total));
+      if (done == total) std::fprintf(stderr, "\n");
     }
   }
-  // Norm vectors and biases: always F32.
-  Tensor vec(const std::string& name, int64_t n) const {
-    Tensor t = fetch(name, {n});
-    if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16)
-      fail(ckpt.path(), ": tensor \"", name, "\" has dtype ", dtype_name(t.dtype()), "; expected F32, BF16 or F16");
-    return to_f32(t);
+  QuantTensor matrix(const std::string& name, const Shape& shape) {
+    check(name, shape);
+    WeightFormat f = opts.format.value_or(src.natural_format(name));
+    QuantTensor q = make_weight(ctx, src.load(name), f);
+    src.release(name);
+    formats_used[weight_format_name(f)]++;
+    tick();
+    return q;
   }
-  Tensor fetch(const std::string& name, const Shape& shape) const {
-    if (!ckpt.has(name))
-      fail(ckpt.path(), ": missing tensor \"", name, "\" (expected shape ", shape_str(shape), ")");
-    Tensor t = ckpt.tensor(name);
-    if (t.shape() != shape)
-      fail(ckpt.path(), ": tensor \"", name, "\" has shape ", shape_str(t.shape()), ", expected ",
-           shape_str(shape), " from config.json");
+  Tensor vec(const std::string& name, int64_t n) {
+    check(name, {n});
+    Tensor t = to_f32(src.load(name));
+    src.release(name);
+    tick();
     return t;
   }
 };
 
 }  // namespace
 
-ModelWeights load_weights(const SafetensorsCheckpoint& ckpt, const ModelConfig& c) {
-  Loader L{ckpt};
-  ModelWeights w;
+ModelWeights load_weights(const WeightSource& src, const ModelConfig& c, const WeightOptions& opts,
+                          const OpContext& ctx) {
+  Loader L{src, opts, ctx};
+  L.tty = opts.progress && ::isatty(2);
   const int64_t H = c.hidden_size, hd = c.head_dim, nq = c.n_heads * hd, nkv = c.n_kv_heads * hd;
   const int64_t I = c.intermediate_size, V = c.vocab_size;
+  const int64_t per_layer = 9 + (c.attention_bias ? 3 : 0) + (c.attention_out_bias ? 1 : 0) +
+                            (c.arch == Arch::kQwen3 ? 2 : 0) + (c.mlp_bias ? 3 : 0);
+  L.total = 3 + c.n_layers * per_layer;
+  ModelWeights w;
   w.tok_embd = L.matrix("model.embed_tokens.weight", {V, H});
   w.out_norm = L.vec("model.norm.weight", H);
   if (c.tie_word_embeddings) {
-    w.lm_head = w.tok_embd;  // shared storage, never copied
+    w.lm_head = w.tok_embd;  // shared buffers, never copied
+    L.tick();
   } else {
     w.lm_head = L.matrix("lm_head.weight", {V, H});
   }
@@ -82,7 +104,8 @@ ModelWeights load_weights(const SafetensorsCheckpoint& ckpt, const ModelConfig& 
       l.ffn_down_bias = L.vec(p + "mlp.down_proj.bias", H);
     }
   }
-  w.linear_dtype = w.layers.empty() ? w.lm_head.dtype() : w.layers[0].attn_q.dtype();
+  for (const auto& [f, n] : L.formats_used)
+    w.format_summary += (w.format_summary.empty() ? "" : ", ") + f + " (" + std::to_string(n) + ")";
   return w;
 }
 

@@ -1,0 +1,57 @@
+#include "cli/model_files.h"
+
+#include <cstdlib>
+
+#include "base/error.h"
+#include "formats/gguf.h"
+#include "formats/gguf_model.h"
+#include "model/weight_source.h"
+#include "tokenizer/gguf_vocab.h"
+
+namespace blockspec {
+
+Tokenizer load_tokenizer(const std::string& model_path) {
+  const std::string gguf = gguf_path_of(model_path);
+  if (gguf.empty()) return Tokenizer::from_file(model_path + "/tokenizer.json");
+  GgufFile f(gguf);
+  GgufTokenizerData d = gguf_tokenizer(f);
+  GgufVocab v;
+  v.model = d.model;
+  v.pre = d.pre;
+  v.tokens = d.tokens;
+  v.token_types = d.token_types;
+  v.merges = d.merges;
+  v.bos = d.bos_token_id;
+  v.eos = d.eos_token_id;
+  v.pad = d.padding_token_id;
+  v.unk = d.unknown_token_id;
+  v.add_bos = d.add_bos_token.value_or(false);
+  v.add_eos = d.add_eos_token.value_or(false);
+  return Tokenizer::from_gguf_vocab(v, gguf);
+}
+
+std::vector<FlagSpec> model_flags() {
+  return {
+      {"--threads", "-t", true, "worker threads (default: all cores)"},
+      {"--isa", "", true, "kernel ISA: auto, ref, avx2, avx512 (default: $BLOCKSPEC_ISA or auto)"},
+      {"--weights", "", true, "weight format: f32, bf16, q8, q4 (default: keep each tensor's stored precision)"},
+  };
+}
+
+ModelOptions model_options(const Args& a) {
+  ModelOptions mo;
+  const int64_t threads = a.integer("--threads", 0);
+  if (threads < 0 || threads > 1024) fail("--threads must be in [0, 1024], found ", threads);
+  mo.n_threads = static_cast<int>(threads);
+  const char* env_isa = std::getenv("BLOCKSPEC_ISA");
+  mo.isa = a.str("--isa", env_isa ? env_isa : "");
+  if (a.has("--weights")) {
+    auto f = weight_format_from_name(a.str("--weights"));
+    if (!f) fail("--weights: unknown format \"", a.str("--weights"), "\" (expected f32, bf16, q8 or q4)");
+    mo.weights = f;
+  }
+  mo.progress = true;
+  return mo;
+}
+
+}  // namespace blockspec

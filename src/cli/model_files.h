@@ -1,0 +1,20 @@
+// What the CLI commands share about opening a model: the tokenizer for a
+// model path (tokenizer.json beside an HF checkpoint, or the GGUF's own
+// tokenizer metadata) and the model options common to every command.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "model/transformer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace blockspec {
+
+Tokenizer load_tokenizer(const std::string& model_path);
+
+// Flags every model-running command takes: --threads, --isa, --weights.
+std::vector<FlagSpec> model_flags();
+ModelOptions model_options(const Args& a);
+
+}  // namespace blockspec

@@ -1,0 +1,133 @@
+#include "model/weight_source.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "base/error.h"
+#include "formats/gguf.h"
+#include "formats/gguf_dequant.h"
+#include "formats/gguf_model.h"
+#include "formats/safetensors.h"
+
+namespace blockspec {
+
+namespace {
+
+class SafetensorsSource : public WeightSource {
+ public:
+  explicit SafetensorsSource(const std::string& dir) : cfg_(load_hf_config(dir)), ckpt_(dir) {}
+  const std::string& path() const override { return ckpt_.path(); }
+  const ModelConfig& config() const override { return cfg_; }
+  bool has(const std::string& n) const override { return ckpt_.has(n); }
+  Shape shape(const std::string& n) const override { return ckpt_.entry(n).shape; }
+  std::string storage_type(const std::string& n) const override { return dtype_name(ckpt_.entry(n).dtype); }
+  WeightFormat natural_format(const std::string& n) const override {
+    return ckpt_.entry(n).dtype == DType::kBF16 ? WeightFormat::kBF16 : WeightFormat::kF32;
+  }
+  Tensor load(const std::string& n) const override {
+    Tensor t = ckpt_.tensor(n);
+    if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16)
+      fail(path(), ": tensor \"", n, "\" has dtype ", dtype_name(t.dtype()),
+           "; expected F32, BF16 or F16 (quantized checkpoints load through their own loaders)");
+    return t;
+  }
+
+ private:
+  ModelConfig cfg_;
+  SafetensorsCheckpoint ckpt_;
+};
+
+class GgufSource : public WeightSource {
+ public:
+  explicit GgufSource(const std::string& file) : file_(file), cfg_(config_from_gguf(file_)) {
+    unpermute_ = needs_qk_unpermute(file_);
+    for (const auto& t : file_.tensors()) {
+      auto hf = gguf_to_hf_name(t.name);
+      if (hf) names_[*hf] = t.name;
+    }
+  }
+  const std::string& path() const override { return file_.path(); }
+  const ModelConfig& config() const override { return cfg_; }
+  bool has(const std::string& n) const override { return names_.count(n) > 0; }
+  Shape shape(const std::string& n) const override {
+    return info(n).shape();
+  }
+  std::string storage_type(const std::string& n) const override { return ggml_type_name(info(n).type); }
+  WeightFormat natural_format(const std::string& n) const override {
+    switch (info(n).type) {
+      case GgmlType::kF32: return WeightFormat::kF32;
+      case GgmlType::kF16: return WeightFormat::kF32;
+      case GgmlType::kBF16: return WeightFormat::kBF16;
+      case GgmlType::kQ4_0:
+      case GgmlType::kQ4_1:
+      case GgmlType::kQ4_K:
+      case GgmlType::kQ2_K:
+      case GgmlType::kQ3_K: return WeightFormat::kQ4_G128;
+      default: return WeightFormat::kQ8_G128;
+    }
+  }
+  Tensor load(const std::string& n) const override {
+    const GgufTensorInfo& t = info(n);
+    Tensor f = dequantize_gguf_tensor(file_, t.name);  // owned F32, row-major [N, K]
+    const bool qk = n.find("self_attn.q_proj.") != std::string::npos || n.find("self_attn.k_proj.") != std::string::npos;
+    if (unpermute_ && qk) {
+      const bool is_q = n.find("q_proj") != std::string::npos;
+      const int64_t heads = is_q ? cfg_.n_heads : cfg_.n_kv_heads;
+      const int64_t rows = f.dim(0), row_bytes = (f.ndim() == 2 ? f.dim(1) : 1) * static_cast<int64_t>(sizeof(float));
+      Tensor out(DType::kF32, f.shape());
+      unpermute_llama_qk_rows(static_cast<const uint8_t*>(f.data()), static_cast<uint8_t*>(out.mutable_data()), rows,
+                              row_bytes, heads);
+      return out;
+    }
+    return f;
+  }
+
+ private:
+  const GgufTensorInfo& info(const std::string& n) const {
+    auto it = names_.find(n);
+    if (it == names_.end()) fail(path(), ": missing tensor for \"", n, "\"");
+    return file_.tensor_info(it->second);
+  }
+  GgufFile file_;
+  ModelConfig cfg_;
+  bool unpermute_ = false;
+  std::map<std::string, std::string> names_;  // HF name -> GGUF name
+};
+
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+
+}  // namespace
+
+std::string gguf_path_of(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return ends_with(path, ".gguf") ? path : "";
+  if (!fs::is_directory(path, ec) || fs::exists(fs::path(path) / "config.json", ec)) return "";
+  std::string found;
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    if (e.is_regular_file() && ends_with(e.path().string(), ".gguf")) {
+      if (!found.empty()) fail(path, ": holds several .gguf files; pass the one to load");
+      found = e.path().string();
+    }
+  }
+  return found;
+}
+
+std::unique_ptr<WeightSource> open_weight_source(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail(path, ": no such file or directory");
+  std::string gguf = gguf_path_of(path);
+  if (!gguf.empty()) return std::make_unique<GgufSource>(gguf);
+  if (!fs::is_directory(path, ec))
+    fail(path, ": not a model (expected a directory with config.json and *.safetensors, or a .gguf file)");
+  return std::make_unique<SafetensorsSource>(path);
+}
+
+}  // namespace blockspec

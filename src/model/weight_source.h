@@ -1,0 +1,41 @@
+// Where the weights of a model come from: an HF safetensors directory or a
+// GGUF file. Both answer in HF tensor names and HF shapes ([out, in]), and
+// hand out dense F32/BF16/F16 tensors (zero-copy where the file allows); the
+// loader then converts each to the compute format chosen for it.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "formats/hf_config.h"
+#include "tensor/quant_tensor.h"
+#include "tensor/tensor.h"
+
+namespace blockspec {
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual const std::string& path() const = 0;
+  virtual const ModelConfig& config() const = 0;
+  virtual bool has(const std::string& hf_name) const = 0;
+  virtual Shape shape(const std::string& hf_name) const = 0;
+  // Storage type as the file names it ("BF16", "Q4_K", ...), for messages.
+  virtual std::string storage_type(const std::string& hf_name) const = 0;
+  // The compute format that keeps the stored precision class: F32 -> f32,
+  // BF16 -> bf16, F16 -> f32 (bf16 would drop mantissa bits), 8/6/5-bit
+  // GGUF blocks -> q8, 4-bit blocks -> q4.
+  virtual WeightFormat natural_format(const std::string& hf_name) const = 0;
+  // Dense values: F32, BF16 or F16. Throws naming the tensor on failure.
+  virtual Tensor load(const std::string& hf_name) const = 0;
+  // Tells the source a tensor is converted and its file pages can go.
+  virtual void release(const std::string& hf_name) const {}
+};
+
+// DIR with config.json + safetensors, a .gguf file, or a DIR holding exactly
+// one .gguf file. Throws Error naming the path if it is none of these.
+std::unique_ptr<WeightSource> open_weight_source(const std::string& path);
+
+// Path of the GGUF file `path` designates, or "" if it is not a GGUF model.
+std::string gguf_path_of(const std::string& path);
+
+}  // namespace blockspec

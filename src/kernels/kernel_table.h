@@ -26,7 +26,7 @@ struct KernelTable {
   // Quantizes activation rows: x [M, K] f32 -> q [M, Kp] u8, scales [M, G] f32.
   void (*quantize_acts)(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales) = nullptr;
   // y[m, n] for all m < a.M and rows n of weight tiles [tile0, tile1) (clipped
-  // to N); y: [M, N] f32. One kernel per format serves decode (M = 1),
+  // to N); y: [M, N] f32. tile0 is a multiple of kQPanel, tile1 too or n_tiles. One kernel per format serves decode (M = 1),
   // verification (small M) and prefill (large M).
   void (*gemm_q8g128)(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1) = nullptr;
   void (*gemm_q4g128)(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1) = nullptr;

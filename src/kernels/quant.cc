@@ -49,15 +49,13 @@ PackedWeights packed_weights(const QuantTensor& w) {
 
 namespace {
 
-// Quantizes tile t (rows 16t..16t+15 of wf [N, K]) into the packed buffers.
-void quantize_tile(const float* wf, int64_t N, int64_t K, bool q4, int64_t t, uint8_t* codes, float* scales,
+// Quantizes tile t (rows 16t..16t+15 of wf [N, K]) into the packed buffers
+// described by p (codes zero-initialised; Q4 codes pre-filled with 0x88).
+void quantize_tile(const float* wf, const PackedWeights& p, int64_t t, uint8_t* codes, float* scales,
                    int32_t* corr) {
-  const int64_t Kp = q_padded_k(K), G = q_groups(K);
-  const float qmax = q4 ? 7.f : 127.f;
-  const int64_t tile_bytes = q4 ? Kp * 8 : Kp * 16;
-  uint8_t* tile = codes + t * tile_bytes;  // [tile_bytes], zero-initialised
-  if (q4) std::fill(tile, tile + tile_bytes, static_cast<uint8_t>(0x88));  // code 0 in both nibbles
-  std::vector<int8_t> row(Kp);  // [Kp] codes of one row
+  const int64_t N = p.N, K = p.K, G = p.n_groups;
+  const float qmax = p.q4 ? 7.f : 127.f;
+  std::vector<int8_t> row(p.Kp);  // [Kp] codes of one row
   for (int64_t r = 0; r < kQTile; ++r) {
     const int64_t n = t * kQTile + r;
     std::fill(row.begin(), row.end(), 0);
@@ -77,11 +75,11 @@ void quantize_tile(const float* wf, int64_t N, int64_t K, bool q4, int64_t t, ui
       scales[(t * G + g) * kQTile + r] = scale;
       corr[(t * G + g) * kQTile + r] = 128 * sum;
     }
-    for (int64_t k = 0; k < Kp; ++k) {
-      if (!q4) {
-        tile[(k / 4) * 64 + r * 4 + k % 4] = static_cast<uint8_t>(row[k]);
+    for (int64_t k = 0; k < p.Kp; ++k) {
+      uint8_t& b = codes[p.code_offset(n, k)];
+      if (!p.q4) {
+        b = static_cast<uint8_t>(row[k]);
       } else {
-        uint8_t& b = tile[(k / 8) * 64 + r * 4 + k % 4];
         const uint8_t nib = static_cast<uint8_t>(row[k] + 8);
         b = (k % 8) < 4 ? static_cast<uint8_t>((b & 0xF0) | nib) : static_cast<uint8_t>((b & 0x0F) | (nib << 4));
       }
@@ -124,10 +122,12 @@ QuantTensor make_weight(const OpContext& ctx, const Tensor& w, WeightFormat fmt)
   q.scales = Tensor(DType::kF32, {n_tiles, G, kQTile});
   q.aux = Tensor(DType::kI32, {n_tiles, G, kQTile});
   uint8_t* codes = q.data.mutable_ptr<uint8_t>();
-  float* scales = q.scales.mutable_ptr<float>();
-  int32_t* corr = q.aux.mutable_ptr<int32_t>();
-  ctx.pool->parallel_for(n_tiles, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) quantize_tile(wf.ptr<float>(), N, K, q4, t, codes, scales, corr);
+  if (q4) std::fill(codes, codes + q.data.nbytes(), static_cast<uint8_t>(0x88));  // code 0 in both nibbles
+  const PackedWeights p = packed_weights(q);
+  // Threads take whole panels: tiles of a panel share interleaved lines.
+  ctx.pool->parallel_for_grain(n_tiles, kQPanel, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      quantize_tile(wf.ptr<float>(), p, t, codes, q.scales.mutable_ptr<float>(), q.aux.mutable_ptr<int32_t>());
   });
   return q;
 }
@@ -156,10 +156,10 @@ void linear(const OpContext& ctx, const float* x, const QuantTensor& w, const fl
   });
   const QuantActs a{xq.data(), xs.data(), M};
   auto gemm = p.q4 ? ctx.k->gemm_q4g128 : ctx.k->gemm_q8g128;
-  // Threads split the weight tiles (16 rows each) in grains of 4 tiles, the
-  // kernels' register block, so each thread streams one contiguous slice of
+  // Threads split the weight in whole panels (4 tiles of 16 rows, the
+  // kernels' register block), so each thread streams one contiguous slice of
   // the weight and both cores' bandwidth is used in decode.
-  ctx.pool->parallel_for_grain(p.n_tiles, 4, [&](int64_t t0, int64_t t1) {
+  ctx.pool->parallel_for_grain(p.n_tiles, kQPanel, [&](int64_t t0, int64_t t1) {
     gemm(a, p, y, t0, t1);
     if (bias != nullptr) {
       const int64_t n0 = t0 * kQTile, n1 = std::min(N, t1 * kQTile);

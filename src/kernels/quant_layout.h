@@ -7,14 +7,22 @@
 // Kp = round_up(K, 8). Group g covers inputs [128 g, min(128 g + 128, Kp)), so
 // K = 576 has 4 groups of 128 and one of 64; G = ceil(Kp / 128).
 //
-//   Q8 codes   [n_tiles, Kp/4, 16, 4] int8: byte (t, q, r, j) = code(16t + r, 4q + j).
-//     One 64-byte line holds 4 consecutive inputs of 16 rows, which is exactly one
-//     vpdpbusd operand: lane r of the zmm accumulates row r, so 16 outputs build up
-//     in one register with no horizontal sum, and a tile is one contiguous stream.
-//   Q4 codes   [n_tiles, Kp/8, 16, 4] bytes: byte (t, p, r, j) holds
-//     low nibble = code(16t + r, 8p + j) + 8, high nibble = code(16t + r, 8p + 4 + j) + 8.
-//     One AND (low) or shift+AND (high), minus 8, gives the vpdpbusd operand of
-//     input quad 2p or 2p + 1, the same lane order as Q8.
+// Tiles are grouped in panels of 4 (64 rows; the last panel has Tp = 1..4
+// tiles) and a panel's codes are interleaved so that one panel, and so one
+// thread's share of the matrix, is a single contiguous stream:
+//   Q8 codes   [n_panels][Kp/4][Tp][16][4] int8: byte (q, i, r, j) of panel P =
+//     code(64P + 16i + r, 4q + j). One 64-byte line holds 4 consecutive inputs
+//     of 16 rows, which is exactly one vpdpbusd operand: lane r of the zmm
+//     accumulates row r, so 16 outputs build up with no horizontal sum.
+//   Q4 codes   [n_panels][Kp/8][Tp][16][4] bytes: byte (p, i, r, j) holds
+//     low nibble = code(64P + 16i + r, 8p + j) + 8,
+//     high nibble = code(64P + 16i + r, 8p + 4 + j) + 8.
+//     One AND (low) or shift+AND (high), minus 8, gives the vpdpbusd operand
+//     of input quad 2p or 2p + 1, the same lane order as Q8.
+//   Why panels: with one stream per tile, the "up" shape (K = 1536, 24 KB per
+//   q8 tile, 12 KB per q4 tile) restarted 4 short streams every panel and
+//   decode read at 58-85% of the bandwidth it reached with K = 8960 (2-core
+//   EPYC, 1 thread).
 //   scales     [n_tiles, G, 16] f32: scale of row 16t + r in group g (one zmm per tile).
 //   corr       [n_tiles, G, 16] i32: 128 * sum of the row's codes in group g, the
 //     correction for the +128 offset of the u8 activations (see below).
@@ -31,12 +39,14 @@
 // Every ISA performs exactly these float operations in this order, so outputs
 // are bitwise equal to the scalar twin.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 namespace blockspec {
 
 inline constexpr int64_t kQGroup = 128;  // inputs per scale group
 inline constexpr int64_t kQTile = 16;    // weight rows per tile (one zmm of int32 lanes)
+inline constexpr int64_t kQPanel = 4;    // tiles per panel (interleaved codes)
 
 inline int64_t q_padded_k(int64_t K) { return (K + 7) / 8 * 8; }
 inline int64_t q_groups(int64_t K) { return (q_padded_k(K) + kQGroup - 1) / kQGroup; }
@@ -57,15 +67,22 @@ struct PackedWeights {
   int64_t N = 0, K = 0, Kp = 0, n_groups = 0, n_tiles = 0;
   bool q4 = false;
   int64_t tile_bytes() const { return q4 ? Kp * 8 : Kp * 16; }
+  // Tiles in the panel that holds tile t, and where that panel's codes start.
+  int64_t panel_tiles(int64_t t) const { return std::min(kQPanel, n_tiles - t / kQPanel * kQPanel); }
+  const uint8_t* panel_codes(int64_t t) const { return codes + t / kQPanel * kQPanel * tile_bytes(); }
+  // Byte offset of weight (n, k), n < 16 * n_tiles, k < Kp, in codes: the one
+  // definition of the byte layout above.
+  int64_t code_offset(int64_t n, int64_t k) const {
+    const int64_t t = n / kQTile, r = n % kQTile, tp = panel_tiles(t);
+    const int64_t step = q4 ? 8 : 4;  // inputs per 64-byte line of a tile
+    return t / kQPanel * kQPanel * tile_bytes() + (k / step) * tp * 64 + (t % kQPanel) * 64 + r * 4 + k % 4;
+  }
 };
 
-// The code of weight (n, k), n < 16 * n_tiles, k < Kp: the one definition of
-// the byte layout above, used by the scalar twin and dequantize_weight.
+// The code of weight (n, k), n < 16 * n_tiles, k < Kp (scalar twin, dequantize).
 inline int packed_code(const PackedWeights& w, int64_t n, int64_t k) {
-  const int64_t t = n / kQTile, r = n % kQTile;
-  const uint8_t* tile = w.codes + t * w.tile_bytes();
-  if (!w.q4) return static_cast<int8_t>(tile[(k / 4) * 64 + r * 4 + k % 4]);
-  const uint8_t b = tile[(k / 8) * 64 + r * 4 + k % 4];
+  const uint8_t b = w.codes[w.code_offset(n, k)];
+  if (!w.q4) return static_cast<int8_t>(b);
   return ((k % 8) < 4 ? (b & 15) : (b >> 4)) - 8;
 }
 

@@ -33,8 +33,9 @@ constexpr int kMaxMB = 4;  // activation rows per block; 2 half-tiles x 4 rows =
 
 template <bool Q4, int MB>
 BS_AVX2 void micro(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile, int64_t m0) {
-  const int64_t Kp = w.Kp, G = w.n_groups;
-  const uint8_t* wt = w.codes + tile * w.tile_bytes();  // [tile_bytes]
+  const int64_t Kp = w.Kp, G = w.n_groups, T = w.panel_tiles(tile);
+  // This tile's 64-byte lines within its interleaved panel, T * 64 bytes apart.
+  const uint8_t* wt = w.panel_codes(tile) + (tile % kQPanel) * 64;
   const uint8_t* xq = a.q + m0 * Kp;                    // [MB, Kp]
   const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
@@ -66,8 +67,8 @@ BS_AVX2 void micro(const QuantActs& a, const PackedWeights& w, float* y, int64_t
       for (int m = 0; m < MB; ++m) acc[h][m] = _mm256_setzero_si256();
     if constexpr (!Q4) {
       for (int64_t k = k0; k < k1; k += 4) {
-        const __m256i wv[2] = {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wt + k * 16)),
-                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wt + k * 16 + 32))};
+        const __m256i wv[2] = {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wt + k * 16 * T)),
+                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wt + k * 16 * T + 32))};
         quad(acc, wv, k);
       }
     } else {
@@ -75,7 +76,7 @@ BS_AVX2 void micro(const QuantActs& a, const PackedWeights& w, float* y, int64_t
         __m256i lo[2], hi[2];
         #pragma GCC unroll 16
         for (int h = 0; h < 2; ++h) {
-          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wt + k * 8 + h * 32));
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wt + k * 8 * T + h * 32));
           lo[h] = _mm256_sub_epi8(_mm256_and_si256(v, low4), eight);
           hi[h] = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4), eight);
         }

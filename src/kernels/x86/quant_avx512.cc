@@ -6,8 +6,9 @@
 // At each group end (128 inputs) the int32 sums are corrected for the +128
 // activation offset, converted and folded into f32 accumulators with
 // wscale * xscale (the exact sequence of kernels/quant_layout.h). Loop order:
-// 4-tile panel outer, MB-row block inner, so a panel (64 x K bytes, <= 573 KB
-// for K = 8960) is read from memory once and reused from L2 by later blocks.
+// panel (4 tiles, interleaved, so T = 4 reads one contiguous stream) outer,
+// MB-row block inner, so a panel (64 x K bytes, <= 573 KB for K = 8960) is
+// read from memory once and reused from L2 by later blocks.
 //
 // GCC 12 warns falsely inside its own avx512fintrin.h (_mm512_undefined_ps).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -18,6 +19,7 @@
 #include <array>
 #include <cstring>
 
+#include "base/error.h"
 #include "kernels/kernel_table.h"
 
 #define BS_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
@@ -26,7 +28,7 @@ namespace blockspec {
 
 namespace {
 
-constexpr int kMaxT = 4;   // tiles per panel (64 rows)
+constexpr int kMaxT = kQPanel;  // tiles per panel (64 rows)
 constexpr int kMaxMB = 4;  // activation rows per block
 
 BS_VNNI inline __m512i bcast4(const uint8_t* p) {
@@ -44,8 +46,8 @@ BS_VNNI inline __m512i dpbusd(__m512i acc, __m512i a_u8, __m512i w_s8) {
 
 template <bool Q4, int T, int MB>
 BS_VNNI void micro(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile, int64_t m0) {
-  const int64_t Kp = w.Kp, G = w.n_groups, tb = w.tile_bytes();
-  const uint8_t* wt = w.codes + tile * tb;  // [T, tb]
+  const int64_t Kp = w.Kp, G = w.n_groups;
+  const uint8_t* wt = w.panel_codes(tile);  // [Kp / 4 or Kp / 8, T, 64] interleaved panel
   const uint8_t* xq = a.q + m0 * Kp;        // [MB, Kp]
   const __m512i low4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
   // f32 sums live in memory (L1), touched once per group: kept in registers
@@ -65,7 +67,7 @@ BS_VNNI void micro(const QuantActs& a, const PackedWeights& w, float* y, int64_t
       for (int64_t k = k0; k < k1; k += 4) {
         __m512i wv[T];
         #pragma GCC unroll 16
-        for (int t = 0; t < T; ++t) wv[t] = _mm512_loadu_si512(wt + t * tb + k * 16);
+        for (int t = 0; t < T; ++t) wv[t] = _mm512_loadu_si512(wt + k * 16 * T + t * 64);
         #pragma GCC unroll 16
         for (int m = 0; m < MB; ++m) {
           const __m512i b = bcast4(xq + m * Kp + k);
@@ -78,7 +80,7 @@ BS_VNNI void micro(const QuantActs& a, const PackedWeights& w, float* y, int64_t
         __m512i lo[T], hi[T];
         #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
-          const __m512i v = _mm512_loadu_si512(wt + t * tb + k * 8);
+          const __m512i v = _mm512_loadu_si512(wt + k * 8 * T + t * 64);
           lo[t] = _mm512_sub_epi8(_mm512_and_si512(v, low4), eight);
           hi[t] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), eight);
         }
@@ -131,8 +133,9 @@ constexpr std::array<std::array<MicroFn, kMaxMB>, kMaxT> table_of(std::integer_s
 template <bool Q4>
 BS_VNNI void gemm_impl(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1) {
   constexpr auto table = table_of<Q4>(std::make_integer_sequence<int, kMaxT>());
+  BS_ASSERT(tile0 % kQPanel == 0 && (tile1 % kQPanel == 0 || tile1 == w.n_tiles), "tiles ", tile0, "..", tile1);
   for (int64_t tile = tile0; tile < tile1; tile += kMaxT) {
-    const int64_t T = std::min<int64_t>(kMaxT, tile1 - tile);
+    const int64_t T = w.panel_tiles(tile);
     for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMB) {
       const int64_t MB = std::min<int64_t>(kMaxMB, a.M - m0);
       table[T - 1][MB - 1](a, w, y, tile, m0);

@@ -19,10 +19,10 @@
 //     high nibble = code(64P + 16i + r, 8p + 4 + j) + 8.
 //     One AND (low) or shift+AND (high), minus 8, gives the vpdpbusd operand
 //     of input quad 2p or 2p + 1, the same lane order as Q8.
-//   Why panels: with one stream per tile, the "up" shape (K = 1536, 24 KB per
-//   q8 tile, 12 KB per q4 tile) restarted 4 short streams every panel and
-//   decode read at 58-85% of the bandwidth it reached with K = 8960 (2-core
-//   EPYC, 1 thread).
+//   Why panels: with one stream per tile, the "up" shape (K = 1536, 12 KB per
+//   q4 tile) restarted 4 short streams every panel; q4 decode read 17 GB/s
+//   there against 23 GB/s with panels (medians of 5 interleaved A/B runs, 1
+//   thread, 2-core EPYC); q8 and K = 8960 were unchanged.
 //   scales     [n_tiles, G, 16] f32: scale of row 16t + r in group g (one zmm per tile).
 //   corr       [n_tiles, G, 16] i32: 128 * sum of the row's codes in group g, the
 //     correction for the +128 offset of the u8 activations (see below).
@@ -37,7 +37,9 @@
 //   d   = sum_k q[m, k] * code(n, k) - corr[n, g]        (exact, int32)
 //   acc = fmaf(float(d), wscale[n, g] * xscale[m, g], acc)
 // Every ISA performs exactly these float operations in this order, so outputs
-// are bitwise equal to the scalar twin.
+// are bitwise equal to the scalar twin, and a row's output does not depend on
+// M, the register blocking or the thread split (batch invariance, which
+// lossless speculative verification needs).
 #pragma once
 #include <algorithm>
 #include <cstdint>

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -64,6 +65,14 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
     o.size_ = 0;
   }
   return *this;
+}
+
+void MappedFile::release(size_t offset, size_t len) const {
+  if (data_ == nullptr || offset >= size_) return;
+  len = std::min(len, size_ - offset);
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  size_t b = (offset + page - 1) / page * page, e = (offset + len) / page * page;
+  if (e > b) ::madvise(const_cast<uint8_t*>(data_) + b, e - b, MADV_DONTNEED);
 }
 
 std::string read_text_file(const std::string& path) {

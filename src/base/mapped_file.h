@@ -21,6 +21,12 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
+  // Drops the resident pages of [offset, offset+len) (rounded inward to
+  // whole pages) from this process: a loader that converted a tensor calls
+  // it so the source bytes stop counting in RSS. Reading them again simply
+  // faults them back in from the file.
+  void release(size_t offset, size_t len) const;
+
  private:
   void reset();
   std::string path_;

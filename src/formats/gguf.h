@@ -135,6 +135,8 @@ class GgufFile {
   const GgufTensorInfo& tensor_info(const std::string& name) const;  // throws naming tensor + file
   const uint8_t* tensor_data(const std::string& name) const;        // zero copy into the mapping
   const uint8_t* tensor_data(const GgufTensorInfo& t) const;
+  // Drops the tensor's file pages from RSS once it has been converted.
+  void release_tensor_pages(const GgufTensorInfo& t) const;
 
  private:
   struct Impl;

@@ -174,4 +174,8 @@ const uint8_t* GgufFile::tensor_data(const GgufTensorInfo& t) const {
 
 const uint8_t* GgufFile::tensor_data(const std::string& name) const { return tensor_data(tensor_info(name)); }
 
+void GgufFile::release_tensor_pages(const GgufTensorInfo& t) const {
+  impl_->file.release(impl_->header.data_offset + t.offset, t.nbytes);
+}
+
 }  // namespace blockspec

@@ -85,6 +85,7 @@ class GgufSource : public WeightSource {
     }
     return f;
   }
+  void release(const std::string& n) const override { file_.release_tensor_pages(info(n)); }
 
  private:
   const GgufTensorInfo& info(const std::string& n) const {

@@ -14,8 +14,10 @@ the gguf package); `dtype=bfloat16` then rounds those f32 values to bf16 (round-
 is exactly what `blockspec --weights bf16` does with the same GGUF. For each prompt we record three runs:
 
   f32      f32 weights, f32 compute                              (blockspec --weights f32)
-  bf16w    bf16 weights upcast exactly to f32, f32 compute      (blockspec --weights bf16)
-  bf16     bf16 weights, bf16 compute, eager attention           (blockspec --weights bf16 + bf16 activations)
+  bf16w    bf16 weight matrices upcast exactly to f32, f32 norms and biases, f32 compute
+                                                                 (blockspec --weights bf16)
+  bf16     every parameter in bf16, bf16 compute, eager attention (blockspec --weights bf16 with
+                                                                 emulate_bf16_activations)
 
 each as the final-prompt-position logits on a fixed id subset (the 256 largest HF logits plus 768 ids
 drawn at random: full rows of a 152k vocabulary would make MB-sized fixtures) and 32 greedy tokens
@@ -113,8 +115,16 @@ def main():
                                                    attn_implementation="eager").eval()
         m16 = AutoModelForCausalLM.from_pretrained(str(CACHE), gguf_file=fname, dtype=torch.bfloat16,
                                                    attn_implementation="eager").eval()
+        # bf16 weight matrices, everything else as stored: blockspec --weights bf16 rounds the matrices
+        # (embedding, linears, lm_head) and keeps norm vectors and biases in f32, so the twin is the bf16
+        # model upcast exactly to f32 with its 1-D parameters restored from the f32 model.
         twin = AutoModelForCausalLM.from_pretrained(str(CACHE), gguf_file=fname, dtype=torch.bfloat16,
                                                     attn_implementation="eager").to(torch.float32).eval()
+        with torch.no_grad():
+            exact = dict(m32.named_parameters())
+            for pname, p in twin.named_parameters():
+                if p.ndim == 1:
+                    p.data = exact[pname].data.float().clone()
         rng = np.random.Generator(np.random.PCG64(1234))
         tensors, report = {}, []
         for i, text in enumerate(PROMPTS):

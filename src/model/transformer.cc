@@ -14,6 +14,17 @@ Transformer::Transformer(const WeightSource& src, const ModelOptions& opts)
       rope_(compute_rope(cfg_)) {
   OpContext ctx{&kt_, &pool_};
   w_ = load_weights(src, cfg_, WeightOptions{opts.weights, opts.progress}, ctx);
+  if (opts.emulate_bf16_activations) {
+    // HF running a model in bf16 holds norm vectors and biases in bf16 too.
+    auto r = [](Tensor& t) {
+      if (!t.empty()) round_to_bf16(t.mutable_ptr<float>(), t.numel());
+    };
+    r(w_.out_norm);
+    for (auto& l : w_.layers)
+      for (Tensor* t : {&l.attn_norm, &l.attn_q_bias, &l.attn_k_bias, &l.attn_v_bias, &l.attn_o_bias, &l.attn_q_norm,
+                        &l.attn_k_norm, &l.ffn_norm, &l.ffn_gate_bias, &l.ffn_up_bias, &l.ffn_down_bias})
+        r(*t);
+  }
 }
 
 std::unique_ptr<Transformer> Transformer::load(const std::string& path, const ModelOptions& opts) {

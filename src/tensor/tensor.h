@@ -33,7 +33,7 @@ class Tensor {
   int ndim() const { return static_cast<int>(shape_.size()); }
   int64_t numel() const { return shape_numel(shape_); }
   size_t nbytes() const { return dtype_nbytes(dtype_, numel()); }
-  bool empty() const { return data_ == nullptr && numel() == 0; }
+  bool empty() const { return data_ == nullptr; }  // default-constructed: no storage
 
   const void* data() const { return data_; }
   void* mutable_data();  // only for owned tensors

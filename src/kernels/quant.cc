@@ -19,6 +19,7 @@
 #include "kernels/quant.h"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <vector>
 
@@ -49,9 +50,10 @@ PackedWeights packed_weights(const QuantTensor& w) {
 
 namespace {
 
-// Quantizes tile t (rows 16t..16t+15 of wf [N, K]) into the packed buffers
+// Quantizes tile t (rows 16t..16t+15 of the weight) into the packed buffers
 // described by p (codes zero-initialised; Q4 codes pre-filled with 0x88).
-void quantize_tile(const float* wf, const PackedWeights& p, int64_t t, uint8_t* codes, float* scales,
+// wf holds rows row0.. of the weight: [rows, K] f32.
+void quantize_tile(const float* wf, int64_t row0, const PackedWeights& p, int64_t t, uint8_t* codes, float* scales,
                    int32_t* corr) {
   const int64_t N = p.N, K = p.K, G = p.n_groups;
   const float qmax = p.q4 ? 7.f : 127.f;
@@ -63,12 +65,12 @@ void quantize_tile(const float* wf, const PackedWeights& p, int64_t t, uint8_t* 
       const int64_t k0 = g * kQGroup, k1 = std::min(k0 + kQGroup, K);
       float amax = 0.f;
       if (n < N)
-        for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(wf[n * K + k]));
+        for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(wf[(n - row0) * K + k]));
       const float scale = amax / qmax;
       int32_t sum = 0;
       if (scale > 0.f)
         for (int64_t k = k0; k < k1; ++k) {
-          float c = std::nearbyint(wf[n * K + k] / scale);
+          float c = std::nearbyint(wf[(n - row0) * K + k] / scale);
           row[k] = static_cast<int8_t>(std::min(qmax, std::max(-qmax, c)));
           sum += row[k];
         }
@@ -127,8 +129,56 @@ QuantTensor make_weight(const OpContext& ctx, const Tensor& w, WeightFormat fmt)
   // Threads take whole panels: tiles of a panel share interleaved lines.
   ctx.pool->parallel_for_grain(n_tiles, kQPanel, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t)
-      quantize_tile(wf.ptr<float>(), p, t, codes, q.scales.mutable_ptr<float>(), q.aux.mutable_ptr<int32_t>());
+      quantize_tile(wf.ptr<float>(), 0, p, t, codes, q.scales.mutable_ptr<float>(), q.aux.mutable_ptr<int32_t>());
   });
+  return q;
+}
+
+QuantTensor make_weight_streamed(const OpContext& ctx, int64_t N, int64_t K, WeightFormat fmt,
+                                 const std::function<void(int64_t, int64_t, float*)>& rows, int64_t chunk_rows) {
+  if (N <= 0 || K <= 0) fail("make_weight_streamed: bad shape [", N, ", ", K, "]");
+  // Chunks start on panel boundaries so every tile a chunk quantizes has all
+  // its rows inside the chunk.
+  const int64_t align = kQPanel * kQTile;
+  chunk_rows = std::max<int64_t>(align, chunk_rows / align * align);
+  QuantTensor q;
+  q.format = fmt;
+  q.rows = N;
+  q.cols = K;
+  std::vector<float> buf;  // [chunk_rows, K] f32 rows of the current chunk
+  if (!is_int_format(fmt)) {
+    q.data = Tensor(fmt == WeightFormat::kF32 ? DType::kF32 : DType::kBF16, {N, K});
+    for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
+      const int64_t r1 = std::min(N, r0 + chunk_rows);
+      if (fmt == WeightFormat::kF32) {
+        rows(r0, r1, q.data.mutable_ptr<float>() + r0 * K);
+        continue;
+      }
+      buf.resize((r1 - r0) * K);
+      rows(r0, r1, buf.data());
+      uint16_t* d = q.data.mutable_ptr<uint16_t>() + r0 * K;
+      for (int64_t i = 0; i < (r1 - r0) * K; ++i) d[i] = f32_to_bf16(buf[i]);
+    }
+    return q;
+  }
+  const bool q4 = fmt == WeightFormat::kQ4_G128;
+  const int64_t n_tiles = q_tiles(N), G = q_groups(K), Kp = q_padded_k(K);
+  q.data = Tensor(DType::kU8, {n_tiles, q4 ? Kp * 8 : Kp * 16});
+  q.scales = Tensor(DType::kF32, {n_tiles, G, kQTile});
+  q.aux = Tensor(DType::kI32, {n_tiles, G, kQTile});
+  uint8_t* codes = q.data.mutable_ptr<uint8_t>();
+  if (q4) std::fill(codes, codes + q.data.nbytes(), static_cast<uint8_t>(0x88));
+  const PackedWeights p = packed_weights(q);
+  for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
+    const int64_t r1 = std::min(N, r0 + chunk_rows);
+    buf.resize((r1 - r0) * K);
+    rows(r0, r1, buf.data());
+    const int64_t t0 = r0 / kQTile, t1 = q_tiles(r1);
+    ctx.pool->parallel_for_grain(t1 - t0, kQPanel, [&](int64_t a, int64_t b) {
+      for (int64_t t = t0 + a; t < t0 + b; ++t)
+        quantize_tile(buf.data(), r0, p, t, codes, q.scales.mutable_ptr<float>(), q.aux.mutable_ptr<int32_t>());
+    });
+  }
   return q;
 }
 

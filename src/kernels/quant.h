@@ -3,6 +3,7 @@
 // private to the kernels layer (documented in quant.cc).
 #pragma once
 #include <cstdint>
+#include <functional>
 
 #include "kernels/ops.h"
 #include "tensor/quant_tensor.h"
@@ -13,6 +14,14 @@ namespace blockspec {
 // round-half-even, symmetric per group of 128) a [N, K] weight given as an
 // F32, BF16 or F16 tensor. Quantizing runs on the pool's threads.
 QuantTensor make_weight(const OpContext& ctx, const Tensor& w, WeightFormat fmt);
+
+// Like make_weight, but the [N, K] weight arrives in row chunks through
+// rows(r0, r1, out[r1 - r0, K]), so a large matrix (a 152k-token lm_head) is
+// never held in f32 whole: peak memory is the result plus one chunk.
+// Produces exactly what make_weight produces for the same values.
+QuantTensor make_weight_streamed(const OpContext& ctx, int64_t N, int64_t K, WeightFormat fmt,
+                                 const std::function<void(int64_t, int64_t, float*)>& rows,
+                                 int64_t chunk_rows = 4096);
 
 // The exact f32 values the weight stands for: [N, K] (for tests and checks).
 Tensor dequantize_weight(const QuantTensor& w);

@@ -15,6 +15,22 @@
 
 namespace blockspec {
 
+void WeightSource::load_rows(const std::string& n, int64_t r0, int64_t r1, float* out) const {
+  Tensor t = load(n);
+  BS_ASSERT(t.ndim() == 2 && r0 >= 0 && r1 <= t.dim(0) && r0 <= r1);
+  const int64_t K = t.dim(1);
+  for (int64_t i = r0 * K; i < r1 * K; ++i) {
+    float v;
+    switch (t.dtype()) {
+      case DType::kF32: v = t.ptr<float>()[i]; break;
+      case DType::kBF16: v = bf16_to_f32(t.ptr<uint16_t>()[i]); break;
+      case DType::kF16: v = f16_to_f32(t.ptr<uint16_t>()[i]); break;
+      default: fail(path(), ": tensor \"", n, "\" has dtype ", dtype_name(t.dtype()), "; expected F32, BF16 or F16");
+    }
+    out[i - r0 * K] = v;
+  }
+}
+
 namespace {
 
 class SafetensorsSource : public WeightSource {
@@ -86,6 +102,19 @@ class GgufSource : public WeightSource {
     return f;
   }
   void release(const std::string& n) const override { file_.release_tensor_pages(info(n)); }
+  void load_rows(const std::string& n, int64_t r0, int64_t r1, float* out) const override {
+    const GgufTensorInfo& t = info(n);
+    const bool qk = n.find("self_attn.q_proj.") != std::string::npos || n.find("self_attn.k_proj.") != std::string::npos;
+    if ((unpermute_ && qk) || t.ne.size() != 2) {  // small: whole-tensor path
+      WeightSource::load_rows(n, r0, r1, out);
+      return;
+    }
+    const GgmlTypeTraits& tr = ggml_traits(t.type);
+    const int64_t K = t.ne[0];
+    BS_ASSERT(K % tr.block_size == 0 && r0 >= 0 && r1 <= t.ne[1] && r0 <= r1);
+    const int64_t row_bytes = K / tr.block_size * tr.type_size;
+    dequantize_gguf(t.type, file_.tensor_data(t) + r0 * row_bytes, out, (r1 - r0) * K);
+  }
 
  private:
   const GgufTensorInfo& info(const std::string& n) const {

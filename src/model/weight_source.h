@@ -27,6 +27,9 @@ class WeightSource {
   virtual WeightFormat natural_format(const std::string& hf_name) const = 0;
   // Dense values: F32, BF16 or F16. Throws naming the tensor on failure.
   virtual Tensor load(const std::string& hf_name) const = 0;
+  // Rows [r0, r1) of a 2-D tensor as f32 into out [r1 - r0, K], so large
+  // matrices convert chunk by chunk. Default: through load().
+  virtual void load_rows(const std::string& hf_name, int64_t r0, int64_t r1, float* out) const;
   // Tells the source a tensor is converted and its file pages can go.
   virtual void release(const std::string& hf_name) const {}
 };

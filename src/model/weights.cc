@@ -40,7 +40,15 @@ struct Loader {
   QuantTensor matrix(const std::string& name, const Shape& shape) {
     check(name, shape);
     WeightFormat f = opts.format.value_or(src.natural_format(name));
-    QuantTensor q = make_weight(ctx, src.load(name), f);
+    // Large matrices (embeddings, lm_head, MLP) convert in row chunks so they
+    // never exist whole in f32 next to their converted copy.
+    constexpr int64_t kStreamElems = int64_t(4) << 20;
+    QuantTensor q = shape[0] * shape[1] > kStreamElems
+                        ? make_weight_streamed(ctx, shape[0], shape[1], f,
+                                               [&](int64_t r0, int64_t r1, float* out) {
+                                                 src.load_rows(name, r0, r1, out);
+                                               })
+                        : make_weight(ctx, src.load(name), f);
     src.release(name);
     formats_used[weight_format_name(f)]++;
     tick();

@@ -28,7 +28,7 @@ size_t dtype_nbytes(DType t, int64_t numel) {
 
 Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   for (int64_t d : shape_) BS_ASSERT(d >= 0, "negative dimension in ", shape_str(shape_));
-  size_t n = nbytes();
+  size_t n = dtype_nbytes(dtype_, shape_numel(shape_));
   size_t alloc = (n + 63) / 64 * 64;
   if (alloc == 0) alloc = 64;
   void* p = std::aligned_alloc(64, alloc);

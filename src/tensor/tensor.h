@@ -32,7 +32,7 @@ class Tensor {
   int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
   int ndim() const { return static_cast<int>(shape_.size()); }
   int64_t numel() const { return shape_numel(shape_); }
-  size_t nbytes() const { return dtype_nbytes(dtype_, numel()); }
+  size_t nbytes() const { return data_ == nullptr ? 0 : dtype_nbytes(dtype_, numel()); }
   bool empty() const { return data_ == nullptr; }  // default-constructed: no storage
 
   const void* data() const { return data_; }

@@ -1,5 +1,7 @@
 #include "base/thread_pool.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 
 namespace blockspec {
@@ -14,6 +16,10 @@ void chunk_range(int64_t n, int64_t grain, int k, int t, int64_t* b, int64_t* e)
   *b = std::min(n, ub * grain);
   *e = std::min(n, ue * grain);
 }
+
+// About 50-100 us of polling before sleeping: long enough to bridge the gaps
+// between the kernels of one forward, short enough not to burn a core idle.
+constexpr int kSpinIters = 20000;
 }  // namespace
 
 int ThreadPool::hardware_threads() {
@@ -21,15 +27,14 @@ int ThreadPool::hardware_threads() {
   return n == 0 ? 1 : static_cast<int>(n);
 }
 
-ThreadPool::ThreadPool(int n_threads)
-    : n_threads_(n_threads <= 0 ? hardware_threads() : n_threads) {
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads <= 0 ? hardware_threads() : n_threads) {
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   cv_start_.notify_all();
   for (auto& t : threads_) t.join();
@@ -38,23 +43,24 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::worker(int index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int64_t, int64_t)>* job;
-    int64_t n, grain;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_start_.wait(lk, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
-      n = job_n_;
-      grain = job_grain_;
+    uint64_t g = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; g == seen && spin < kSpinIters && !stop_.load(std::memory_order_relaxed); ++spin) {
+      _mm_pause();
+      g = generation_.load(std::memory_order_acquire);
     }
+    if (g == seen) {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_start_.wait(lk, [&] { return stop_.load() || generation_.load() != seen; });
+      g = generation_.load(std::memory_order_acquire);
+    }
+    if (stop_.load()) return;
+    seen = g;
     int64_t b, e;
-    chunk_range(n, grain, n_threads_, index, &b, &e);
-    if (b < e) (*job)(b, e);
-    {
+    chunk_range(job_n_, job_grain_, n_threads_, index, &b, &e);
+    if (b < e) (*job_)(b, e);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lk(mu_);
-      if (--pending_ == 0) cv_done_.notify_one();
+      cv_done_.notify_one();
     }
   }
 }
@@ -63,28 +69,32 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   parallel_for_grain(n, 1, fn);
 }
 
-void ThreadPool::parallel_for_grain(int64_t n, int64_t grain,
-                                    const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for_grain(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   if (n_threads_ == 1 || n <= grain) {
     fn(0, n);
     return;
   }
+  job_ = &fn;
+  job_n_ = n;
+  job_grain_ = grain;
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   {
+    // Under the mutex so a worker between its predicate check and its wait
+    // cannot miss the bump.
     std::lock_guard<std::mutex> lk(mu_);
-    job_ = &fn;
-    job_n_ = n;
-    job_grain_ = grain;
-    pending_ = n_threads_ - 1;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   cv_start_.notify_all();
   int64_t b, e;
   chunk_range(n, grain, n_threads_, 0, &b, &e);
   if (b < e) fn(b, e);
-  std::unique_lock<std::mutex> lk(mu_);
-  cv_done_.wait(lk, [&] { return pending_ == 0; });
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0 && spin < kSpinIters; ++spin) _mm_pause();
+  if (pending_.load(std::memory_order_acquire) != 0) {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_done_.wait(lk, [&] { return pending_.load() == 0; });
+  }
   job_ = nullptr;
 }
 

@@ -106,12 +106,17 @@ int cmd_bench(const std::vector<std::string>& argv) {
   ModelOptions mo = model_options(a);
   const bool json_out = a.has("--json");
 
+  // The bandwidth probe runs first: its 512 MiB buffer is freed before the
+  // model loads, so it does not inflate the peak RSS reported for the model.
+  BandwidthResult bw;
+  {
+    ThreadPool bw_pool(mo.n_threads);
+    bw = measure_read_bandwidth(bw_pool);
+  }
   auto model = Transformer::load(dir, mo);
   if (P + G > model->config().max_position_embeddings)
     fail("bench: prompt-len + gen-len = ", P + G, " exceeds max_position_embeddings ",
          model->config().max_position_embeddings);
-  ThreadPool bw_pool(model->n_threads());
-  BandwidthResult bw = measure_read_bandwidth(bw_pool);
   Rng rng(a.u64("--seed", 0));
   run_once(*model, std::min<int64_t>(P, 16), 4, 1, rng);  // warm-up: page in the mmapped weights
   std::vector<RepeatStats> reps;

@@ -21,8 +21,8 @@ Transformer::Transformer(const WeightSource& src, const ModelOptions& opts)
     };
     r(w_.out_norm);
     for (auto& l : w_.layers)
-      for (Tensor* t : {&l.attn_norm, &l.attn_q_bias, &l.attn_k_bias, &l.attn_v_bias, &l.attn_o_bias, &l.attn_q_norm,
-                        &l.attn_k_norm, &l.ffn_norm, &l.ffn_gate_bias, &l.ffn_up_bias, &l.ffn_down_bias})
+      for (Tensor* t : {&l.attn_norm, &l.attn_qkv.bias, &l.attn_o_bias, &l.attn_q_norm, &l.attn_k_norm, &l.ffn_norm,
+                        &l.ffn_gate_up.bias, &l.ffn_down_bias})
         r(*t);
   }
 }
@@ -37,10 +37,8 @@ std::unique_ptr<Transformer> Transformer::load(const std::string& path, const Mo
 uint64_t Transformer::weight_bytes() const {
   uint64_t b = w_.lm_head.nbytes() + w_.out_norm.nbytes();
   for (const auto& l : w_.layers) {
-    for (const QuantTensor* t : {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_o, &l.ffn_gate, &l.ffn_up, &l.ffn_down})
-      b += t->nbytes();
-    for (const Tensor* t : {&l.attn_norm, &l.attn_q_norm, &l.attn_k_norm, &l.ffn_norm, &l.attn_q_bias,
-                            &l.attn_k_bias, &l.attn_v_bias, &l.attn_o_bias})
+    b += l.attn_qkv.nbytes() + l.attn_o.nbytes() + l.ffn_gate_up.nbytes() + l.ffn_down.nbytes();
+    for (const Tensor* t : {&l.attn_norm, &l.attn_q_norm, &l.attn_k_norm, &l.ffn_norm, &l.attn_o_bias, &l.ffn_down_bias})
       b += t->nbytes();
   }
   return b;
@@ -86,7 +84,10 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
   std::vector<float> vn(n * nkv * hd);   // [n, nkv, hd]
   std::vector<float> att(n * nh * hd);   // [n, nh, hd]
   std::vector<float> tmp(n * H);         // [n, H]
-  std::vector<float> gate(n * I), up(n * I);  // [n, I]
+  std::vector<float> gate(n * I);        // [n, I]
+  std::vector<float> qkv(n * (nh + 2 * nkv) * hd);  // [n, nh*hd + 2*nkv*hd]
+  std::vector<float> gu(n * 2 * I);      // [n, 2I]: gate | up
+  std::vector<float> scratch;
 
   const bool bf = opts_.emulate_bf16_activations;
   auto rnd = [bf](std::vector<float>& v) {
@@ -99,9 +100,16 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
     const LayerWeights& l = w_.layers[li];
     // ---- attention ----
     rmsnorm(x.data(), l.attn_norm.ptr<float>(), eps, n, H, xn.data(), bf);
-    linear(ctx, xn.data(), l.attn_q, opt_ptr(l.attn_q_bias), q.data(), n);
-    linear(ctx, xn.data(), l.attn_k, opt_ptr(l.attn_k_bias), kn.data(), n);
-    linear(ctx, xn.data(), l.attn_v, opt_ptr(l.attn_v_bias), vn.data(), n);
+    linear_group(ctx, xn.data(), l.attn_qkv, qkv.data(), n, scratch);
+    {
+      const int64_t wq = nh * hd, wk = nkv * hd, wr = wq + 2 * wk;
+      for (int64_t t = 0; t < n; ++t) {
+        const float* r = qkv.data() + t * wr;
+        std::copy(r, r + wq, q.data() + t * wq);
+        std::copy(r + wq, r + wq + wk, kn.data() + t * wk);
+        std::copy(r + wq + wk, r + wr, vn.data() + t * wk);
+      }
+    }
     rnd(q), rnd(kn), rnd(vn);
     if (c.arch == Arch::kQwen3) {  // per-head RMSNorm of q and k before RoPE
       rmsnorm(q.data(), l.attn_q_norm.ptr<float>(), eps, n * nh, hd, q.data(), bf);
@@ -127,10 +135,12 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
     rnd(x);
     // ---- MLP (SwiGLU) ----
     rmsnorm(x.data(), l.ffn_norm.ptr<float>(), eps, n, H, xn.data(), bf);
-    linear(ctx, xn.data(), l.ffn_gate, opt_ptr(l.ffn_gate_bias), gate.data(), n);
-    linear(ctx, xn.data(), l.ffn_up, opt_ptr(l.ffn_up_bias), up.data(), n);
-    rnd(gate), rnd(up);
-    silu_mul(gate.data(), up.data(), n * I, bf);
+    linear_group(ctx, xn.data(), l.ffn_gate_up, gu.data(), n, scratch);
+    rnd(gu);
+    for (int64_t t = 0; t < n; ++t) {
+      std::copy(gu.begin() + t * 2 * I, gu.begin() + t * 2 * I + I, gate.begin() + t * I);
+      silu_mul(gate.data() + t * I, gu.data() + t * 2 * I + I, I, bf);
+    }
     linear(ctx, gate.data(), l.ffn_down, opt_ptr(l.ffn_down_bias), tmp.data(), n);
     rnd(tmp);
     for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -54,6 +55,47 @@ struct Loader {
     tick();
     return q;
   }
+  // Parts loaded as one matrix when they resolve to the same format.
+  LinearGroup group(const std::vector<std::pair<std::string, Shape>>& parts, const std::vector<std::string>& biases) {
+    LinearGroup g;
+    std::vector<WeightFormat> fmts;
+    for (const auto& [name, shape] : parts) {
+      check(name, shape);
+      fmts.push_back(opts.format.value_or(src.natural_format(name)));
+      g.part_rows.push_back(shape[0]);
+      g.rows += shape[0];
+    }
+    const int64_t K = parts[0].second[1];
+    if (std::all_of(fmts.begin(), fmts.end(), [&](WeightFormat f) { return f == fmts[0]; })) {
+      // Row r of the fused matrix comes from the part whose range holds r.
+      auto rows = [&](int64_t r0, int64_t r1, float* out) {
+        int64_t base = 0;
+        for (size_t i = 0; i < parts.size(); ++i) {
+          const int64_t b = std::max(r0, base), e = std::min(r1, base + g.part_rows[i]);
+          if (b < e) src.load_rows(parts[i].first, b - base, e - base, out + (b - r0) * K);
+          base += g.part_rows[i];
+        }
+      };
+      g.mats.push_back(make_weight_streamed(ctx, g.rows, K, fmts[0], rows));
+      formats_used[weight_format_name(fmts[0])] += static_cast<int>(parts.size());
+      for (const auto& p : parts) {
+        src.release(p.first);
+        tick();
+      }
+    } else {
+      for (const auto& [name, shape] : parts) g.mats.push_back(matrix(name, shape));
+    }
+    if (!biases.empty()) {
+      g.bias = Tensor(DType::kF32, {g.rows});
+      int64_t off = 0;
+      for (size_t i = 0; i < parts.size(); ++i) {
+        Tensor b = vec(biases[i], g.part_rows[i]);
+        std::copy(b.ptr<float>(), b.ptr<float>() + g.part_rows[i], g.bias.mutable_ptr<float>() + off);
+        off += g.part_rows[i];
+      }
+    }
+    return g;
+  }
   Tensor vec(const std::string& name, int64_t n) {
     check(name, {n});
     Tensor t = to_f32(src.load(name));
@@ -64,6 +106,31 @@ struct Loader {
 };
 
 }  // namespace
+
+size_t LinearGroup::nbytes() const {
+  size_t b = bias.nbytes();
+  for (const auto& m : mats) b += m.nbytes();
+  return b;
+}
+
+void linear_group(const OpContext& ctx, const float* x, const LinearGroup& g, float* y, int64_t M,
+                  std::vector<float>& scratch) {
+  if (g.mats.size() == 1) {
+    linear(ctx, x, g.mats[0], g.bias.empty() ? nullptr : g.bias.ptr<float>(), y, M);
+    return;
+  }
+  int64_t off = 0;
+  for (const QuantTensor& w : g.mats) {
+    scratch.resize(M * w.rows);
+    linear(ctx, x, w, nullptr, scratch.data(), M);  // [M, w.rows]
+    for (int64_t m = 0; m < M; ++m)
+      std::copy(scratch.begin() + m * w.rows, scratch.begin() + (m + 1) * w.rows, y + m * g.rows + off);
+    off += w.rows;
+  }
+  if (!g.bias.empty())
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < g.rows; ++n) y[m * g.rows + n] += g.bias.ptr<float>()[n];
+}
 
 ModelWeights load_weights(const WeightSource& src, const ModelConfig& c, const WeightOptions& opts,
                           const OpContext& ctx) {
@@ -88,29 +155,25 @@ ModelWeights load_weights(const WeightSource& src, const ModelConfig& c, const W
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LayerWeights& l = w.layers[i];
     l.attn_norm = L.vec(p + "input_layernorm.weight", H);
-    l.attn_q = L.matrix(p + "self_attn.q_proj.weight", {nq, H});
-    l.attn_k = L.matrix(p + "self_attn.k_proj.weight", {nkv, H});
-    l.attn_v = L.matrix(p + "self_attn.v_proj.weight", {nkv, H});
+    std::vector<std::string> qkv_bias;
+    if (c.attention_bias)
+      qkv_bias = {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"};
+    l.attn_qkv = L.group({{p + "self_attn.q_proj.weight", {nq, H}},
+                          {p + "self_attn.k_proj.weight", {nkv, H}},
+                          {p + "self_attn.v_proj.weight", {nkv, H}}},
+                         qkv_bias);
     l.attn_o = L.matrix(p + "self_attn.o_proj.weight", {H, nq});
-    if (c.attention_bias) {
-      l.attn_q_bias = L.vec(p + "self_attn.q_proj.bias", nq);
-      l.attn_k_bias = L.vec(p + "self_attn.k_proj.bias", nkv);
-      l.attn_v_bias = L.vec(p + "self_attn.v_proj.bias", nkv);
-    }
     if (c.attention_out_bias) l.attn_o_bias = L.vec(p + "self_attn.o_proj.bias", H);
     if (c.arch == Arch::kQwen3) {
       l.attn_q_norm = L.vec(p + "self_attn.q_norm.weight", hd);
       l.attn_k_norm = L.vec(p + "self_attn.k_norm.weight", hd);
     }
     l.ffn_norm = L.vec(p + "post_attention_layernorm.weight", H);
-    l.ffn_gate = L.matrix(p + "mlp.gate_proj.weight", {I, H});
-    l.ffn_up = L.matrix(p + "mlp.up_proj.weight", {I, H});
+    std::vector<std::string> gu_bias;
+    if (c.mlp_bias) gu_bias = {p + "mlp.gate_proj.bias", p + "mlp.up_proj.bias"};
+    l.ffn_gate_up = L.group({{p + "mlp.gate_proj.weight", {I, H}}, {p + "mlp.up_proj.weight", {I, H}}}, gu_bias);
     l.ffn_down = L.matrix(p + "mlp.down_proj.weight", {H, I});
-    if (c.mlp_bias) {
-      l.ffn_gate_bias = L.vec(p + "mlp.gate_proj.bias", I);
-      l.ffn_up_bias = L.vec(p + "mlp.up_proj.bias", I);
-      l.ffn_down_bias = L.vec(p + "mlp.down_proj.bias", H);
-    }
+    if (c.mlp_bias) l.ffn_down_bias = L.vec(p + "mlp.down_proj.bias", H);
   }
   for (const auto& [f, n] : L.formats_used)
     w.format_summary += (w.format_summary.empty() ? "" : ", ") + f + " (" + std::to_string(n) + ")";

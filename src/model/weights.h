@@ -13,16 +13,33 @@
 
 namespace blockspec {
 
-struct LayerWeights {
-  Tensor attn_norm;                              // [hidden] f32
-  QuantTensor attn_q, attn_k, attn_v, attn_o;    // [nh*hd, H] [nkv*hd, H] x2, [H, nh*hd]
-  Tensor attn_q_bias, attn_k_bias, attn_v_bias, attn_o_bias;  // f32, empty when absent
-  Tensor attn_q_norm, attn_k_norm;               // [head_dim] f32, qwen3 only
-  Tensor ffn_norm;                               // [hidden] f32
-  QuantTensor ffn_gate, ffn_up;                  // [inter, hidden]
-  QuantTensor ffn_down;                          // [hidden, inter]
-  Tensor ffn_gate_bias, ffn_up_bias, ffn_down_bias;  // llama mlp_bias only
+// Several weight matrices applied to the same input, outputs concatenated:
+// q/k/v, and gate/up. Stored as ONE matrix when their formats agree, so a
+// decode step streams one weight and synchronises threads once instead of
+// three times (each output row is computed exactly as it would be alone).
+struct LinearGroup {
+  std::vector<QuantTensor> mats;  // one fused matrix, or the parts in order
+  std::vector<int64_t> part_rows; // rows of each logical part (q, k, v)
+  Tensor bias;                    // [rows] f32, empty when no part has a bias
+  int64_t rows = 0;               // total outputs
+  size_t nbytes() const;
 };
+
+struct LayerWeights {
+  Tensor attn_norm;       // [hidden] f32
+  LinearGroup attn_qkv;   // [nh*hd + 2*nkv*hd, H]: q, k, v
+  QuantTensor attn_o;     // [H, nh*hd]
+  Tensor attn_o_bias;     // f32, empty when absent
+  Tensor attn_q_norm, attn_k_norm;  // [head_dim] f32, qwen3 only
+  Tensor ffn_norm;        // [hidden] f32
+  LinearGroup ffn_gate_up;  // [2*inter, hidden]: gate, up
+  QuantTensor ffn_down;   // [hidden, inter]
+  Tensor ffn_down_bias;   // llama mlp_bias only
+};
+
+// y[M, g.rows] = x[M, K] @ [W_parts]^T + bias.  scratch: reused buffer.
+void linear_group(const OpContext& ctx, const float* x, const LinearGroup& g, float* y, int64_t M,
+                  std::vector<float>& scratch);
 
 struct ModelWeights {
   QuantTensor tok_embd;  // [vocab, hidden]

@@ -1,6 +1,8 @@
 #include "base/memory_bandwidth.h"
 
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -56,6 +58,32 @@ BandwidthResult measure_read_bandwidth(ThreadPool& pool, size_t bytes, int repea
   res.repeats = repeats;
   res.bytes = n * sizeof(uint64_t);
   return res;
+}
+
+BandwidthResult measure_read_bandwidth_isolated(int n_threads, size_t bytes, int repeats) {
+  int fds[2];
+  if (::pipe(fds) != 0) fail("bandwidth probe: pipe failed");
+  pid_t pid = ::fork();
+  if (pid < 0) fail("bandwidth probe: fork failed");
+  if (pid == 0) {
+    ::close(fds[0]);
+    BandwidthResult r{};
+    try {
+      ThreadPool pool(n_threads);
+      r = measure_read_bandwidth(pool, bytes, repeats);
+    } catch (...) {
+    }
+    ssize_t w = ::write(fds[1], &r, sizeof r);
+    ::_exit(w == static_cast<ssize_t>(sizeof r) ? 0 : 1);
+  }
+  ::close(fds[1]);
+  BandwidthResult r{};
+  ssize_t got = ::read(fds[0], &r, sizeof r);
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (got != static_cast<ssize_t>(sizeof r) || r.repeats == 0) fail("bandwidth probe: the child process failed");
+  return r;
 }
 
 double peak_rss_mb() {

@@ -18,6 +18,10 @@ struct BandwidthResult {
 // Reads a `bytes` buffer `repeats` times with all of pool's threads.
 BandwidthResult measure_read_bandwidth(ThreadPool& pool, size_t bytes = size_t(512) << 20, int repeats = 9);
 
+// The same, run in a forked child process so the probe's buffer never
+// counts in this process's peak RSS. Call it before starting any thread.
+BandwidthResult measure_read_bandwidth_isolated(int n_threads, size_t bytes = size_t(512) << 20, int repeats = 9);
+
 // Peak resident set size of this process in MiB (getrusage).
 double peak_rss_mb();
 

@@ -106,13 +106,9 @@ int cmd_bench(const std::vector<std::string>& argv) {
   ModelOptions mo = model_options(a);
   const bool json_out = a.has("--json");
 
-  // The bandwidth probe runs first: its 512 MiB buffer is freed before the
-  // model loads, so it does not inflate the peak RSS reported for the model.
-  BandwidthResult bw;
-  {
-    ThreadPool bw_pool(mo.n_threads);
-    bw = measure_read_bandwidth(bw_pool);
-  }
+  // The bandwidth probe runs in a child process, before any thread starts,
+  // so its 512 MiB buffer never counts in the peak RSS reported for the model.
+  BandwidthResult bw = measure_read_bandwidth_isolated(mo.n_threads);
   auto model = Transformer::load(dir, mo);
   if (P + G > model->config().max_position_embeddings)
     fail("bench: prompt-len + gen-len = ", P + G, " exceeds max_position_embeddings ",

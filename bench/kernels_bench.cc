@@ -151,6 +151,37 @@ void bench_read_bandwidth(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(kReadProbeBytes));
 }
 
+// The int8 compute roof in the same run: 8 independent vpdpbusd chains on
+// registers (no memory traffic), 64 MACs per instruction.
+__attribute__((target("avx512f,avx512vnni"))) int32_t vnni_chains(int64_t iters) {
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  const __m512i x = _mm512_set1_epi8(3), w = _mm512_set1_epi8(-2);
+  // Inline asm with named registers: GCC 12 copies accumulators around the
+  // intrinsic, which would measure moves instead of vpdpbusd.
+  for (int64_t i = 0; i < iters; ++i) {
+    asm volatile(
+        "vpdpbusd %8, %9, %0\n\tvpdpbusd %8, %9, %1\n\tvpdpbusd %8, %9, %2\n\tvpdpbusd %8, %9, %3\n\t"
+        "vpdpbusd %8, %9, %4\n\tvpdpbusd %8, %9, %5\n\tvpdpbusd %8, %9, %6\n\tvpdpbusd %8, %9, %7"
+        : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7)
+        : "v"(w), "v"(x));
+  }
+  __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+                               _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)));
+  return _mm512_reduce_add_epi32(s);
+}
+
+void bench_vnni_peak(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  ThreadPool pool(threads);
+  constexpr int64_t kIters = 1 << 18;
+  for (auto _ : state) {
+    pool.parallel_for(threads, [&](int64_t, int64_t) { benchmark::DoNotOptimize(vnni_chains(kIters)); });
+  }
+  state.counters["MAC/s"] = benchmark::Counter(static_cast<double>(threads) * kIters * 8 * 64,
+                                               benchmark::Counter::kIsIterationInvariantRate,
+                                               benchmark::Counter::kIs1000);
+}
+
 }  // namespace
 }  // namespace blockspec
 
@@ -159,6 +190,8 @@ int main(int argc, char** argv) {
   WeightCache cache;  // lives for the whole run; benchmarks hold a pointer to it
   if (__builtin_cpu_supports("avx2"))
     benchmark::RegisterBenchmark("read_bw", bench_read_bandwidth)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+  if (__builtin_cpu_supports("avx512vnni"))
+    benchmark::RegisterBenchmark("vnni_peak", bench_vnni_peak)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
   for (WeightFormat fmt : kFormats)
     for (const Shape2& s : kShapes) {
       std::string name = std::string(weight_format_name(fmt)) + "/" + s.name + "_K" + std::to_string(s.K) +

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace blockspec {
@@ -28,6 +29,11 @@ template <class... Args>
 [[noreturn]] void fail(Args&&... args) {
   throw Error(str_cat(std::forward<Args>(args)...));
 }
+
+// JSON-style quoting for error messages: "name" with \" \\ and \xNN
+// escapes, cut after max_len bytes with "...(N bytes)", so a hostile name
+// in a file can never break a message over lines or make it huge.
+std::string quote_for_message(std::string_view s, size_t max_len = 120);
 
 }  // namespace blockspec
 

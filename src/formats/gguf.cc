@@ -55,27 +55,7 @@ constexpr GgmlTypeTraits kGgmlTypes[] = {
 };
 
 // JSON-style quoting, cut at kMaxQuoted, so every message stays one line.
-std::string quote(std::string_view s) {
-  std::string out = "\"";
-  size_t n = std::min(s.size(), kMaxQuoted);
-  for (size_t i = 0; i < n; ++i) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c == 0x7f) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  out += '"';
-  if (s.size() > kMaxQuoted) out += str_cat("...(", s.size(), " bytes)");
-  return out;
-}
+std::string quote(std::string_view s) { return quote_for_message(s, kMaxQuoted); }
 
 // Bytes of one element of a scalar type; 0 for string/array.
 size_t scalar_width(GgufType t) {

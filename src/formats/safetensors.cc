@@ -44,24 +44,7 @@ std::string hex_byte(unsigned char c) {
 
 // JSON-style quoting for error messages: keeps each message on one line even
 // when a tensor name holds control characters.
-std::string quote(std::string_view s) {
-  std::string out = "\"";
-  size_t n = std::min(s.size(), kMaxQuoted);
-  for (size_t i = 0; i < n; ++i) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c == 0x7f) {
-      out += "\\x" + hex_byte(c);
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  out += '"';
-  if (s.size() > kMaxQuoted) out += str_cat("...(", s.size(), " bytes)");
-  return out;
-}
+std::string quote(std::string_view s) { return quote_for_message(s, kMaxQuoted); }
 
 // Short rendering of a JSON value for "found ..." in error messages.
 std::string found(const json& v) {

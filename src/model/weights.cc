@@ -134,7 +134,7 @@ void linear_group(const OpContext& ctx, const float* x, const LinearGroup& g, fl
 
 ModelWeights load_weights(const WeightSource& src, const ModelConfig& c, const WeightOptions& opts,
                           const OpContext& ctx) {
-  Loader L{src, opts, ctx};
+  Loader L{src, opts, ctx, {}, 0, 0, false};
   L.tty = opts.progress && ::isatty(2);
   const int64_t H = c.hidden_size, hd = c.head_dim, nq = c.n_heads * hd, nkv = c.n_kv_heads * hd;
   const int64_t I = c.intermediate_size, V = c.vocab_size;

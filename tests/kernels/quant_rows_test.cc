@@ -55,7 +55,9 @@ TEST(QuantStreamed, ByteIdenticalToMakeWeight) {
     ASSERT_EQ(a.nbytes(), b.nbytes()) << weight_format_name(f);
     for (auto [x, y] : {std::pair{&a.data, &b.data}, std::pair{&a.scales, &b.scales}, std::pair{&a.aux, &b.aux}}) {
       ASSERT_EQ(x->nbytes(), y->nbytes());
-      if (x->nbytes() > 0) EXPECT_EQ(0, std::memcmp(x->data(), y->data(), x->nbytes())) << weight_format_name(f);
+      if (x->nbytes() > 0) {
+        EXPECT_EQ(0, std::memcmp(x->data(), y->data(), x->nbytes())) << weight_format_name(f);
+      }
     }
   }
 }

@@ -104,8 +104,9 @@ void check_model(const Case& c, const Mode& mode, const std::string& isa, int th
       double e = rel_err(logits.data(), &ref_dec[j * V], V);
       worst = std::max(worst, e);
       EXPECT_LE(e, mode.tol) << "prompt " << p << " decode step " << j;
-      if (j + 1 < dec_ids.size())
+      if (j + 1 < dec_ids.size()) {
         ASSERT_EQ(argmax_of(logits.data(), V), dec_ids[j + 1]) << "prompt " << p << " decode step " << j;
+      }
     }
   }
   std::printf("[golden] %-22s %-15s isa=%-6s threads=%d chunk=%-3lld max rel err %.3g (tolerance %.3g)\n",

@@ -9,5 +9,6 @@ namespace blockspec {
 int cmd_generate(const std::vector<std::string>& args);
 int cmd_inspect(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
+int cmd_eval(const std::vector<std::string>& args);
 
 }  // namespace blockspec

@@ -19,6 +19,7 @@ const char* kUsage =
     "  generate   one prompt in, text out; prints tok/s\n"
     "  inspect    list tensors, dtypes, shapes and the config of a checkpoint\n"
     "  bench      offline throughput, latency and bandwidth roofline; JSON out\n"
+    "  eval       perplexity, KL divergence and top-1 agreement against a reference model\n"
     "\n"
     "Run `blockspec COMMAND --help` for the flags of a command.\n";
 
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return blockspec::cmd_generate(rest);
     if (cmd == "inspect") return blockspec::cmd_inspect(rest);
     if (cmd == "bench") return blockspec::cmd_bench(rest);
+    if (cmd == "eval") return blockspec::cmd_eval(rest);
     std::fprintf(stderr, "blockspec: unknown command \"%s\" (run `blockspec --help`)\n", cmd.c_str());
     return 2;
   } catch (const blockspec::Error& e) {

@@ -4,9 +4,12 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -111,6 +114,147 @@ TEST(Cli, BadInputIsOneLineErrorAndNonZeroExit) {
     EXPECT_NE(r.code, 0) << c;
     EXPECT_EQ(count_lines(r.err), 1) << c << "\n" << r.err;
     EXPECT_EQ(r.err.find("Segmentation"), std::string::npos) << c;
+  }
+}
+
+// ---- eval ----
+
+const std::string kText = std::string(BS_SOURCE_DIR) + "/../shared/data/text/tinyshakespeare.txt";
+
+std::string eval_args(const std::string& model, const std::string& ref, const std::string& extra) {
+  return "eval -m " + model + " --reference " + ref + " --text " + kText + " " + extra;
+}
+
+TEST(Cli, EvalSameModelHasZeroKlAndFullAgreement) {
+  CmdResult r = run(eval_args(kModel, kModel, "--max-tokens 256 --json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(count_lines(r.out), 1);
+  auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"ppl", "ppl_reference", "kld_mean", "kld_p99", "top1_agreement", "n_tokens", "n_windows",
+                          "ctx", "model", "reference", "weights", "reference_weights", "seconds"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["n_tokens"], 256);
+  EXPECT_EQ(j["n_windows"], 1);
+  EXPECT_EQ(j["ctx"], 512);
+  // Same weights, same arithmetic: the distributions are bit-identical.
+  EXPECT_EQ(j["kld_mean"].get<double>(), 0.0);
+  EXPECT_EQ(j["kld_p99"].get<double>(), 0.0);
+  EXPECT_EQ(j["top1_agreement"].get<double>(), 1.0);
+  EXPECT_EQ(j["ppl"].get<double>(), j["ppl_reference"].get<double>());
+  EXPECT_GT(j["ppl"].get<double>(), 1.0);
+  EXPECT_NE(r.err.find("KL mean"), std::string::npos);  // human table on stderr
+}
+
+TEST(Cli, EvalQ8AgainstF32IsCloseButNotIdentical) {
+  CmdResult r = run(eval_args(kModel, kModel, "--weights q8 --reference-weights f32 --max-tokens 256 --json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["n_tokens"], 256);
+  EXPECT_GT(j["kld_mean"].get<double>(), 0.0);
+  EXPECT_LT(j["kld_mean"].get<double>(), 0.05);
+  EXPECT_GE(j["kld_p99"].get<double>(), j["kld_mean"].get<double>());
+  EXPECT_GT(j["top1_agreement"].get<double>(), 0.5);
+  EXPECT_LE(j["top1_agreement"].get<double>(), 1.0);
+  EXPECT_NE(j["weights"], j["reference_weights"]);
+}
+
+TEST(Cli, EvalCutsWindowsAndCapsScoredTokens) {
+  // Windows of 100 tokens score 99 each: 99 + 99 + 58 = 256.
+  CmdResult r = run(eval_args(kModel, kModel, "--ctx 100 --max-tokens 256 --threads 1 --json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["n_tokens"], 256);
+  EXPECT_EQ(j["n_windows"], 3);
+  EXPECT_EQ(j["ctx"], 100);
+}
+
+// Writes qwen3-tiny-f32 with embed_tokens (tied, so also the LM head) padded
+// with zero rows to 1024: same tokenizer, different vocab_size.
+void write_padded_vocab_model(const std::string& dir) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  std::ifstream in(kModel + "/model.safetensors", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  uint64_t hlen = 0;
+  std::memcpy(&hlen, bytes.data(), 8);
+  auto header = nlohmann::json::parse(bytes.substr(8, hlen));
+  const std::string data = bytes.substr(8 + hlen);
+  nlohmann::json out_header;
+  std::string out_data;
+  for (auto& [name, t] : header.items()) {
+    if (name == "__metadata__") {
+      out_header[name] = t;
+      continue;
+    }
+    const size_t b = t["data_offsets"][0], e = t["data_offsets"][1];
+    std::string d = data.substr(b, e - b);
+    if (name == "model.embed_tokens.weight") {
+      t["shape"][0] = 1024;
+      d.resize(d.size() * 2, '\0');
+    }
+    t["data_offsets"] = {out_data.size(), out_data.size() + d.size()};
+    out_data += d;
+    out_header[name] = t;
+  }
+  std::string h = out_header.dump();
+  h.resize((h.size() + 7) / 8 * 8, ' ');
+  const uint64_t n = h.size();
+  std::ofstream out(dir + "/model.safetensors", std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << h << out_data;
+  std::ifstream cin(kModel + "/config.json");
+  auto cfg = nlohmann::json::parse(cin);
+  cfg["vocab_size"] = 1024;
+  std::ofstream(dir + "/config.json") << cfg.dump(2);
+  fs::copy_file(kModel + "/tokenizer.json", dir + "/tokenizer.json", fs::copy_options::overwrite_existing);
+}
+
+// qwen3-tiny-f32 with its tokenizer's ids reversed (id -> 508 - id), so
+// every text tokenizes to different ids.
+void write_other_tokenizer_model(const std::string& dir) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors"})
+    fs::copy_file(kModel + "/" + f, dir + "/" + f, fs::copy_options::overwrite_existing);
+  std::ifstream in(kModel + "/tokenizer.json");
+  auto tok = nlohmann::json::parse(in);
+  for (auto& [piece, id] : tok["model"]["vocab"].items()) id = 508 - id.get<int>();
+  std::ofstream(dir + "/tokenizer.json") << tok.dump();
+}
+
+TEST(Cli, EvalBadInputIsOneLineErrorAndNonZeroExit) {
+  const std::string tmp = std::string(BS_BINARY_DIR) + "/cli_eval_fixtures";
+  std::filesystem::create_directories(tmp);
+  std::ofstream(tmp + "/empty.txt").close();
+  std::ofstream(tmp + "/one_token.txt") << "a";
+  write_padded_vocab_model(tmp + "/vocab1024");
+  write_other_tokenizer_model(tmp + "/other_tokenizer");
+  const std::string base = "eval -m " + kModel + " --reference " + kModel;
+  struct Case {
+    std::string args, expect;  // expect: a substring of the error line
+  };
+  const Case cases[] = {
+      {base + " --text /nonexistent/file.txt", "cannot open"},
+      {base + " --text " + tmp + "/empty.txt", "empty"},
+      {base + " --text " + tmp + "/one_token.txt", "at least 2"},
+      {base + " --text " + kText + " --ctx 1", "--ctx"},
+      {base + " --text " + kText + " --ctx 513", "max_position_embeddings"},
+      {base + " --text " + kText + " --max-tokens 0", "--max-tokens"},
+      {base + " --text " + kText + " --reference-weights q3", "--reference-weights"},
+      {base + " --text " + kText + " --kv-cache-dtype bf16", "unknown flag"},
+      {base + " --text " + kText + " --reference-kv-cache-dtype bf16", "unknown flag"},
+      {base + " --text " + kText + " --bogus", "unknown flag"},
+      {"eval -m " + kModel + " --text " + kText, "--reference"},
+      {"eval -m " + kModel + " --reference /nonexistent/dir --text " + kText, "nonexistent"},
+      {"eval -m " + kModel + " --reference " + tmp + "/vocab1024 --text " + kText + " --max-tokens 8", "vocab_size"},
+      {"eval -m " + kModel + " --reference " + tmp + "/other_tokenizer --text " + kText, "disagree on the text at token 0"},
+  };
+  for (const auto& c : cases) {
+    CmdResult r = run(c.args);
+    EXPECT_NE(r.code, 0) << c.args;
+    EXPECT_EQ(count_lines(r.err), 1) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << c.args;
   }
 }
 

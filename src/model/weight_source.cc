@@ -11,7 +11,9 @@
 #include "formats/gguf.h"
 #include "formats/gguf_dequant.h"
 #include "formats/gguf_model.h"
+#include "formats/quant_config.h"
 #include "formats/safetensors.h"
+#include "model/quant_checkpoint.h"
 
 namespace blockspec {
 
@@ -29,6 +31,10 @@ void WeightSource::load_rows(const std::string& n, int64_t r0, int64_t r1, float
     }
     out[i - r0 * K] = v;
   }
+}
+
+void WeightSource::load_native(const std::string& n, int64_t, int64_t, int8_t*, float*) const {
+  fail(path(), ": tensor \"", n, "\" has no stored integer codes");
 }
 
 namespace {
@@ -157,6 +163,7 @@ std::unique_ptr<WeightSource> open_weight_source(const std::string& path) {
   if (!gguf.empty()) return std::make_unique<GgufSource>(gguf);
   if (!fs::is_directory(path, ec))
     fail(path, ": not a model (expected a directory with config.json and *.safetensors, or a .gguf file)");
+  if (auto qc = load_quant_config(path)) return open_quant_checkpoint(path, *qc);
   return std::make_unique<SafetensorsSource>(path);
 }
 

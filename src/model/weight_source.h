@@ -32,6 +32,13 @@ class WeightSource {
   virtual void load_rows(const std::string& hf_name, int64_t r0, int64_t r1, float* out) const;
   // Tells the source a tensor is converted and its file pages can go.
   virtual void release(const std::string& hf_name) const {}
+  // Integer codes stored in the checkpoint (GPTQ, compressed-tensors; see
+  // model/quant_checkpoint.h). When has_native(name), natural_format(name) is
+  // q8 or q4 and load_native fills rows [r0, r1) of the [N, K] weight as
+  // codes [r1 - r0, K] and f32 scales [r1 - r0, ceil(K / 128)], exactly as
+  // stored, so the loader packs them without re-quantizing.
+  virtual bool has_native(const std::string& hf_name) const { return false; }
+  virtual void load_native(const std::string& hf_name, int64_t r0, int64_t r1, int8_t* codes, float* scales) const;
 };
 
 // DIR with config.json + safetensors, a .gguf file, or a DIR holding exactly

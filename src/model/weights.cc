@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "kernels/quant.h"
+#include "kernels/quant_import.h"
 
 namespace blockspec {
 
@@ -38,13 +39,24 @@ struct Loader {
       if (done == total) std::fprintf(stderr, "\n");
     }
   }
+  // Stored integer codes (GPTQ, compressed-tensors) are packed as they are,
+  // never re-quantized, unless opts.format asks for another format: then the
+  // source dequantizes them exactly (float(code) * scale) and they convert
+  // like any dense weight.
+  bool native(const std::string& name) const {
+    return src.has_native(name) && (!opts.format || *opts.format == src.natural_format(name));
+  }
   QuantTensor matrix(const std::string& name, const Shape& shape) {
     check(name, shape);
     WeightFormat f = opts.format.value_or(src.natural_format(name));
     // Large matrices (embeddings, lm_head, MLP) convert in row chunks so they
     // never exist whole in f32 next to their converted copy.
     constexpr int64_t kStreamElems = int64_t(4) << 20;
-    QuantTensor q = shape[0] * shape[1] > kStreamElems
+    QuantTensor q = native(name) ? make_weight_from_codes(ctx, shape[0], shape[1], f,
+                                                          [&](int64_t r0, int64_t r1, int8_t* c, float* s) {
+                                                            src.load_native(name, r0, r1, c, s);
+                                                          })
+                    : shape[0] * shape[1] > kStreamElems
                         ? make_weight_streamed(ctx, shape[0], shape[1], f,
                                                [&](int64_t r0, int64_t r1, float* out) {
                                                  src.load_rows(name, r0, r1, out);
@@ -59,14 +71,34 @@ struct Loader {
   LinearGroup group(const std::vector<std::pair<std::string, Shape>>& parts, const std::vector<std::string>& biases) {
     LinearGroup g;
     std::vector<WeightFormat> fmts;
+    int n_native = 0;
     for (const auto& [name, shape] : parts) {
       check(name, shape);
       fmts.push_back(opts.format.value_or(src.natural_format(name)));
+      n_native += native(name) ? 1 : 0;
       g.part_rows.push_back(shape[0]);
       g.rows += shape[0];
     }
     const int64_t K = parts[0].second[1];
-    if (std::all_of(fmts.begin(), fmts.end(), [&](WeightFormat f) { return f == fmts[0]; })) {
+    const bool same = std::all_of(fmts.begin(), fmts.end(), [&](WeightFormat f) { return f == fmts[0]; });
+    if (same && n_native == static_cast<int>(parts.size())) {
+      // All parts stored as codes of one format: fuse their codes.
+      const int64_t G = (K + 127) / 128;  // scale groups of 128 inputs
+      auto rows = [&](int64_t r0, int64_t r1, int8_t* c, float* s) {
+        int64_t base = 0;
+        for (size_t i = 0; i < parts.size(); ++i) {
+          const int64_t b = std::max(r0, base), e = std::min(r1, base + g.part_rows[i]);
+          if (b < e) src.load_native(parts[i].first, b - base, e - base, c + (b - r0) * K, s + (b - r0) * G);
+          base += g.part_rows[i];
+        }
+      };
+      g.mats.push_back(make_weight_from_codes(ctx, g.rows, K, fmts[0], rows));
+      formats_used[weight_format_name(fmts[0])] += static_cast<int>(parts.size());
+      for (const auto& p : parts) {
+        src.release(p.first);
+        tick();
+      }
+    } else if (same && n_native == 0) {
       // Row r of the fused matrix comes from the part whose range holds r.
       auto rows = [&](int64_t r0, int64_t r1, float* out) {
         int64_t base = 0;

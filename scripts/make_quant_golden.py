@@ -1,0 +1,339 @@
+#!/usr/bin/env python3
+"""Generate quantized-checkpoint fixtures (tests/fixtures/quant/) for the bit-exact GPTQ / compressed-tensors loader.
+
+Developers run this by hand; CI only reads the committed outputs. Same venv as scripts/make_golden.py plus
+compressed-tensors (pinned below):
+
+    ~/.cache/blockspec/venv-golden/bin/pip install compressed-tensors==0.20.1
+    ~/.cache/blockspec/venv-golden/bin/python scripts/make_quant_golden.py
+
+Tiny random Qwen3 / Llama models (hidden 128, intermediate 256, so every K is a multiple of 128 and the
+groups are real) get their linear weights quantized:
+  - compressed-tensors: scales from compressed_tensors' calculate_qparams over per-group / per-channel min/max,
+    codes and packing from its own compressors (PackedQuantizationCompressor for pack-quantized,
+    IntQuantizationCompressor for int-quantized); reference dequantization = its `dequantize` in float32.
+  - GPTQ v1 ("gptq", stored zero = z - 1) and v2 ("gptq_v2"): the sym quantizer and bit packing written from
+    ../shared/docs/quant_formats.md §2 / §4.1 (GPTQModel / AutoGPTQ are not installed offline), cross-checked:
+    qweight.T unpacked by compressed_tensors' unpack_from_int32 must give our codes (the §3.3 equivalence
+    weight_packed.T == qweight), and the worked examples of §2.6 are asserted.
+Reference dequantization is float(code) * float(scale) in float32 (exact: an f16/bf16 scale times a <= 8-bit
+code fits in f32). The HF reference logits come from the same architecture with those dequantized weights,
+run in float32 (eager attention, one thread).
+
+golden.safetensors per fixture: p{i}.input_ids (I32 [T]), p{i}.logits (F32 [T, vocab]: HF on the dequantized
+model), p{i}.logits_a8 (the same with the engine's int8 activation quantization simulated before each quantized
+linear),
+ref.<module>.weight (F32, the reference dequantization of layer 0's k_proj) and ref.<module>.weight.rows16
+(F32, the first 16 rows of layer 0's down_proj).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+PINNED = {"torch": "2.15.0", "transformers": "5.23.0", "safetensors": "0.8.0", "compressed-tensors": "0.20.1"}
+
+
+def check_versions():
+    import compressed_tensors
+    import safetensors
+    import torch
+    import transformers
+
+    found = {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__,
+             "safetensors": safetensors.__version__, "compressed-tensors": compressed_tensors.__version__.split("+")[0]}
+    bad = [f"{k}: need {v}, found {found[k]}" for k, v in PINNED.items() if found[k] != v]
+    if bad:
+        sys.exit("make_quant_golden.py: wrong package versions:\n  " + "\n  ".join(bad))
+    return found
+
+
+VERSIONS = check_versions()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from compressed_tensors.compressors.naive_quantized.base import IntQuantizationCompressor  # noqa: E402
+from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor  # noqa: E402
+from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32  # noqa: E402
+from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme  # noqa: E402
+from compressed_tensors.quantization.lifecycle.forward import dequantize  # noqa: E402
+from compressed_tensors.quantization.utils.helpers import calculate_qparams  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "tests/fixtures/quant"
+VOCAB = 256
+PROMPTS = [[3, 77, 150, 9, 201, 33, 64], [250, 1, 128, 17, 90]]
+STD_LINEAR, STD_EMBED = 0.2, 0.3
+torch.set_num_threads(1)
+torch.use_deterministic_algorithms(True)
+
+BASES = {
+    "qwen3": dict(family="qwen3", layers=2, tie=True, seed=11),
+    "llama": dict(family="llama", layers=1, tie=False, seed=12),
+}
+
+
+def make_model(base):
+    common = dict(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=base["layers"],
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=32, hidden_act="silu",
+                  max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=base["tie"],
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, bos_token_id=1, eos_token_id=2,
+                  attention_bias=False, dtype="bfloat16")
+    if base["family"] == "qwen3":
+        cfg, cls = Qwen3Config(**common), Qwen3ForCausalLM
+    else:
+        cfg, cls = LlamaConfig(mlp_bias=False, **common), LlamaForCausalLM
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(base["seed"])
+    model = cls(cfg).to(torch.float32)
+    g = torch.Generator().manual_seed(base["seed"])
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(0.8 + 0.4 * torch.rand(p.shape, generator=g))
+            elif "embed_tokens" in name or "lm_head" in name:
+                p.copy_(STD_EMBED * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(STD_LINEAR * torch.randn(p.shape, generator=g))
+    # Dense parts are stored bf16; quantization starts from the bf16-rounded weights. Only the parameters are
+    # rounded: the RoPE inv_freq buffer stays f32 (as from_pretrained builds it).
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).to(torch.float32))
+    for name, b in model.named_buffers():
+        assert b.dtype == torch.float32, name
+    model.eval()
+    return cfg, model
+
+
+def linear_names(model):
+    return [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"]
+
+
+# ---------------------------------------------------------------------------------------------
+# compressed-tensors
+# ---------------------------------------------------------------------------------------------
+
+def ct_args(bits, strategy):
+    kw = dict(num_bits=bits, type="int", symmetric=True, strategy=strategy, dynamic=False, observer="minmax")
+    if strategy == "group":
+        kw["group_size"] = 128
+    return QuantizationArgs(**kw)
+
+
+def ct_quantize(w, args, compressor, input_acts=None):
+    """Returns (compressed state dict, reference dequantized f32 weight [N, K])."""
+    N, K = w.shape
+    wb = w.to(torch.bfloat16)  # the observed weight dtype: scales come out in bf16
+    if args.strategy == "group":
+        wg = wb.reshape(N, K // 128, 128)
+        mn, mx = wg.amin(dim=-1), wg.amax(dim=-1)
+    else:
+        mn, mx = wb.amin(dim=-1, keepdim=True), wb.amax(dim=-1, keepdim=True)
+    scale, zp = calculate_qparams(mn, mx, args)
+    assert scale.dtype == torch.bfloat16
+    scheme = QuantizationScheme(targets=["Linear"], weights=args, input_activations=input_acts)
+    sd = compressor.compress({"weight": wb, "weight_scale": scale, "weight_zero_point": zp}, scheme)
+    # Reference dequantization in f32 from the stored tensors.
+    if "weight_packed" in sd:
+        q = unpack_from_int32(sd["weight_packed"], args.num_bits, sd["weight_shape"])
+    else:
+        q = sd["weight"]
+    ref = dequantize(q.to(torch.float32), sd["weight_scale"].to(torch.float32), None, args, dtype=torch.float32)
+    assert torch.equal(ref, q.to(torch.float32) * sd["weight_scale"].float().repeat_interleave(
+        128 if args.strategy == "group" else K, dim=1)[:, :K])
+    return sd, ref
+
+
+def ct_config(groups, fmt, ignore):
+    cg = {}
+    for name, (targets, args, gfmt, ia) in groups.items():
+        cg[name] = {"targets": targets, "format": gfmt, "weights": args.model_dump(mode="json"),
+                    "input_activations": ia.model_dump(mode="json") if ia is not None else None,
+                    "output_activations": None}
+    return {"quant_method": "compressed-tensors", "version": VERSIONS["compressed-tensors"], "format": fmt,
+            "quantization_status": "compressed", "global_compression_ratio": None, "ignore": ignore,
+            "kv_cache_scheme": None, "sparsity_config": {}, "transform_config": {}, "config_groups": cg}
+
+
+# ---------------------------------------------------------------------------------------------
+# GPTQ (quant_formats.md §2, §4.1), written from the formulas
+# ---------------------------------------------------------------------------------------------
+
+def pack_along(codes: np.ndarray, bits: int, axis: int) -> np.ndarray:
+    """Element i of `axis` goes to word i // pf, bits [b*(i % pf), b*(i % pf)+b) (§2.2)."""
+    pf = 32 // bits
+    c = np.moveaxis(codes.astype(np.uint32), axis, 0)
+    assert c.shape[0] % pf == 0
+    c = c.reshape(c.shape[0] // pf, pf, *c.shape[1:])
+    words = np.zeros((c.shape[0], *c.shape[2:]), dtype=np.uint32)
+    for j in range(pf):
+        words |= c[:, j] << np.uint32(bits * j)
+    return np.moveaxis(words, 0, axis).view(np.int32)
+
+
+def gptq_quantize(w, bits, group_size, v2):
+    """Sym GPTQ quantizer (RTN codes: what matters here is the storage format). w [N, K] f32."""
+    N, K = w.shape
+    G = K if group_size == -1 else group_size
+    maxq = 2 ** bits - 1
+    wt = w.t().contiguous()  # [K, N]
+    ng = K // G
+    scales = torch.empty(ng, N)
+    codes = torch.empty(K, N, dtype=torch.int64)
+    for g in range(ng):
+        x = wt[g * G:(g + 1) * G]
+        xmin = torch.minimum(x.amin(0), torch.zeros(N))
+        xmax = torch.maximum(x.amax(0), torch.zeros(N))
+        xmax = torch.maximum(xmin.abs(), xmax)
+        xmin = torch.where(xmin < 0, -xmax, xmin)
+        both0 = (xmin == 0) & (xmax == 0)
+        xmin, xmax = torch.where(both0, -1.0, xmin), torch.where(both0, 1.0, xmax)
+        s = ((xmax - xmin) / maxq).to(torch.float16)  # stored f16; codes use the stored scale
+        scales[g] = s.float()
+        codes[g * G:(g + 1) * G] = torch.clamp(torch.round(x / s.float()) + (maxq + 1) // 2, 0, maxq).long()
+    z = 2 ** (bits - 1)
+    qweight = pack_along(codes.numpy(), bits, 0)
+    zeros = np.full((ng, N), z if v2 else z - 1, dtype=np.uint32)
+    qzeros = pack_along(zeros, bits, 1)
+    g_idx = torch.tensor([k // G for k in range(K)], dtype=torch.int32)
+    ref = ((codes - z).float() * scales.repeat_interleave(G, dim=0)).t().contiguous()  # [N, K]
+    # Cross-check the packing with compressed_tensors' unpacker (weight_packed.T == qweight, offset 2^(b-1)).
+    un = unpack_from_int32(torch.from_numpy(qweight).t().contiguous(), bits, torch.Size([N, K]))
+    assert torch.equal(un.long(), (codes - z).t()), "GPTQ packing disagrees with compressed_tensors"
+    return {"qweight": torch.from_numpy(qweight), "qzeros": torch.from_numpy(qzeros),
+            "scales": scales.to(torch.float16), "g_idx": g_idx}, ref
+
+
+def check_worked_examples():
+    w = [15, 0, 10, 6, 8, 8, 12, 7]
+    assert pack_along(np.array(w).reshape(8, 1), 4, 0)[0, 0] == 2089314831  # 0x7C886A0F, §2.6
+    assert pack_along(np.full((1, 8), 7), 4, 1)[0, 0] == 0x77777777
+    assert pack_along(np.array([[1, 0x80, 0xFF, 0x7F]]).T, 8, 0)[0, 0] == 2147450881
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures
+# ---------------------------------------------------------------------------------------------
+
+W8A8_INPUTS = QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="token", dynamic=True,
+                               observer=None)
+
+FIXTURES = [
+    dict(name="qwen3-gptq-w4g128", base="qwen3", kind="gptq", bits=4, group=128, v2=False, cfg_file="config"),
+    dict(name="qwen3-gptqv2-w8ch", base="qwen3", kind="gptq", bits=8, group=-1, v2=True, cfg_file="quantize_config"),
+    dict(name="qwen3-ct-w4g128", base="qwen3", kind="ct",
+         groups={"group_0": (["Linear"], ct_args(4, "group"), None, None)}, fmt="pack-quantized"),
+    # Mixed precision: attention int4 g128 pack-quantized (regex target), MLP int8 per-channel W8A8
+    # int-quantized (class target), lm_head left dense (ignore).
+    dict(name="llama-ct-mixed", base="llama", kind="ct",
+         groups={"group_0": (["re:.*self_attn\\.(q|k|v|o)_proj$"], ct_args(4, "group"), "pack-quantized", None),
+                 "group_1": (["Linear"], ct_args(8, "channel"), "int-quantized", W8A8_INPUTS)},
+         fmt="mixed-precision"),
+]
+
+
+def group_for(spec, module):
+    """The group of a module (exact > regex > class), mirroring the C++ loader; None when ignored."""
+    import re
+    if module == "lm_head":
+        return None
+    best, level = None, 0
+    for name, (targets, *_rest) in spec["groups"].items():
+        for t in targets:
+            lv = 3 if t == module else 2 if t.startswith("re:") and re.match(t[3:], module) else 1 if t == "Linear" else 0
+            if lv > level:
+                best, level = name, lv
+    return best
+
+
+def fake_quant_acts(_module, args):
+    x = args[0]
+    xg = x.reshape(-1, x.shape[-1] // 128, 128)
+    amax = xg.abs().amax(-1, keepdim=True)
+    inv = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
+    q = torch.clamp(torch.round(xg * inv), -127, 127)
+    return ((q * (amax / 127.0)).reshape(x.shape),)
+
+
+@torch.no_grad()
+def make_fixture(spec):
+    base = BASES[spec["base"]]
+    cfg, model = make_model(base)
+    sd = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+    if base["tie"]:
+        sd.pop("lm_head.weight", None)
+    refs = {}
+    qcfg = None
+    for mod in linear_names(model):
+        w = model.get_submodule(mod).weight.detach().clone()
+        del sd[mod + ".weight"]
+        if spec["kind"] == "gptq":
+            tensors, ref = gptq_quantize(w, spec["bits"], spec["group"], spec["v2"])
+        else:
+            targets, args, gfmt, ia = spec["groups"][group_for(spec, mod)]
+            comp = PackedQuantizationCompressor if (gfmt or spec["fmt"]) == "pack-quantized" else IntQuantizationCompressor
+            tensors, ref = ct_quantize(w, args, comp, ia)
+        for k, v in tensors.items():
+            sd[f"{mod}.{k}"] = v.contiguous()
+        refs[mod] = ref
+        model.get_submodule(mod).weight.copy_(ref)  # the HF reference runs the dequantized weights
+    if spec["kind"] == "gptq":
+        qcfg = {"bits": spec["bits"], "group_size": spec["group"], "damp_percent": 0.01, "desc_act": False,
+                "static_groups": False, "sym": True, "true_sequential": True, "model_name_or_path": None,
+                "model_file_base_name": "model", "quant_method": "gptq",
+                "checkpoint_format": "gptq_v2" if spec["v2"] else "gptq"}
+    else:
+        qcfg = ct_config(spec["groups"], spec["fmt"], ["lm_head"])
+    out = OUT / spec["name"]
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    cfg_dict = cfg.to_dict()
+    if spec.get("cfg_file") == "quantize_config":
+        (out / "quantize_config.json").write_text(json.dumps(qcfg, indent=2, sort_keys=True) + "\n")
+    else:
+        cfg_dict["quantization_config"] = qcfg
+    (out / "config.json").write_text(json.dumps(cfg_dict, indent=2, sort_keys=True) + "\n")
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+    # HF reference: the dequantized model in f32.
+    golden = {}
+    for i, ids in enumerate(PROMPTS):
+        logits = model(input_ids=torch.tensor([ids])).logits[0].float()
+        golden[f"p{i}.input_ids"] = torch.tensor(ids, dtype=torch.int32)
+        golden[f"p{i}.logits"] = logits.contiguous()
+    # The same model with the engine's activation quantization simulated before every quantized linear
+    # (kernels/quant_layout.h: per row and group of 128, scale = max|x| / 127, code = round_half_even(
+    # x * (127 / max|x|)) in [-127, 127]): the reference for the native W4A8 / W8A8 path.
+    hooks = [model.get_submodule(mod).register_forward_pre_hook(fake_quant_acts) for mod in refs]
+    for i, ids in enumerate(PROMPTS):
+        golden[f"p{i}.logits_a8"] = model(input_ids=torch.tensor([ids])).logits[0].float().contiguous()
+    for h in hooks:
+        h.remove()
+    k0 = "model.layers.0.self_attn.k_proj"
+    d0 = "model.layers.0.mlp.down_proj"
+    golden[f"ref.{k0}.weight"] = refs[k0].contiguous()
+    golden[f"ref.{d0}.weight.rows16"] = refs[d0][:16].contiguous()
+    save_file(golden, str(out / "golden.safetensors"), metadata={"n_prompts": str(len(PROMPTS))})
+    # Reload check: the stored tensors decode to the references.
+    back = load_file(str(out / "model.safetensors"))
+    assert set(back) == set(sd)
+    size = sum(p.stat().st_size for p in out.iterdir())
+    print(f"{spec['name']}: {size} bytes, {len(refs)} quantized modules")
+    return size
+
+
+def main():
+    check_worked_examples()
+    OUT.mkdir(parents=True, exist_ok=True)
+    total = sum(make_fixture(s) for s in FIXTURES)
+    print(f"total {total} bytes")
+    assert total < 1_500_000, total
+
+
+if __name__ == "__main__":
+    main()

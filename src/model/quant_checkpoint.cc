@@ -1,0 +1,377 @@
+// GPTQ / compressed-tensors -> native Q8_G128 / Q4_G128 codes. See
+// quant_checkpoint.h; the formulas are quant_formats.md §2.1-2.3 (GPTQ) and
+// §3.3-3.4 (compressed-tensors).
+#include "model/quant_checkpoint.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "base/error.h"
+#include "formats/safetensors.h"
+
+namespace blockspec {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+
+// Linear layers of the dense families: "*_proj" and "lm_head" (what
+// compressed-tensors' class target "Linear" selects in them).
+bool is_linear_module(const std::string& m) {
+  const std::string last = m.substr(m.rfind('.') + 1);
+  return ends_with(last, "_proj") || last == "lm_head";
+}
+
+// Element i of a tensor of the file (unaligned-safe).
+template <class T>
+T elem(const Tensor& t, int64_t i) {
+  T v;
+  std::memcpy(&v, static_cast<const uint8_t*>(t.data()) + i * sizeof(T), sizeof(T));
+  return v;
+}
+
+float float_elem(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::kF32: return elem<float>(t, i);
+    case DType::kF16: return f16_to_f32(elem<uint16_t>(t, i));
+    case DType::kBF16: return bf16_to_f32(elem<uint16_t>(t, i));
+    default: BS_ASSERT(false, "float_elem of ", dtype_name(t.dtype()));
+  }
+  return 0.f;
+}
+
+enum class Kind { kGptq, kCtPacked, kCtInt8 };
+
+struct Module {
+  Kind kind = Kind::kGptq;
+  int bits = 4;
+  int64_t N = 0, K = 0;
+  bool per_channel = false;  // one scale per row (GPTQ group_size -1, CT strategy channel)
+  std::string codes_name, scale_name;
+  std::string desc;  // "gptq int4 g128" ... for storage_type()
+};
+
+class QuantCheckpointSource : public WeightSource {
+ public:
+  QuantCheckpointSource(const std::string& dir, const QuantConfig& qc)
+      : cfg_(load_hf_config(dir)), ckpt_(dir), qc_(qc) {
+    if (qc_.method == QuantMethod::kCompressedTensors) check_ct_global();
+    for (const std::string& n : ckpt_.names()) {
+      const SafetensorsEntry& e = ckpt_.entry(n);
+      if (ends_with(n, ".qweight")) {
+        add(n.substr(0, n.size() - 8), gptq_module(n.substr(0, n.size() - 8)));
+      } else if (ends_with(n, ".weight_packed")) {
+        add(n.substr(0, n.size() - 14), ct_module(n.substr(0, n.size() - 14), Kind::kCtPacked));
+      } else if (ends_with(n, ".weight") && (e.dtype == DType::kI8 || e.dtype == DType::kF8_E4M3 ||
+                                             e.dtype == DType::kF8_E5M2 || e.dtype == DType::kU8)) {
+        add(n.substr(0, n.size() - 7), ct_module(n.substr(0, n.size() - 7), Kind::kCtInt8));
+      } else if (ends_with(n, ".weight") && qc_.method == QuantMethod::kCompressedTensors) {
+        // A linear that the config quantizes must not be stored dense.
+        const std::string m = n.substr(0, n.size() - 7);
+        if (is_linear_module(m) && !ignored(m) && match_group(m) != nullptr)
+          fail(where(m), ": config_groups.", match_group(m)->name, " targets this module, but it is stored dense (",
+               n, " is ", dtype_name(e.dtype), ", no weight_packed / int8 weight)");
+      }
+    }
+  }
+
+  const std::string& path() const override { return ckpt_.path(); }
+  const ModelConfig& config() const override { return cfg_; }
+  bool has(const std::string& n) const override { return module_of(n) != nullptr || ckpt_.has(n); }
+  Shape shape(const std::string& n) const override {
+    if (const Module* m = module_of(n)) return {m->N, m->K};
+    return ckpt_.entry(n).shape;
+  }
+  std::string storage_type(const std::string& n) const override {
+    if (const Module* m = module_of(n)) return m->desc;
+    return dtype_name(ckpt_.entry(n).dtype);
+  }
+  WeightFormat natural_format(const std::string& n) const override {
+    if (const Module* m = module_of(n)) return m->bits == 4 ? WeightFormat::kQ4_G128 : WeightFormat::kQ8_G128;
+    return ckpt_.entry(n).dtype == DType::kBF16 ? WeightFormat::kBF16 : WeightFormat::kF32;
+  }
+  bool has_native(const std::string& n) const override { return module_of(n) != nullptr; }
+
+  void load_native(const std::string& n, int64_t r0, int64_t r1, int8_t* codes, float* scales) const override {
+    const Module* m = module_of(n);
+    BS_ASSERT(m != nullptr && 0 <= r0 && r0 <= r1 && r1 <= m->N);
+    const int64_t N = m->N, K = m->K, G = (K + 127) / 128;  // == q_groups(K): 128 is a multiple of 8
+    const Tensor c = ckpt_.tensor(m->codes_name), s = ckpt_.tensor(m->scale_name);
+    const int b = m->bits, pf = 32 / b, zero = 1 << (b - 1);
+    for (int64_t r = r0; r < r1; ++r) {
+      int8_t* out = codes + (r - r0) * K;  // [K]
+      switch (m->kind) {
+        case Kind::kGptq:  // qweight [K / pf, N], packed along K
+          for (int64_t k = 0; k < K; ++k)
+            out[k] = static_cast<int8_t>(
+                static_cast<int>(packed_field(elem<uint32_t>(c, (k / pf) * N + r), b, k % pf)) - zero);
+          break;
+        case Kind::kCtPacked: {  // weight_packed [N, W], packed along K
+          const int64_t W = c.dim(1);
+          for (int64_t k = 0; k < K; ++k)
+            out[k] = static_cast<int8_t>(
+                static_cast<int>(packed_field(elem<uint32_t>(c, r * W + k / pf), b, k % pf)) - zero);
+          break;
+        }
+        case Kind::kCtInt8:  // weight [N, K] int8
+          std::memcpy(out, static_cast<const uint8_t*>(c.data()) + r * K, K);
+          break;
+      }
+      for (int64_t g = 0; g < G; ++g) {
+        int64_t i;
+        if (m->kind == Kind::kGptq) i = (m->per_channel ? 0 : g) * N + r;  // scales [ng, N]
+        else i = m->per_channel ? r : r * G + g;                           // weight_scale [N, ng] or [N, 1]
+        scales[(r - r0) * G + g] = float_elem(s, i);
+      }
+    }
+  }
+
+  Tensor load(const std::string& n) const override {
+    if (const Module* m = module_of(n)) {
+      Tensor t(DType::kF32, {m->N, m->K});
+      load_rows(n, 0, m->N, t.mutable_ptr<float>());
+      return t;
+    }
+    Tensor t = ckpt_.tensor(n);
+    if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16)
+      fail(path(), ": tensor \"", n, "\" has dtype ", dtype_name(t.dtype()), "; expected F32, BF16 or F16");
+    return t;
+  }
+  // Exact dequantization: float(code) * scale.
+  void load_rows(const std::string& n, int64_t r0, int64_t r1, float* out) const override {
+    const Module* m = module_of(n);
+    if (m == nullptr) return WeightSource::load_rows(n, r0, r1, out);
+    const int64_t K = m->K, G = (K + 127) / 128;
+    std::vector<int8_t> c((r1 - r0) * K);
+    std::vector<float> s((r1 - r0) * G);
+    load_native(n, r0, r1, c.data(), s.data());
+    for (int64_t r = 0; r < r1 - r0; ++r)
+      for (int64_t k = 0; k < K; ++k) out[r * K + k] = static_cast<float>(c[r * K + k]) * s[r * G + k / 128];
+  }
+
+ private:
+  std::string where(const std::string& module) const { return path() + ": module " + module; }
+
+  const Module* module_of(const std::string& n) const {
+    if (!ends_with(n, ".weight")) return nullptr;
+    auto it = mods_.find(n.substr(0, n.size() - 7));
+    return it == mods_.end() ? nullptr : &it->second;
+  }
+  void add(const std::string& name, Module m) {
+    if (mods_.count(name)) fail(where(name), ": stored in two quantized forms");
+    mods_.emplace(name, std::move(m));
+  }
+  const SafetensorsEntry& need(const std::string& module, const std::string& suffix, const std::string& why) const {
+    const std::string n = module + "." + suffix;
+    if (!ckpt_.has(n)) fail(where(module), ": missing tensor ", n, " (", why, ")");
+    return ckpt_.entry(n);
+  }
+  void need_shape(const std::string& module, const SafetensorsEntry& e, const Shape& want, const std::string& why) const {
+    if (e.shape != want)
+      fail(where(module), ": ", e.name, " has shape ", shape_str(e.shape), ", expected ", shape_str(want), " (", why, ")");
+  }
+  void need_float(const std::string& module, const SafetensorsEntry& e) const {
+    if (e.dtype != DType::kF16 && e.dtype != DType::kBF16 && e.dtype != DType::kF32)
+      fail(where(module), ": ", e.name, " has dtype ", dtype_name(e.dtype), ", expected F16, BF16 or F32 scales");
+  }
+
+  // ---- GPTQ (quant_formats.md §2) ----
+  Module gptq_module(const std::string& mod) const {
+    if (qc_.method != QuantMethod::kGptq)
+      fail(where(mod), ": has a GPTQ qweight but quant_method is compressed-tensors");
+    const GptqConfig& g = qc_.gptq;
+    const std::string& cf = g.checkpoint_format;
+    if (cf != "gptq" && cf != "gptq_v2")
+      fail(where(mod), ": GPTQ checkpoint_format \"", cf, "\" is not supported (only gptq and gptq_v2; marlin / gptq_p "
+           "are pre-permuted layouts)");
+    if (!g.sym) fail(where(mod), ": asymmetric GPTQ (sym=false) is not supported yet; only sym=true");
+    if (g.desc_act) fail(where(mod), ": GPTQ desc_act=true (act-order) is not supported yet");
+    if (g.has_dynamic) fail(where(mod), ": GPTQModel per-module \"dynamic\" overrides are not supported yet");
+    if (g.bits != 4 && g.bits != 8) fail(where(mod), ": GPTQ bits=", g.bits, " is not supported (4 or 8)");
+    if (g.group_size != 128 && g.group_size != -1)
+      fail(where(mod), ": GPTQ group_size ", g.group_size, " is not supported (128 or -1; the engine's groups are 128)");
+    Module m;
+    m.kind = Kind::kGptq;
+    m.bits = g.bits;
+    m.per_channel = g.group_size == -1;
+    const int b = g.bits, pf = 32 / b;
+    const SafetensorsEntry& qw = need(mod, "qweight", "GPTQ codes");
+    if (qw.dtype != DType::kI32 || qw.shape.size() != 2)
+      fail(where(mod), ": qweight must be a 2-D I32 [K*bits/32, N] tensor, found ", dtype_name(qw.dtype), " ",
+           shape_str(qw.shape));
+    m.K = qw.shape[0] * pf;
+    m.N = qw.shape[1];
+    const int64_t ng = m.per_channel ? 1 : (m.K + 127) / 128;
+    const std::string gwhy = "group_size " + std::to_string(g.group_size) + ", K=" + std::to_string(m.K);
+    const SafetensorsEntry& sc = need(mod, "scales", "GPTQ scales");
+    need_float(mod, sc);
+    need_shape(mod, sc, {ng, m.N}, gwhy);
+    const SafetensorsEntry& qz = need(mod, "qzeros", "GPTQ zero points");
+    if (m.N % pf != 0) fail(where(mod), ": N=", m.N, " is not a multiple of ", pf, " (qzeros pack ", pf, " per word)");
+    if (qz.dtype != DType::kI32) fail(where(mod), ": qzeros has dtype ", dtype_name(qz.dtype), ", expected I32");
+    need_shape(mod, qz, {ng, m.N / pf}, gwhy);
+    // Symmetric zero points must all be 2^(b-1); v1 stores z - 1, decoded per
+    // field with +1 as vLLM's gptq_gemm does.
+    const bool v1 = cf == "gptq";
+    const Tensor zt = ckpt_.tensor(qz.name);
+    for (int64_t i = 0; i < zt.numel(); ++i)
+      for (int j = 0; j < pf; ++j) {
+        const int64_t z = static_cast<int64_t>(packed_field(elem<uint32_t>(zt, i), b, j)) + (v1 ? 1 : 0);
+        if (z != (1 << (b - 1)))
+          fail(where(mod), ": zero point of group ", i / (m.N / pf), " column ", (i % (m.N / pf)) * pf + j, " is ", z,
+               " (", cf, " stores ", v1 ? "z-1" : "z", "), expected ", (1 << (b - 1)),
+               " for sym=true; asymmetric zero points are not supported yet");
+      }
+    if (ckpt_.has(mod + ".g_idx")) {
+      const SafetensorsEntry& gi = ckpt_.entry(mod + ".g_idx");
+      if (gi.dtype != DType::kI32) fail(where(mod), ": g_idx has dtype ", dtype_name(gi.dtype), ", expected I32");
+      need_shape(mod, gi, {m.K}, "one group index per input");
+      const Tensor gt = ckpt_.tensor(gi.name);
+      for (int64_t k = 0; k < m.K; ++k) {
+        const int32_t v = elem<int32_t>(gt, k);
+        if (v < 0 || v >= ng) fail(where(mod), ": g_idx[", k, "] = ", v, " is out of range [0, ", ng, ")");
+        const int64_t want = m.per_channel ? 0 : k / 128;
+        if (v != want)
+          fail(where(mod), ": g_idx[", k, "] = ", v, ", expected ", want, " (k // group_size): a non-trivial g_idx with "
+               "desc_act=false is ignored by vLLM; refusing rather than guessing");
+      }
+    }
+    m.codes_name = qw.name;
+    m.scale_name = sc.name;
+    m.desc = str_cat(cf, " int", b, m.per_channel ? " per-channel" : " g128");
+    return m;
+  }
+
+  // ---- compressed-tensors (quant_formats.md §3) ----
+  void check_ct_global() const {
+    const CtConfig& c = qc_.ct;
+    const std::string& w = qc_.what;
+    if (c.quantization_status != "compressed")
+      fail(w, ": quantization_status \"", c.quantization_status, "\" is not supported (expected \"compressed\")");
+    if (c.has_transform) fail(w, ": transform_config (runtime Hadamard/rotation transforms) is not supported yet");
+    if (c.has_sparsity) fail(w, ": sparsity_config is not supported yet");
+    if (c.has_kv_cache_scheme) fail(w, ": kv_cache_scheme (quantized KV cache scales) is not supported yet");
+  }
+  bool ignored(const std::string& m) const {
+    const bool lin = is_linear_module(m);
+    return std::any_of(qc_.ct.ignore.begin(), qc_.ct.ignore.end(),
+                       [&](const std::string& t) { return ct_target_matches(t, m, lin); });
+  }
+  // The group that quantizes module m: an exact name beats a regex beats the
+  // class name (vLLM's find_matched_target order); a tie between groups is an error.
+  const CtGroup* match_group(const std::string& m) const {
+    const bool lin = is_linear_module(m);
+    const CtGroup* best = nullptr;
+    int best_level = 0;
+    bool tie = false;
+    for (const CtGroup& g : qc_.ct.groups) {
+      int level = 0;
+      for (const std::string& t : g.targets) {
+        if (!ct_target_matches(t, m, lin)) continue;
+        level = std::max(level, t == m ? 3 : t.rfind("re:", 0) == 0 ? 2 : 1);
+      }
+      if (level > best_level) best = &g, best_level = level, tie = false;
+      else if (level > 0 && level == best_level) tie = true;
+    }
+    if (tie) fail(where(m), ": matched by several config_groups at the same priority; the checkpoint is ambiguous");
+    return best;
+  }
+
+  Module ct_module(const std::string& mod, Kind kind) const {
+    if (qc_.method != QuantMethod::kCompressedTensors)
+      fail(where(mod), ": has compressed-tensors tensors but quant_method is gptq");
+    if (ignored(mod)) fail(where(mod), ": listed in \"ignore\" but stored quantized");
+    const CtGroup* grp = match_group(mod);
+    if (grp == nullptr) fail(where(mod), ": stored quantized but no config_groups target matches it");
+    const std::string fmt = grp->format.empty() ? qc_.ct.format : grp->format;
+    const std::string in = where(mod) + " (config_groups." + grp->name + ", format " + fmt + ")";
+    if (fmt.find("nvfp4") != std::string::npos) fail(in, ": NVFP4 weights are not supported yet");
+    if (fmt.find("mxfp4") != std::string::npos) fail(in, ": MXFP4 weights are not supported yet");
+    if (fmt.find("mxfp8") != std::string::npos) fail(in, ": MXFP8 weights are not supported yet");
+    if (fmt == "float-quantized") fail(in, ": FP8 (float-quantized) weights are not supported yet");
+    if (!grp->weights) fail(in, ": the group has no \"weights\" quantization args");
+    const CtQuantArgs& a = *grp->weights;
+    if (a.type != "int") fail(in, ": weights of type \"", a.type, "\" (FP8/FP4) are not supported yet");
+    if (!a.symmetric) fail(in, ": asymmetric weights are not supported yet");
+    if (a.num_bits != 4 && a.num_bits != 8) fail(in, ": num_bits ", a.num_bits, " is not supported (4 or 8)");
+    if (a.actorder == "group") fail(in, ": actorder \"group\" (weight_g_idx) is not supported yet");
+    if (a.dynamic != "false") fail(in, ": dynamic weight quantization is not a stored checkpoint");
+    const bool channel = a.strategy == "channel";
+    if (!channel && !(a.strategy == "group" && a.group_size == 128))
+      fail(in, ": weight strategy \"", a.strategy, "\" group_size ", a.group_size,
+           " is not supported (group with group_size 128, or channel)");
+    if (ckpt_.has(mod + ".weight_zero_point")) fail(in, ": weight_zero_point present: asymmetric weights are not supported yet");
+    if (ckpt_.has(mod + ".weight_g_idx")) fail(in, ": weight_g_idx present: actorder \"group\" is not supported yet");
+    if (grp->output_activations) fail(in, ": output activation quantization is not supported");
+    Module m;
+    m.kind = kind;
+    m.bits = a.num_bits;
+    m.per_channel = channel;
+    if (kind == Kind::kCtPacked) {
+      if (fmt != "pack-quantized" && fmt != "mixed-precision")
+        fail(in, ": has weight_packed but the format is not pack-quantized");
+      if (grp->input_activations) fail(in, ": input activation quantization with pack-quantized is not supported");
+      const SafetensorsEntry& wp = need(mod, "weight_packed", "packed codes");
+      if (wp.dtype != DType::kI32 || wp.shape.size() != 2)
+        fail(in, ": weight_packed must be a 2-D I32 tensor, found ", dtype_name(wp.dtype), " ", shape_str(wp.shape));
+      const SafetensorsEntry& ws = need(mod, "weight_shape", "the unpacked [N, K]");
+      if (ws.dtype != DType::kI64 || ws.shape != Shape{2})
+        fail(in, ": weight_shape must be I64 [2], found ", dtype_name(ws.dtype), " ", shape_str(ws.shape));
+      const Tensor wst = ckpt_.tensor(ws.name);
+      m.N = elem<int64_t>(wst, 0);
+      m.K = elem<int64_t>(wst, 1);
+      if (m.N <= 0 || m.K <= 0) fail(in, ": weight_shape [", m.N, ", ", m.K, "] is not a valid shape");
+      const Shape want{m.N, (m.K * m.bits + 31) / 32};
+      if (wp.shape != want)
+        fail(in, ": weight_packed has shape ", shape_str(wp.shape), ", expected ", shape_str(want), " for weight_shape [",
+             m.N, ", ", m.K, "] at ", m.bits, " bits");
+      m.codes_name = wp.name;
+    } else {
+      const SafetensorsEntry& w = need(mod, "weight", "int8 codes");
+      if (w.dtype != DType::kI8) fail(in, ": weight of dtype ", dtype_name(w.dtype), " is not supported (FP8/FP4 later)");
+      if (a.num_bits != 8) fail(in, ": an unpacked I8 weight with num_bits ", a.num_bits);
+      if (fmt != "int-quantized" && fmt != "naive-quantized" && fmt != "mixed-precision")
+        fail(in, ": has an I8 weight but the format is not int-quantized / naive-quantized");
+      if (w.shape.size() != 2) fail(in, ": weight must be 2-D, found ", shape_str(w.shape));
+      m.N = w.shape[0];
+      m.K = w.shape[1];
+      // W8A8: the engine quantizes activations dynamically per row and per
+      // group of 128 (kernels/quant_layout.h), finer than the checkpoint's
+      // per-token scheme, so the weights are exact but the products are not
+      // bit-identical to a per-token W8A8 reference (vLLM).
+      if (const auto& ia = grp->input_activations) {
+        if (ia->type != "int" || ia->num_bits != 8 || !ia->symmetric || ia->dynamic != "true" ||
+            (ia->strategy != "token" && ia->strategy != "tensor"))
+          fail(in, ": input activations (", ia->type, ia->num_bits, ", ", ia->symmetric ? "sym" : "asym", ", ",
+               ia->strategy, ", dynamic=", ia->dynamic, ") are not supported: only dynamic symmetric int8");
+      }
+      if (ckpt_.has(mod + ".input_scale")) fail(in, ": static input_scale present: static activation scales are not supported");
+      m.codes_name = w.name;
+    }
+    const SafetensorsEntry& sc = need(mod, "weight_scale", "scales");
+    need_float(mod, sc);
+    const Shape swant{m.N, channel ? 1 : (m.K + 127) / 128};
+    need_shape(mod, sc, swant, channel ? "strategy channel" : "strategy group, group_size 128");
+    m.scale_name = sc.name;
+    m.desc = str_cat("compressed-tensors ", fmt, " int", m.bits, channel ? " per-channel" : " g128");
+    return m;
+  }
+
+  ModelConfig cfg_;
+  SafetensorsCheckpoint ckpt_;
+  QuantConfig qc_;
+  std::map<std::string, Module> mods_;  // module name ("model.layers.0.mlp.up_proj") -> how it is stored
+};
+
+}  // namespace
+
+std::unique_ptr<WeightSource> open_quant_checkpoint(const std::string& dir, const QuantConfig& qc) {
+  return std::make_unique<QuantCheckpointSource>(dir, qc);
+}
+
+}  // namespace blockspec

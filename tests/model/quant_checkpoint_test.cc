@@ -1,0 +1,268 @@
+// Quantized checkpoints that are malformed, or use a feature not supported
+// yet, fail to load with one error line naming the module and the mismatch;
+// never load silently. Starts from the fixtures of tests/fixtures/quant and
+// breaks one thing at a time.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "base/error.h"
+#include "formats/safetensors.h"
+#include "kernels/quant.h"
+#include "model/transformer.h"
+
+namespace blockspec {
+namespace {
+
+namespace fs = std::filesystem;
+
+class QuantBroken : public ::testing::Test {
+ protected:
+  void use(const std::string& fixture) {
+    const fs::path src = fs::path(BS_SOURCE_DIR) / "tests/fixtures/quant" / fixture;
+    dir_ = fs::temp_directory_path() / ("bs_quant_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    tensors_.clear();
+    for (const char* f : {"config.json", "quantize_config.json"})
+      if (fs::exists(src / f)) fs::copy_file(src / f, dir_ / f);
+    SafetensorsFile f((src / "model.safetensors").string());
+    for (const auto& e : f.entries()) tensors_.emplace_back(e.name, f.tensor(e.name));
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string load_error(const ModelOptions& mo = {}) {
+    write_safetensors((dir_ / "model.safetensors").string(), tensors_);
+    try {
+      Transformer::load(dir_.string(), mo);
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.find('\n'), std::string::npos) << "one line: " << m;
+      return m;
+    }
+    return "";
+  }
+  // Replaces the first occurrence of `from` in a config file.
+  void edit(const std::string& file, const std::string& from, const std::string& to) {
+    std::string text;
+    {
+      std::ifstream f(dir_ / file);
+      text.assign(std::istreambuf_iterator<char>(f), {});
+    }
+    const auto pos = text.find(from);
+    ASSERT_NE(pos, std::string::npos) << from;
+    text.replace(pos, from.size(), to);
+    std::ofstream(dir_ / file) << text;
+  }
+  void erase(const std::string& name) {
+    const size_t n = tensors_.size();
+    std::erase_if(tensors_, [&](const auto& p) { return p.first == name; });
+    ASSERT_EQ(tensors_.size(), n - 1) << name;
+  }
+  // An owned, writable copy of a tensor (the loaded ones view the mmapped file).
+  Tensor& writable(const std::string& name) {
+    for (auto& [n, t] : tensors_)
+      if (n == name) {
+        Tensor c(t.dtype(), t.shape());
+        std::memcpy(c.mutable_data(), t.data(), t.nbytes());
+        t = c;
+        return t;
+      }
+    ADD_FAILURE() << "no tensor " << name;
+    return tensors_[0].second;
+  }
+  void expect_error(std::initializer_list<std::string> parts, const ModelOptions& mo = {}) {
+    const std::string e = load_error(mo);
+    ASSERT_FALSE(e.empty()) << "loaded silently";
+    if (std::getenv("BS_SHOW_ERRORS") != nullptr) std::printf("  %s\n", e.c_str());
+    for (const std::string& p : parts) EXPECT_NE(e.find(p), std::string::npos) << "\"" << p << "\" not in: " << e;
+  }
+
+  fs::path dir_;
+  std::vector<std::pair<std::string, Tensor>> tensors_;
+};
+
+const std::string kDown1 = "model.layers.1.mlp.down_proj";
+const std::string kK0 = "model.layers.0.self_attn.k_proj";
+const std::string kFirst = "module model.layers.0.";  // config-level refusals name the first quantized module
+
+// ---- GPTQ ----
+
+TEST_F(QuantBroken, GptqIntactLoads) {
+  use("qwen3-gptq-w4g128");
+  EXPECT_EQ(load_error(), "");
+}
+
+TEST_F(QuantBroken, GptqMissingTensors) {
+  for (const char* t : {"qzeros", "scales"}) {
+    use("qwen3-gptq-w4g128");
+    erase(kDown1 + "." + t);
+    expect_error({kDown1, "missing tensor", t});
+  }
+  use("qwen3-gptq-w4g128");
+  erase(kDown1 + ".qweight");  // scales etc. alone: the module has no weight at all
+  expect_error({kDown1 + ".weight", "missing"});
+}
+
+TEST_F(QuantBroken, GptqScalesShapeForGroupSize) {
+  use("qwen3-gptq-w4g128");
+  writable(kK0 + ".scales") = Tensor(DType::kF16, {2, 64});
+  expect_error({kK0, "scales has shape [2, 64], expected [1, 64]", "group_size 128"});
+}
+
+TEST_F(QuantBroken, GptqNonTrivialGIdx) {
+  use("qwen3-gptq-w4g128");
+  int32_t* g = writable(kDown1 + ".g_idx").mutable_ptr<int32_t>();  // K = 256: [0 x 128, 1 x 128]
+  std::swap(g[0], g[200]);
+  expect_error({kDown1, "g_idx[0] = 1, expected 0", "desc_act=false"});
+}
+
+TEST_F(QuantBroken, GptqGIdxOutOfRange) {
+  use("qwen3-gptq-w4g128");
+  writable(kDown1 + ".g_idx").mutable_ptr<int32_t>()[5] = 7;
+  expect_error({kDown1, "g_idx[5] = 7 is out of range [0, 2)"});
+}
+
+TEST_F(QuantBroken, GptqSymZeroPointMismatch) {
+  use("qwen3-gptq-w4g128");
+  writable(kK0 + ".qzeros").mutable_ptr<int32_t>()[0] = 0x77777778;  // column 0: stored 8 -> z = 9
+  expect_error({kK0, "zero point of group 0 column 0 is 9", "expected 8"});
+}
+
+TEST_F(QuantBroken, GptqV1ZerosReadAsV2) {
+  use("qwen3-gptq-w4g128");
+  edit("config.json", "\"checkpoint_format\": \"gptq\"", "\"checkpoint_format\": \"gptq_v2\"");
+  expect_error({kFirst, "is 7", "gptq_v2", "expected 8"});
+}
+
+TEST_F(QuantBroken, GptqUnsupportedFeatures) {
+  const std::pair<std::string, std::string> cases[][2] = {
+      {{"\"sym\": true", "\"sym\": false"}, {"asymmetric", ""}},
+      {{"\"desc_act\": false", "\"desc_act\": true"}, {"desc_act=true", ""}},
+      {{"\"bits\": 4", "\"bits\": 3"}, {"bits=3", ""}},
+      {{"\"group_size\": 128", "\"group_size\": 64"}, {"group_size 64", ""}},
+      {{"\"checkpoint_format\": \"gptq\"", "\"checkpoint_format\": \"marlin\""}, {"marlin", ""}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c[0].second);
+    use("qwen3-gptq-w4g128");
+    edit("config.json", c[0].first, c[0].second);
+    expect_error({kFirst, c[1].first});
+  }
+  use("qwen3-gptq-w4g128");
+  edit("config.json", "\"quant_method\": \"gptq\"", "\"quant_method\": \"awq\"");
+  expect_error({"quantization_config", "awq", "not supported"});
+}
+
+TEST_F(QuantBroken, GptqFormatOverrideDequantizesExactlyThenConverts) {
+  use("qwen3-gptq-w4g128");
+  ModelOptions mo;
+  mo.weights = WeightFormat::kQ8_G128;  // not the native q4: exact dequantization, then RTN q8
+  write_safetensors((dir_ / "model.safetensors").string(), tensors_);
+  auto q8 = Transformer::load(dir_.string(), mo);
+  auto native = Transformer::load(dir_.string(), ModelOptions{});
+  const QuantTensor& a = q8->weights().layers[0].ffn_down;
+  EXPECT_EQ(a.format, WeightFormat::kQ8_G128);
+  Tensor da = dequantize_weight(a), dn = dequantize_weight(native->weights().layers[0].ffn_down);
+  double worst = 0, amax = 0;
+  for (int64_t i = 0; i < da.numel(); ++i) {
+    worst = std::max(worst, static_cast<double>(std::fabs(da.ptr<float>()[i] - dn.ptr<float>()[i])));
+    amax = std::max(amax, static_cast<double>(std::fabs(dn.ptr<float>()[i])));
+  }
+  EXPECT_LE(worst, amax / 127 / 2 * 1.0001);  // within half a q8 step of the group's max
+}
+
+// ---- compressed-tensors ----
+
+TEST_F(QuantBroken, CtIntactLoads) {
+  use("qwen3-ct-w4g128");
+  EXPECT_EQ(load_error(), "");
+  use("llama-ct-mixed");
+  EXPECT_EQ(load_error(), "");
+}
+
+TEST_F(QuantBroken, CtMissingTensors) {
+  use("qwen3-ct-w4g128");
+  erase(kDown1 + ".weight_scale");
+  expect_error({kDown1, "missing tensor", "weight_scale"});
+  use("qwen3-ct-w4g128");
+  erase(kDown1 + ".weight_shape");
+  expect_error({kDown1, "missing tensor", "weight_shape"});
+}
+
+TEST_F(QuantBroken, CtPackedShapeDisagreesWithWeightShape) {
+  use("qwen3-ct-w4g128");
+  writable(kK0 + ".weight_shape").mutable_ptr<int64_t>()[1] = 192;
+  expect_error({kK0, "weight_packed has shape [64, 16], expected [64, 24]", "weight_shape [64, 192]"});
+}
+
+TEST_F(QuantBroken, CtScaleShapeForStrategy) {
+  use("qwen3-ct-w4g128");
+  writable(kDown1 + ".weight_scale") = Tensor(DType::kBF16, {128, 1});
+  expect_error({kDown1, "weight_scale has shape [128, 1], expected [128, 2]"});
+}
+
+TEST_F(QuantBroken, CtAsymmetricZeroPointPresent) {
+  use("qwen3-ct-w4g128");
+  tensors_.emplace_back(kK0 + ".weight_zero_point", Tensor(DType::kI32, {8, 1}));
+  expect_error({kK0, "weight_zero_point", "asymmetric"});
+}
+
+TEST_F(QuantBroken, CtUnsupportedFeatures) {
+  const std::pair<std::string, std::string> cases[][2] = {
+      {{"\"format\": \"pack-quantized\"", "\"format\": \"nvfp4-pack-quantized\""}, {"NVFP4", ""}},
+      {{"\"format\": \"pack-quantized\"", "\"format\": \"mxfp4-pack-quantized\""}, {"MXFP4", ""}},
+      {{"\"type\": \"int\"", "\"type\": \"float\""}, {"\"float\" (FP8/FP4)", ""}},
+      {{"\"num_bits\": 4", "\"num_bits\": 2"}, {"num_bits 2", ""}},
+      {{"\"group_size\": 128", "\"group_size\": 64"}, {"group_size 64", ""}},
+      {{"\"symmetric\": true", "\"symmetric\": false"}, {"asymmetric", ""}},
+      {{"\"dynamic\": false,", "\"actorder\": \"group\", \"dynamic\": false,"}, {"actorder", ""}},
+      {{"\"Linear\"", "\"re:.*mlp.*\""}, {"no config_groups target matches", ""}},
+      {{"\"ignore\": [", "\"ignore\": [\"re:.*k_proj$\", "}, {"listed in \"ignore\" but stored quantized", ""}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c[0].second);
+    use("qwen3-ct-w4g128");
+    edit("config.json", c[0].first, c[0].second);
+    expect_error({"module model.layers.", c[1].first});
+  }
+  use("qwen3-ct-w4g128");
+  edit("config.json", "\"transform_config\": {}", "\"transform_config\": {\"t\": 1}");
+  expect_error({"transform_config"});
+}
+
+TEST_F(QuantBroken, CtTargetedButDense) {
+  use("llama-ct-mixed");
+  edit("config.json", "\"lm_head\"", "\"nothing\"");  // lm_head no longer ignored: "Linear" targets it
+  expect_error({"module lm_head", "stored dense"});
+}
+
+TEST_F(QuantBroken, CtNaiveQuantizedInt8Loads) {
+  use("llama-ct-mixed");  // the int8 group as weight-only naive-quantized (W8A16)
+  edit("config.json", "\"int-quantized\"", "\"naive-quantized\"");
+  EXPECT_EQ(load_error(), "");
+}
+
+TEST_F(QuantBroken, CtStoredFp8WeightRefused) {
+  use("llama-ct-mixed");
+  const std::string m = "model.layers.0.mlp.up_proj";
+  Tensor& w = writable(m + ".weight");
+  w = Tensor(DType::kF8_E4M3, w.shape());
+  expect_error({m, "F8_E4M3", "not supported"});
+}
+
+TEST_F(QuantBroken, CtW8A8StaticActivationsRefused) {
+  use("llama-ct-mixed");
+  edit("config.json", "\"dynamic\": true", "\"dynamic\": false");
+  expect_error({"mlp.", "input activations", "dynamic=false"});
+}
+
+}  // namespace
+}  // namespace blockspec

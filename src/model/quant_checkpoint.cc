@@ -103,31 +103,30 @@ class QuantCheckpointSource : public WeightSource {
     const int64_t N = m->N, K = m->K, G = (K + 127) / 128;  // == q_groups(K): 128 is a multiple of 8
     const Tensor c = ckpt_.tensor(m->codes_name), s = ckpt_.tensor(m->scale_name);
     const int b = m->bits, pf = 32 / b, zero = 1 << (b - 1);
+    if (m->kind == Kind::kGptq) {
+      // qweight [K / pf, N] is packed along K: walk it row by row (contiguous
+      // reads of [r0, r1)) and scatter each word's pf codes into their rows.
+      for (int64_t kw = 0; kw < K / pf; ++kw)
+        for (int64_t r = r0; r < r1; ++r) {
+          const uint32_t w = elem<uint32_t>(c, kw * N + r);
+          int8_t* out = codes + (r - r0) * K + kw * pf;
+          for (int j = 0; j < pf; ++j) out[j] = static_cast<int8_t>(static_cast<int>(packed_field(w, b, j)) - zero);
+        }
+      for (int64_t g = 0; g < G; ++g)  // scales [ng, N]; per channel: ng = 1, repeated in every group
+        for (int64_t r = r0; r < r1; ++r) scales[(r - r0) * G + g] = float_elem(s, (m->per_channel ? 0 : g) * N + r);
+      return;
+    }
     for (int64_t r = r0; r < r1; ++r) {
       int8_t* out = codes + (r - r0) * K;  // [K]
-      switch (m->kind) {
-        case Kind::kGptq:  // qweight [K / pf, N], packed along K
-          for (int64_t k = 0; k < K; ++k)
-            out[k] = static_cast<int8_t>(
-                static_cast<int>(packed_field(elem<uint32_t>(c, (k / pf) * N + r), b, k % pf)) - zero);
-          break;
-        case Kind::kCtPacked: {  // weight_packed [N, W], packed along K
-          const int64_t W = c.dim(1);
-          for (int64_t k = 0; k < K; ++k)
-            out[k] = static_cast<int8_t>(
-                static_cast<int>(packed_field(elem<uint32_t>(c, r * W + k / pf), b, k % pf)) - zero);
-          break;
-        }
-        case Kind::kCtInt8:  // weight [N, K] int8
-          std::memcpy(out, static_cast<const uint8_t*>(c.data()) + r * K, K);
-          break;
+      if (m->kind == Kind::kCtPacked) {  // weight_packed [N, W], packed along K
+        const int64_t W = c.dim(1);
+        for (int64_t k = 0; k < K; ++k)
+          out[k] = static_cast<int8_t>(static_cast<int>(packed_field(elem<uint32_t>(c, r * W + k / pf), b, k % pf)) - zero);
+      } else {  // weight [N, K] int8
+        std::memcpy(out, static_cast<const uint8_t*>(c.data()) + r * K, K);
       }
-      for (int64_t g = 0; g < G; ++g) {
-        int64_t i;
-        if (m->kind == Kind::kGptq) i = (m->per_channel ? 0 : g) * N + r;  // scales [ng, N]
-        else i = m->per_channel ? r : r * G + g;                           // weight_scale [N, ng] or [N, 1]
-        scales[(r - r0) * G + g] = float_elem(s, i);
-      }
+      for (int64_t g = 0; g < G; ++g)  // weight_scale [N, ng] or [N, 1]
+        scales[(r - r0) * G + g] = float_elem(s, m->per_channel ? r : r * G + g);
     }
   }
 

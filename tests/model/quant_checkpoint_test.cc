@@ -250,6 +250,59 @@ TEST_F(QuantBroken, CtNaiveQuantizedInt8Loads) {
   EXPECT_EQ(load_error(), "");
 }
 
+// pack-quantized int8 (4 codes per int32 along K, stored as code + 128):
+// repack the W8A8 fixture's int8 MLP weights by the rule of quant_formats.md
+// §3.3 and require exactly the same loaded weights.
+TEST_F(QuantBroken, CtPackQuantizedInt8EqualsIntQuantized) {
+  use("llama-ct-mixed");
+  write_safetensors((dir_ / "model.safetensors").string(), tensors_);
+  auto ref = Transformer::load(dir_.string(), ModelOptions{});
+  for (const char* part : {"gate_proj", "up_proj", "down_proj"}) {
+    const std::string m = std::string("model.layers.0.mlp.") + part;
+    Tensor w;
+    for (auto& [n, t] : tensors_)
+      if (n == m + ".weight") w = t;
+    ASSERT_EQ(w.dtype(), DType::kI8);
+    const int64_t N = w.dim(0), K = w.dim(1);
+    Tensor packed(DType::kI32, {N, K / 4});
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < K / 4; ++i) {
+        uint32_t word = 0;
+        for (int j = 0; j < 4; ++j)
+          word |= static_cast<uint32_t>(static_cast<uint8_t>(w.ptr<int8_t>()[n * K + 4 * i + j] + 128)) << (8 * j);
+        std::memcpy(packed.mutable_ptr<int32_t>() + n * (K / 4) + i, &word, 4);
+      }
+    Tensor shape(DType::kI64, {2});
+    shape.mutable_ptr<int64_t>()[0] = N;
+    shape.mutable_ptr<int64_t>()[1] = K;
+    erase(m + ".weight");
+    tensors_.emplace_back(m + ".weight_packed", packed);
+    tensors_.emplace_back(m + ".weight_shape", shape);
+  }
+  edit("config.json", "\"int-quantized\"", "\"pack-quantized\"");
+  // group_1 becomes weight-only (W8A16): its input_activations object -> null.
+  {
+    std::ifstream f(dir_ / "config.json");
+    std::string text((std::istreambuf_iterator<char>(f)), {});
+    const auto a = text.find("\"input_activations\": {");
+    ASSERT_NE(a, std::string::npos);
+    const auto b = text.find('}', a);
+    text.replace(a, b + 1 - a, "\"input_activations\": null");
+    std::ofstream(dir_ / "config.json") << text;
+  }
+  write_safetensors((dir_ / "model.safetensors").string(), tensors_);
+  auto packed = Transformer::load(dir_.string(), ModelOptions{});
+  const LayerWeights &x = ref->weights().layers[0], &y = packed->weights().layers[0];
+  ASSERT_EQ(y.ffn_down.format, WeightFormat::kQ8_G128);
+  ASSERT_EQ(y.ffn_gate_up.mats.size(), 1u);
+  for (auto [a, b] : {std::pair{&x.ffn_down, &y.ffn_down}, std::pair{&x.ffn_gate_up.mats[0], &y.ffn_gate_up.mats[0]}}) {
+    ASSERT_EQ(a->data.nbytes(), b->data.nbytes());
+    EXPECT_EQ(0, std::memcmp(a->data.data(), b->data.data(), a->data.nbytes()));
+    EXPECT_EQ(0, std::memcmp(a->scales.data(), b->scales.data(), a->scales.nbytes()));
+    EXPECT_EQ(0, std::memcmp(a->aux.data(), b->aux.data(), a->aux.nbytes()));
+  }
+}
+
 TEST_F(QuantBroken, CtStoredFp8WeightRefused) {
   use("llama-ct-mixed");
   const std::string m = "model.layers.0.mlp.up_proj";

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/fp_formats.h"
 #include "kernels/quant_layout.h"
 
 namespace blockspec {
@@ -30,6 +31,8 @@ struct KernelTable {
   // verification (small M) and prefill (large M).
   void (*gemm_q8g128)(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1) = nullptr;
   void (*gemm_q4g128)(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1) = nullptr;
+  // Weight-only FP8 / NVFP4 / MXFP4 (kernels/fp_formats.h): y[m, n] for m < M, n in [n0, n1); x [M, K] f32.
+  void (*gemm_fp)(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1) = nullptr;
 };
 
 // ISAs this machine supports, best first, always ending in "ref".
@@ -47,6 +50,7 @@ void axpy_ref(float a, const float* x, float* y, int64_t n);
 void quantize_acts_ref(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales);
 void gemm_q8g128_ref(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q4g128_ref(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
+void gemm_fp_ref(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1);
 
 // x86 variants (kernels/x86), compiled with per-function target attributes.
 void matmul_f32_avx2(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
@@ -62,5 +66,6 @@ void gemm_q4g128_avx2(const QuantActs& a, const PackedWeights& w, float* y, int6
 // AVX-512 VNNI (vpdpbusd); the "avx512" level uses them when the CPU has VNNI.
 void gemm_q8g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q4g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
+void gemm_fp_avx512(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1);
 
 }  // namespace blockspec

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/fp_formats_impl.h"
 
 namespace blockspec {
 
@@ -116,6 +117,19 @@ QuantTensor make_weight(const OpContext& ctx, const Tensor& w, WeightFormat fmt)
     for (int64_t i = 0; i < N * K; ++i) d[i] = f32_to_bf16(f.ptr<float>()[i]);
     return q;
   }
+  if (is_fp_format(fmt)) {
+    const Tensor wf = w.dtype() == DType::kF32 ? w : to_f32(w);
+    QuantTensor f = fp_alloc(fmt, N, K);
+    if (fmt == WeightFormat::kNVFP4) {
+      float amax = 0.f;
+      for (int64_t i = 0; i < N * K; ++i) amax = std::max(amax, std::fabs(wf.ptr<float>()[i]));
+      f.aux.mutable_ptr<float>()[0] = nvfp4_global_scale(amax);
+    }
+    ctx.pool->parallel_for(N, [&](int64_t r0, int64_t r1) {
+      fp_quantize_rows(f, wf.ptr<float>() + r0 * K, r0, r1);
+    });
+    return f;
+  }
   BS_ASSERT(is_int_format(fmt));
   const bool q4 = fmt == WeightFormat::kQ4_G128;
   const Tensor wf = w.dtype() == DType::kF32 ? w : to_f32(w);
@@ -146,6 +160,28 @@ QuantTensor make_weight_streamed(const OpContext& ctx, int64_t N, int64_t K, Wei
   q.rows = N;
   q.cols = K;
   std::vector<float> buf;  // [chunk_rows, K] f32 rows of the current chunk
+  if (is_fp_format(fmt)) {
+    QuantTensor f = fp_alloc(fmt, N, K);
+    if (fmt == WeightFormat::kNVFP4) {  // the global scale needs max|W| first: one extra pass
+      float amax = 0.f;
+      for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
+        const int64_t r1 = std::min(N, r0 + chunk_rows);
+        buf.resize((r1 - r0) * K);
+        rows(r0, r1, buf.data());
+        for (float v : buf) amax = std::max(amax, std::fabs(v));
+      }
+      f.aux.mutable_ptr<float>()[0] = nvfp4_global_scale(amax);
+    }
+    for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
+      const int64_t r1 = std::min(N, r0 + chunk_rows);
+      buf.resize((r1 - r0) * K);
+      rows(r0, r1, buf.data());
+      ctx.pool->parallel_for(r1 - r0, [&](int64_t a, int64_t b) {
+        fp_quantize_rows(f, buf.data() + a * K, r0 + a, r0 + b);
+      });
+    }
+    return f;
+  }
   if (!is_int_format(fmt)) {
     q.data = Tensor(fmt == WeightFormat::kF32 ? DType::kF32 : DType::kBF16, {N, K});
     for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
@@ -183,6 +219,12 @@ QuantTensor make_weight_streamed(const OpContext& ctx, int64_t N, int64_t K, Wei
 }
 
 Tensor dequantize_weight(const QuantTensor& w) {
+  if (is_fp_format(w.format)) {
+    Tensor out(DType::kF32, {w.rows, w.cols});
+    const FpWeights f = fp_weights(w);
+    for (int64_t n = 0; n < w.rows; ++n) fp_dequantize_row(f, n, out.mutable_ptr<float>() + n * w.cols);
+    return out;
+  }
   if (!is_int_format(w.format)) return to_f32(w.data);
   const PackedWeights p = packed_weights(w);
   Tensor out(DType::kF32, {w.rows, w.cols});
@@ -193,6 +235,10 @@ Tensor dequantize_weight(const QuantTensor& w) {
 }
 
 void linear(const OpContext& ctx, const float* x, const QuantTensor& w, const float* bias, float* y, int64_t M) {
+  if (is_fp_format(w.format)) {
+    fp_linear(ctx, x, w, bias, y, M);
+    return;
+  }
   if (!is_int_format(w.format)) {
     linear(ctx, x, w.data, bias, y, M);
     return;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "kernels/fp_formats.h"
 #include "kernels/quant_layout.h"
 
 namespace blockspec {
@@ -31,6 +32,11 @@ void dequantize_rows(const QuantTensor& w, const int32_t* rows, int64_t n, float
         }
         break;
       }
+      case WeightFormat::kFP8_E4M3:
+      case WeightFormat::kNVFP4:
+      case WeightFormat::kMXFP4:
+        fp_dequantize_row(fp_weights(w), r, o);
+        break;
       case WeightFormat::kQ8_G128:
       case WeightFormat::kQ4_G128: {
         const PackedWeights p = packed_weights(w);

@@ -8,12 +8,16 @@ const char* weight_format_name(WeightFormat f) {
     case WeightFormat::kBF16: return "bf16";
     case WeightFormat::kQ8_G128: return "q8";
     case WeightFormat::kQ4_G128: return "q4";
+    case WeightFormat::kFP8_E4M3: return "fp8";
+    case WeightFormat::kNVFP4: return "nvfp4";
+    case WeightFormat::kMXFP4: return "mxfp4";
   }
   return "?";
 }
 
 std::optional<WeightFormat> weight_format_from_name(std::string_view name) {
-  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kQ8_G128, WeightFormat::kQ4_G128})
+  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kQ8_G128, WeightFormat::kQ4_G128,
+                         WeightFormat::kFP8_E4M3, WeightFormat::kNVFP4, WeightFormat::kMXFP4})
     if (name == weight_format_name(f)) return f;
   return std::nullopt;
 }

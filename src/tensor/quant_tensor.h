@@ -16,8 +16,13 @@ enum class WeightFormat : uint8_t {
   kBF16,     // data: [N, K] bf16 bits
   kQ8_G128,  // int8 symmetric, one f32 scale per 128 inputs (last group may be shorter)
   kQ4_G128,  // int4 symmetric, one f32 scale per 128 inputs (last group may be shorter)
+  // Weight-only float formats (activations stay f32; layouts in kernels/fp_formats.h):
+  kFP8_E4M3,  // E4M3FN codes, one f32 scale per row and group of 128 inputs
+  kNVFP4,     // E2M1 codes, one E4M3 scale per 16 inputs, one f32 global divisor
+  kMXFP4,     // E2M1 codes, one E8M0 scale per 32 inputs
 };
-const char* weight_format_name(WeightFormat f);  // "f32", "bf16", "q8", "q4"
+// "f32", "bf16", "q8", "q4", "fp8", "nvfp4", "mxfp4"
+const char* weight_format_name(WeightFormat f);
 std::optional<WeightFormat> weight_format_from_name(std::string_view name);
 
 struct QuantTensor {

@@ -51,7 +51,10 @@ struct ModelWeights {
 
 struct WeightOptions {
   // Compute format of every matrix; nullopt keeps each tensor's stored
-  // precision class (WeightSource::natural_format).
+  // precision class (WeightSource::natural_format). On a quantized
+  // checkpoint (GPTQ, compressed-tensors) a format equal to the module's own
+  // keeps its stored codes and scales; any other format converts the exactly
+  // dequantized weights like a dense tensor.
   std::optional<WeightFormat> format;
   bool progress = false;  // a progress bar on stderr (only when it is a TTY)
 };

@@ -63,7 +63,7 @@ RepeatStats run_once(Transformer& model, int64_t P, int64_t G, int64_t C, Rng& r
     ttft.push_back(e * 1e3);
   }
   // Bytes a decode step reads: all weights once, plus each sequence's K and V.
-  const double kv_row_bytes = 2.0 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * sizeof(float);
+  const double kv_row_bytes = static_cast<double>(model.kv_bytes_per_token());  // of the cache's dtype
   double bytes = 0;
   std::vector<double> step_ms;
   Timer total;
@@ -145,6 +145,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
   j["read_bw_gb_s"] = bw.median_gb_s;
   j["bw_fraction"] = bw.median_gb_s > 0 ? j["achieved_gb_s"].get<double>() / bw.median_gb_s : 0.0;
   j["weight_bytes"] = model->weight_bytes();
+  j["kv_cache_dtype"] = kv_dtype_name(model->kv_cache_dtype());
+  j["kv_bytes_per_token"] = model->kv_bytes_per_token();
   j["peak_rss_mb"] = peak_rss_mb();
   std::fprintf(stderr,
                "\n%s | weights %s | %d threads (%s) | concurrency %lld | prompt %lld | gen %lld | %lld repeats\n"

@@ -28,15 +28,17 @@
 namespace blockspec {
 
 namespace {
-// TODO(issue #4): --kv-cache-dtype / --reference-kv-cache-dtype once the
-// paged KV storage (bf16, fp8, int8 g128) lands in src/kv; the contiguous
-// KvCache is f32 only, so neither flag is accepted yet.
+// --kv-cache-dtype (from model_flags) sets the model's KV cache;
+// --reference-kv-cache-dtype the reference's (default f32, so a run measures
+// the KV quantization error against an exact cache when both share weights).
 std::vector<FlagSpec> flags() {
   std::vector<FlagSpec> f = model_flags();
   std::vector<FlagSpec> own = {
     {"--model", "-m", true, "model under test: HF directory or GGUF file"},
     {"--reference", "", true, "reference model: HF directory or GGUF file"},
     {"--reference-weights", "", true, "reference weight format: f32, bf16, q8, q4 (default: stored precision)"},
+    {"--reference-kv-cache-dtype", "", true,
+     "reference KV cache dtype: auto, f32, bf16, fp8_e4m3, int8_per_token_head, int8_block_g128 (default f32)"},
     {"--text", "", true, "text file to score (UTF-8)"},
     {"--ctx", "", true, "tokens per window; each window is a fresh sequence (default 512)"},
     {"--max-tokens", "", true, "scored tokens in total (default: the whole text)"},
@@ -125,6 +127,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
            "\" (expected f32, bf16, q8 or q4)");
     ro.weights = f;
   }
+  ro.kv_cache_dtype = parse_kv_cache_dtype("--reference-kv-cache-dtype", a.str("--reference-kv-cache-dtype", "f32"));
   const bool json_out = a.has("--json");
 
   Timer timer;
@@ -166,6 +169,8 @@ int cmd_eval(const std::vector<std::string>& argv) {
   j["reference"] = ref_path;
   j["weights"] = model->weights().format_summary;
   j["reference_weights"] = ref->weights().format_summary;
+  j["kv_cache_dtype"] = kv_dtype_name(model->kv_cache_dtype());
+  j["reference_kv_cache_dtype"] = kv_dtype_name(ref->kv_cache_dtype());
   j["ctx"] = ctx;
   j["n_windows"] = windows.size();
   j["n_tokens"] = stats.n_tokens();
@@ -179,12 +184,13 @@ int cmd_eval(const std::vector<std::string>& argv) {
   j["isa"] = model->kernels().isa;
   j["seconds"] = seconds;
   std::fprintf(stderr,
-               "\n%s (weights %s)\n  vs reference %s (weights %s)\n"
+               "\n%s (weights %s, kv %s)\n  vs reference %s (weights %s, kv %s)\n"
                "  %lld tokens scored in %zu windows of <= %lld | %d threads (%s) | %.1f s\n"
                "  ppl            %12.4f\n  ppl reference  %12.4f\n  KL mean        %12.6f\n"
                "  KL p99         %12.6f\n  KL max         %12.6f\n  top-1 agree    %12.4f\n",
-               model_path.c_str(), j["weights"].get<std::string>().c_str(), ref_path.c_str(),
-               j["reference_weights"].get<std::string>().c_str(), static_cast<long long>(stats.n_tokens()),
+               model_path.c_str(), j["weights"].get<std::string>().c_str(), kv_dtype_name(model->kv_cache_dtype()),
+               ref_path.c_str(), j["reference_weights"].get<std::string>().c_str(),
+               kv_dtype_name(ref->kv_cache_dtype()), static_cast<long long>(stats.n_tokens()),
                windows.size(), static_cast<long long>(ctx), model->n_threads(), model->kernels().isa, seconds,
                stats.ppl(), stats.ppl_reference(), stats.kld_mean(), stats.kld_p99(), stats.kld_max(),
                stats.top1_agreement());

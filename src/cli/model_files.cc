@@ -30,11 +30,21 @@ Tokenizer load_tokenizer(const std::string& model_path) {
   return Tokenizer::from_gguf_vocab(v, gguf);
 }
 
+std::optional<KvDType> parse_kv_cache_dtype(const std::string& flag, const std::string& value) {
+  if (value == "auto") return std::nullopt;
+  auto t = kv_dtype_from_name(value);
+  if (!t) fail(flag, ": unknown KV cache dtype \"", value, "\" (expected auto, ", kv_dtype_names(), ")");
+  return t;
+}
+
 std::vector<FlagSpec> model_flags() {
   return {
       {"--threads", "-t", true, "worker threads (default: all cores)"},
       {"--isa", "", true, "kernel ISA: auto, ref, avx2, avx512 (default: $BLOCKSPEC_ISA or auto)"},
       {"--weights", "", true, "weight format: f32, bf16, q8, q4 (default: keep each tensor's stored precision)"},
+      {"--kv-cache-dtype", "", true,
+       "KV cache dtype: auto, f32, bf16, fp8_e4m3, int8_per_token_head, int8_block_g128 (default auto: bf16 when "
+       "every weight matrix is bf16, else f32; see docs/kv_cache.md)"},
   };
 }
 
@@ -50,6 +60,7 @@ ModelOptions model_options(const Args& a) {
     if (!f) fail("--weights: unknown format \"", a.str("--weights"), "\" (expected f32, bf16, q8 or q4)");
     mo.weights = f;
   }
+  mo.kv_cache_dtype = parse_kv_cache_dtype("--kv-cache-dtype", a.str("--kv-cache-dtype", "auto"));
   mo.progress = true;
   return mo;
 }

@@ -2,6 +2,7 @@
 // model path (tokenizer.json beside an HF checkpoint, or the GGUF's own
 // tokenizer metadata) and the model options common to every command.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,8 +14,12 @@ namespace blockspec {
 
 Tokenizer load_tokenizer(const std::string& model_path);
 
-// Flags every model-running command takes: --threads, --isa, --weights.
+// Flags every model-running command takes: --threads, --isa, --weights,
+// --kv-cache-dtype.
 std::vector<FlagSpec> model_flags();
+// "auto" -> nullopt (ModelOptions::kv_cache_dtype's auto rule); an unknown
+// name fails with one line naming `flag` and the valid values.
+std::optional<KvDType> parse_kv_cache_dtype(const std::string& flag, const std::string& value);
 ModelOptions model_options(const Args& a);
 
 }  // namespace blockspec

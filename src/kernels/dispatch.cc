@@ -59,6 +59,7 @@ KernelTable select_kernels(const std::string& name) {
       t.gemm_q4g128 = gemm_q4g128_avx512vnni;
     }
   }
+  t.kv = select_kv_kernels(t.isa);
   return t;
 }
 

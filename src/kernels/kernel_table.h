@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kv_kernels.h"
 #include "kernels/fp_formats.h"
 #include "kernels/quant_layout.h"
 
@@ -33,6 +34,8 @@ struct KernelTable {
   void (*gemm_q4g128)(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1) = nullptr;
   // Weight-only FP8 / NVFP4 / MXFP4 (kernels/fp_formats.h): y[m, n] for m < M, n in [n0, n1); x [M, K] f32.
   void (*gemm_fp)(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1) = nullptr;
+  // Row kernels reading compressed KV cache rows (kernels/kv_kernels.h).
+  KvKernelTable kv;
 };
 
 // ISAs this machine supports, best first, always ending in "ref".

@@ -25,6 +25,17 @@ Transformer::Transformer(const WeightSource& src, const ModelOptions& opts)
                         &l.ffn_gate_up.bias, &l.ffn_down_bias})
         r(*t);
   }
+  if (opts.kv_cache_dtype) {
+    kv_dtype_ = *opts.kv_cache_dtype;
+  } else {  // auto: the model dtype when every matrix is bf16, else f32
+    bool all_bf16 = w_.lm_head.format == WeightFormat::kBF16;
+    for (const auto& l : w_.layers) {
+      for (const LinearGroup* g : {&l.attn_qkv, &l.ffn_gate_up})
+        for (const QuantTensor& m : g->mats) all_bf16 &= m.format == WeightFormat::kBF16;
+      all_bf16 &= l.attn_o.format == WeightFormat::kBF16 && l.ffn_down.format == WeightFormat::kBF16;
+    }
+    kv_dtype_ = all_bf16 ? KvDType::kBF16 : KvDType::kF32;
+  }
 }
 
 std::unique_ptr<Transformer> Transformer::load(const std::string& path, const ModelOptions& opts) {
@@ -45,7 +56,11 @@ uint64_t Transformer::weight_bytes() const {
 }
 
 KvCache Transformer::new_cache(int64_t capacity) const {
-  return KvCache(cfg_.n_layers, capacity, cfg_.n_kv_heads, cfg_.head_dim);
+  return KvCache(cfg_.n_layers, capacity, cfg_.n_kv_heads, cfg_.head_dim, kv_dtype_);
+}
+
+int64_t Transformer::kv_bytes_per_token() const {
+  return KvCache(cfg_.n_layers, 0, cfg_.n_kv_heads, cfg_.head_dim, kv_dtype_).bytes_per_token();
 }
 
 namespace {
@@ -122,11 +137,17 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
     int64_t row = 0;
     for (const SeqChunk& ch : chunks) {
       const int64_t start = ch.cache->size();
-      std::memcpy(ch.cache->k(li) + start * nkv * hd, kn.data() + row * nkv * hd, ch.n * nkv * hd * sizeof(float));
-      std::memcpy(ch.cache->v(li) + start * nkv * hd, vn.data() + row * nkv * hd, ch.n * nkv * hd * sizeof(float));
       AttentionShape as{ch.n, start, nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd)), bf};
-      attention_causal(ctx, q.data() + row * nh * hd, ch.cache->k(li), ch.cache->v(li), as,
-                       att.data() + row * nh * hd);
+      if (ch.cache->dtype() == KvDType::kF32) {
+        std::memcpy(ch.cache->k(li) + start * nkv * hd, kn.data() + row * nkv * hd, ch.n * nkv * hd * sizeof(float));
+        std::memcpy(ch.cache->v(li) + start * nkv * hd, vn.data() + row * nkv * hd, ch.n * nkv * hd * sizeof(float));
+        attention_causal(ctx, q.data() + row * nh * hd, ch.cache->k(li), ch.cache->v(li), as,
+                         att.data() + row * nh * hd);
+      } else {  // compressed rows: written once here, read in place by attention
+        ch.cache->write(li, start, ch.n, kn.data() + row * nkv * hd, vn.data() + row * nkv * hd);
+        attention_causal_kv(ctx, q.data() + row * nh * hd, ch.cache->k_view(li), ch.cache->v_view(li), as,
+                            att.data() + row * nh * hd);
+      }
       row += ch.n;
     }
     linear(ctx, att.data(), l.attn_o, opt_ptr(l.attn_o_bias), tmp.data(), n);

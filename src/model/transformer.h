@@ -29,6 +29,10 @@ struct ModelOptions {
   // precision class of each tensor (bf16 stays bf16, Q4_K becomes q4, ...).
   std::optional<WeightFormat> weights;
   bool progress = false;  // progress bar on stderr while loading (TTY only)
+  // Storage dtype of the KV cache (docs/kv_cache.md). nullopt = "auto": bf16
+  // when every weight matrix is bf16 (the model dtype), else f32. The library
+  // default stays f32, so results are unchanged unless a caller asks.
+  std::optional<KvDType> kv_cache_dtype = KvDType::kF32;
 };
 
 class Transformer {
@@ -42,7 +46,10 @@ class Transformer {
   int n_threads() const { return pool_.n_threads(); }
   uint64_t weight_bytes() const;  // bytes of all weights read per decode step
 
-  KvCache new_cache(int64_t capacity) const;
+  KvCache new_cache(int64_t capacity) const;  // in kv_cache_dtype()
+  KvDType kv_cache_dtype() const { return kv_dtype_; }  // resolved (never "auto")
+  // KV bytes held (and read by each decode step) per cached token.
+  int64_t kv_bytes_per_token() const;
 
   // Runs n tokens at positions cache.size().. and appends their K/V.
   // logits: [n, vocab] if all_logits, else [1, vocab] for the last token.
@@ -73,6 +80,7 @@ class Transformer {
   KernelTable kt_;
   ThreadPool pool_;
   RopeTables rope_;
+  KvDType kv_dtype_ = KvDType::kF32;
 };
 
 }  // namespace blockspec

@@ -158,6 +158,35 @@ TEST(Cli, EvalQ8AgainstF32IsCloseButNotIdentical) {
   EXPECT_NE(j["weights"], j["reference_weights"]);
 }
 
+TEST(Cli, KvCacheDtypeFlag) {
+  // eval: an int8 KV cache against the f32 cache of the same weights.
+  CmdResult r = run(eval_args(kModel, kModel, "--kv-cache-dtype int8_block_g128 --max-tokens 128 --json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["kv_cache_dtype"], "int8_block_g128");
+  EXPECT_EQ(j["reference_kv_cache_dtype"], "f32");
+  EXPECT_GT(j["kld_mean"].get<double>(), 0.0);
+  EXPECT_LT(j["kld_mean"].get<double>(), 0.05);
+  r = run(eval_args(kModel, kModel, "--kv-cache-dtype bf16 --reference-kv-cache-dtype bf16 --max-tokens 64 --json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["kld_mean"].get<double>(), 0.0);
+  // bench counts the KV bytes of the actual dtype.
+  r = run("bench -m " + kModel + " --prompt-len 8 --gen-len 4 --repeats 1 --json --kv-cache-dtype fp8_e4m3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["kv_cache_dtype"], "fp8_e4m3");
+  EXPECT_EQ(j["kv_bytes_per_token"], 2 * 3 * 2 * 32);  // 3 layers, 2 KV heads, head_dim 32, 1 byte
+  // A bad value: one line naming the valid values, non-zero exit.
+  for (const std::string c : {"generate -m " + kModel + " -p hi --kv-cache-dtype int4",
+                              eval_args(kModel, kModel, "--reference-kv-cache-dtype fp16")}) {
+    r = run(c);
+    EXPECT_NE(r.code, 0) << c;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("auto, f32, bf16, fp8_e4m3, int8_per_token_head, int8_block_g128"), std::string::npos)
+        << r.err;
+  }
+}
+
 TEST(Cli, EvalCutsWindowsAndCapsScoredTokens) {
   // Windows of 100 tokens score 99 each: 99 + 99 + 58 = 256.
   CmdResult r = run(eval_args(kModel, kModel, "--ctx 100 --max-tokens 256 --threads 1 --json"));
@@ -241,8 +270,8 @@ TEST(Cli, EvalBadInputIsOneLineErrorAndNonZeroExit) {
       {base + " --text " + kText + " --ctx 513", "max_position_embeddings"},
       {base + " --text " + kText + " --max-tokens 0", "--max-tokens"},
       {base + " --text " + kText + " --reference-weights q3", "--reference-weights"},
-      {base + " --text " + kText + " --kv-cache-dtype bf16", "unknown flag"},
-      {base + " --text " + kText + " --reference-kv-cache-dtype bf16", "unknown flag"},
+      {base + " --text " + kText + " --kv-cache-dtype int4", "int8_block_g128"},
+      {base + " --text " + kText + " --reference-kv-cache-dtype fp16", "--reference-kv-cache-dtype"},
       {base + " --text " + kText + " --bogus", "unknown flag"},
       {"eval -m " + kModel + " --text " + kText, "--reference"},
       {"eval -m " + kModel + " --reference /nonexistent/dir --text " + kText, "nonexistent"},

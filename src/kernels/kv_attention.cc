@@ -1,0 +1,92 @@
+// attention_causal over a compressed KV cache. The loop is attend_heads of
+// ops.cc with every K/V row access going through the dtype's row kernels, so
+// per head the operations and their order are those of attention_causal on
+// the dequantized cache (the only difference is the stored values).
+#include "kernels/kv_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "tensor/dtype.h"
+
+namespace blockspec {
+
+namespace {
+
+struct RowAddr {
+  const uint8_t* codes;
+  const float* scales;
+  int64_t code_stride, scale_stride;  // per (token, kv head) row
+  bool per_row_scales;
+  const void* code(int64_t row) const { return codes + row * code_stride; }
+  const float* scale(int64_t row) const { return per_row_scales ? scales + row * scale_stride : scales; }
+};
+
+RowAddr addr_of(const KvView& v, int64_t d) {
+  const int64_t spr = kv_scales_per_row(v.dtype, d);
+  return {static_cast<const uint8_t*>(v.codes), v.scales, d * kv_code_bytes(v.dtype), spr, spr > 0};
+}
+
+void attend_heads_kv(const OpContext& ctx, const float* q, const KvView& k, const KvView& v, const AttentionShape& s,
+                     int64_t t, int64_t h0, int64_t h1, std::vector<float>& scores, float* out) {
+  const int64_t D = s.head_dim, kvh = h0 / (s.n_heads / s.n_kv_heads);
+  const int64_t n_h = h1 - h0;
+  const int64_t n_ctx = s.start + t + 1;  // causal: keys 0..start+t
+  const KvRowKernels& kk = ctx.k->kv.row[static_cast<int>(k.dtype)];
+  const KvRowKernels& vk = ctx.k->kv.row[static_cast<int>(v.dtype)];
+  const RowAddr ka = addr_of(k, D), va = addr_of(v, D);
+  scores.resize(n_h * n_ctx);  // [n_h, n_ctx]
+  std::vector<float> mx(n_h, -INFINITY);
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    const int64_t r = j * s.n_kv_heads + kvh;
+    for (int64_t i = 0; i < n_h; ++i) {
+      float d = kk.dot(q + (t * s.n_heads + h0 + i) * D, ka.code(r), ka.scale(r), D);
+      d = s.round_bf16 ? bf16_to_f32(f32_to_bf16(bf16_to_f32(f32_to_bf16(d)) * s.scale)) : d * s.scale;
+      scores[i * n_ctx + j] = d;
+      mx[i] = std::max(mx[i], d);
+    }
+  }
+  for (int64_t i = 0; i < n_h; ++i) {
+    float* sc = scores.data() + i * n_ctx;
+    double sum = 0;
+    for (int64_t j = 0; j < n_ctx; ++j) {
+      sc[j] = std::exp(sc[j] - mx[i]);
+      sum += sc[j];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j < n_ctx; ++j) {
+      sc[j] *= inv;
+      if (s.round_bf16) sc[j] = bf16_to_f32(f32_to_bf16(sc[j]));
+    }
+    std::memset(out + (t * s.n_heads + h0 + i) * D, 0, D * sizeof(float));
+  }
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    const int64_t r = j * s.n_kv_heads + kvh;
+    for (int64_t i = 0; i < n_h; ++i)
+      vk.axpy(scores[i * n_ctx + j], va.code(r), va.scale(r), out + (t * s.n_heads + h0 + i) * D, D);
+  }
+  if (s.round_bf16)
+    for (int64_t i = 0; i < n_h; ++i) round_to_bf16(out + (t * s.n_heads + h0 + i) * D, D);
+}
+
+}  // namespace
+
+void attention_causal_kv(const OpContext& ctx, const float* q, const KvView& k, const KvView& v,
+                         const AttentionShape& s, float* out) {
+  const int64_t group = s.n_heads / s.n_kv_heads;
+  // Same work split as attention_causal (see there).
+  const bool by_kv = s.n_tokens * s.n_kv_heads >= ctx.pool->n_threads();
+  const int64_t per_item = by_kv ? group : 1;
+  const int64_t n_items = s.n_tokens * s.n_heads / per_item;
+  ctx.pool->parallel_for(n_items, [&](int64_t b, int64_t e) {
+    std::vector<float> scores;
+    for (int64_t it = b; it < e; ++it) {
+      const int64_t t = it / (s.n_heads / per_item), h0 = it % (s.n_heads / per_item) * per_item;
+      attend_heads_kv(ctx, q, k, v, s, t, h0, h0 + per_item, scores, out);
+    }
+  });
+}
+
+}  // namespace blockspec

@@ -16,6 +16,11 @@ groups are real) get their linear weights quantized:
     ../shared/docs/quant_formats.md §2 / §4.1 (GPTQModel / AutoGPTQ are not installed offline), cross-checked:
     qweight.T unpacked by compressed_tensors' unpack_from_int32 must give our codes (the §3.3 equivalence
     weight_packed.T == qweight), and the worked examples of §2.6 are asserted.
+  - FP8 (float-quantized, per tensor / channel / block [128, 128]), NVFP4 (nvfp4-pack-quantized, NVFP4A16) and MXFP4
+    (mxfp4-pack-quantized, MXFP4A16) on a smaller "tiny" base: scales from calculate_qparams (+ generate_gparam for
+    the NVFP4 global scale), codes from FloatQuantizationCompressor / NVFP4PackedCompressor /
+    MXFP4PackedCompressor; reference = its `dequantize` in float32 (global scale applied as a divisor), checked
+    against the library's own decompress (bf16). These are weight-only: no logits_a8.
 Reference dequantization is float(code) * float(scale) in float32 (exact: an f16/bf16 scale times a <= 8-bit
 code fits in f32). The HF reference logits come from the same architecture with those dequantized weights,
 run in float32 (eager attention, one thread).
@@ -55,12 +60,17 @@ VERSIONS = check_versions()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from compressed_tensors.compressors.mxfp4.base import MXFP4PackedCompressor  # noqa: E402
+from compressed_tensors.compressors.naive_quantized.base import FloatQuantizationCompressor  # noqa: E402
 from compressed_tensors.compressors.naive_quantized.base import IntQuantizationCompressor  # noqa: E402
+from compressed_tensors.compressors.nvfp4.base import NVFP4PackedCompressor  # noqa: E402
+from compressed_tensors.compressors.nvfp4.helpers import unpack_fp4_from_uint8  # noqa: E402
+from compressed_tensors.compressors.mx_utils import decompress_mx_scale  # noqa: E402
 from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor  # noqa: E402
 from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32  # noqa: E402
 from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme  # noqa: E402
 from compressed_tensors.quantization.lifecycle.forward import dequantize  # noqa: E402
-from compressed_tensors.quantization.utils.helpers import calculate_qparams  # noqa: E402
+from compressed_tensors.quantization.utils.helpers import calculate_qparams, generate_gparam  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM  # noqa: E402
 
@@ -75,12 +85,16 @@ torch.use_deterministic_algorithms(True)
 BASES = {
     "qwen3": dict(family="qwen3", layers=2, tie=True, seed=11),
     "llama": dict(family="llama", layers=1, tie=False, seed=12),
+    # Smaller base for the FP8 / NVFP4 / MXFP4 fixtures (fixture budget): vocab 128, hidden 64, intermediate 256
+    # (so the MLP has two 128-blocks along N or K), 1 layer, tied embeddings.
+    "tiny": dict(family="qwen3", layers=1, tie=True, seed=13, vocab=128, hidden=64, inter=256, heads=2, kv=1),
 }
 
 
 def make_model(base):
-    common = dict(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=base["layers"],
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=32, hidden_act="silu",
+    common = dict(vocab_size=base.get("vocab", VOCAB), hidden_size=base.get("hidden", 128),
+                  intermediate_size=base.get("inter", 256), num_hidden_layers=base["layers"],
+                  num_attention_heads=base.get("heads", 4), num_key_value_heads=base.get("kv", 2), head_dim=32, hidden_act="silu",
                   max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=base["tie"],
                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, bos_token_id=1, eos_token_id=2,
                   attention_bias=False, dtype="bfloat16")
@@ -147,6 +161,85 @@ def ct_quantize(w, args, compressor, input_acts=None):
     ref = dequantize(q.to(torch.float32), sd["weight_scale"].to(torch.float32), None, args, dtype=torch.float32)
     assert torch.equal(ref, q.to(torch.float32) * sd["weight_scale"].float().repeat_interleave(
         128 if args.strategy == "group" else K, dim=1)[:, :K])
+    return sd, ref
+
+
+def fp_args(kind, strategy=None):
+    """compressed-tensors 0.20.1 presets, weight-only: FP8 (float-quantized) tensor / channel / block [128, 128],
+    NVFP4A16 (tensor_group 16, fp8 scales) and MXFP4A16 (group 32, E8M0 u8 scales)."""
+    if kind == "fp8":
+        kw = dict(num_bits=8, type="float", symmetric=True, strategy=strategy, dynamic=False, observer="minmax")
+        if strategy == "block":
+            kw["block_structure"] = [128, 128]
+        return QuantizationArgs(**kw)
+    if kind == "nvfp4":
+        return QuantizationArgs(num_bits=4, type="float", strategy="tensor_group", symmetric=True, dynamic=False,
+                                group_size=16, scale_dtype=torch.float8_e4m3fn, zp_dtype=torch.float8_e4m3fn)
+    return QuantizationArgs(num_bits=4, type="float", strategy="group", symmetric=True, dynamic=False,
+                            group_size=32, scale_dtype=torch.uint8, zp_dtype=torch.uint8)
+
+
+def fp_quantize(w, args):
+    """FP8 / NVFP4 / MXFP4 through compressed_tensors' own qparams and compressors. Returns (compressed state dict,
+    reference dequantized f32 weight [N, K]: its `dequantize` in float32 from the stored tensors)."""
+    N, K = w.shape
+    wb = w.to(torch.bfloat16)
+    gs = None
+    if args.num_bits == 8:
+        if args.strategy == "tensor":
+            mn, mx = wb.amin().reshape(1), wb.amax().reshape(1)
+        elif args.strategy == "channel":
+            mn, mx = wb.amin(dim=-1, keepdim=True), wb.amax(dim=-1, keepdim=True)
+        else:
+            nr, nc = -(-N // 128), -(-K // 128)
+            pad = torch.zeros(nr * 128, nc * 128, dtype=wb.dtype)
+            pad[:N, :K] = wb
+            blk = pad.reshape(nr, 128, nc, 128).transpose(1, 2).reshape(nr, nc, -1)
+            # Padding zeros never change a block's min/max here: 0 is always inside [min, max] (calculate_qparams).
+            mn, mx = blk.amin(-1), blk.amax(-1)
+        comp = FloatQuantizationCompressor
+    else:
+        G = args.group_size
+        wg = wb.reshape(N, K // G, G)
+        mn, mx = wg.amin(dim=-1), wg.amax(dim=-1)
+        if args.group_size == 16:
+            gs = generate_gparam(wb.amin().reshape(1).float(), wb.amax().reshape(1).float())
+            comp = NVFP4PackedCompressor
+        else:
+            comp = MXFP4PackedCompressor
+    scale, zp = calculate_qparams(mn, mx, args, global_scale=gs)
+    scheme = QuantizationScheme(targets=["Linear"], weights=args)
+    state = {"weight": wb, "weight_scale": scale, "weight_zero_point": zp}
+    if gs is not None:
+        state["weight_global_scale"] = gs
+    sd = comp.compress(state, scheme)
+    if args.num_bits == 8:
+        q = sd["weight"]
+        assert q.dtype == torch.float8_e4m3fn
+        ref = dequantize(q.to(torch.float32), sd["weight_scale"].to(torch.float32), None, args, dtype=torch.float32)
+        sf = sd["weight_scale"].float()
+        if args.strategy == "block":
+            full = sf.repeat_interleave(128, 0).repeat_interleave(128, 1)[:N, :K]
+        else:
+            full = sf.expand(N, K) if sf.ndim == 2 else sf.reshape(1, 1).expand(N, K)
+        assert torch.equal(ref, q.float() * full)
+    else:
+        assert sd["weight_packed"].dtype == torch.uint8 and sd["weight_packed"].shape == (N, K // 2)
+        q = unpack_fp4_from_uint8(sd["weight_packed"], N, K, dtype=torch.float32)
+        if gs is not None:
+            assert sd["weight_scale"].dtype == torch.float8_e4m3fn and sd["weight_global_scale"].dtype == torch.float32
+            sf = sd["weight_scale"].to(torch.float32)
+            eff = sf / sd["weight_global_scale"]
+        else:
+            assert sd["weight_scale"].dtype == torch.uint8
+            sf = decompress_mx_scale(sd["weight_scale"]).to(torch.float32)
+            eff = sf
+        ref = dequantize(q, sf, None, args, dtype=torch.float32, global_scale=sd.get("weight_global_scale"))
+        assert torch.equal(ref, q * eff.repeat_interleave(args.group_size, dim=1))
+        # The library's own decompressor (bf16 output) agrees with the f32 reference rounded to bf16.
+        dec = comp.decompress(dict(sd), scheme)["weight"]
+        assert torch.equal(dec, ref.to(dec.dtype)), "decompress disagrees"
+    sd.pop("weight_zero_point", None)
     return sd, ref
 
 
@@ -231,6 +324,16 @@ FIXTURES = [
          groups={"group_0": (["Linear"], ct_args(4, "group"), None, None)}, fmt="pack-quantized"),
     # Mixed precision: attention int4 g128 pack-quantized (regex target), MLP int8 per-channel W8A8
     # int-quantized (class target), lm_head left dense (ignore).
+    # FP8 float-quantized with all three scale layouts: q/k/v per channel, o_proj per tensor, MLP block [128, 128].
+    dict(name="tiny-ct-fp8", base="tiny", kind="ct",
+         groups={"group_0": (["re:.*self_attn\\.(q|k|v)_proj$"], fp_args("fp8", "channel"), None, None),
+                 "group_1": (["re:.*self_attn\\.o_proj$"], fp_args("fp8", "tensor"), None, None),
+                 "group_2": (["re:.*mlp\\..*_proj$"], fp_args("fp8", "block"), None, None)},
+         fmt="float-quantized"),
+    dict(name="tiny-ct-nvfp4", base="tiny", kind="ct",
+         groups={"group_0": (["Linear"], fp_args("nvfp4"), None, None)}, fmt="nvfp4-pack-quantized"),
+    dict(name="tiny-ct-mxfp4", base="tiny", kind="ct",
+         groups={"group_0": (["Linear"], fp_args("mxfp4"), None, None)}, fmt="mxfp4-pack-quantized"),
     dict(name="llama-ct-mixed", base="llama", kind="ct",
          groups={"group_0": (["re:.*self_attn\\.(q|k|v|o)_proj$"], ct_args(4, "group"), "pack-quantized", None),
                  "group_1": (["Linear"], ct_args(8, "channel"), "int-quantized", W8A8_INPUTS)},
@@ -277,6 +380,13 @@ def make_fixture(spec):
             tensors, ref = gptq_quantize(w, spec["bits"], spec["group"], spec["v2"])
         else:
             targets, args, gfmt, ia = spec["groups"][group_for(spec, mod)]
+            if args.type == "float":
+                tensors, ref = fp_quantize(w, args)
+                for k, v in tensors.items():
+                    sd[f"{mod}.{k}"] = v.contiguous()
+                refs[mod] = ref
+                model.get_submodule(mod).weight.copy_(ref)
+                continue
             comp = PackedQuantizationCompressor if (gfmt or spec["fmt"]) == "pack-quantized" else IntQuantizationCompressor
             tensors, ref = ct_quantize(w, args, comp, ia)
         for k, v in tensors.items():
@@ -302,18 +412,20 @@ def make_fixture(spec):
     save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
     # HF reference: the dequantized model in f32.
     golden = {}
-    for i, ids in enumerate(PROMPTS):
+    prompts = [[t % cfg.vocab_size for t in p] for p in PROMPTS]
+    for i, ids in enumerate(prompts):
         logits = model(input_ids=torch.tensor([ids])).logits[0].float()
         golden[f"p{i}.input_ids"] = torch.tensor(ids, dtype=torch.int32)
         golden[f"p{i}.logits"] = logits.contiguous()
     # The same model with the engine's activation quantization simulated before every quantized linear
     # (kernels/quant_layout.h: per row and group of 128, scale = max|x| / 127, code = round_half_even(
     # x * (127 / max|x|)) in [-127, 127]): the reference for the native W4A8 / W8A8 path.
-    hooks = [model.get_submodule(mod).register_forward_pre_hook(fake_quant_acts) for mod in refs]
-    for i, ids in enumerate(PROMPTS):
-        golden[f"p{i}.logits_a8"] = model(input_ids=torch.tensor([ids])).logits[0].float().contiguous()
-    for h in hooks:
-        h.remove()
+    if spec["base"] != "tiny":  # the FP fixtures are weight-only: activations stay f32
+        hooks = [model.get_submodule(mod).register_forward_pre_hook(fake_quant_acts) for mod in refs]
+        for i, ids in enumerate(prompts):
+            golden[f"p{i}.logits_a8"] = model(input_ids=torch.tensor([ids])).logits[0].float().contiguous()
+        for h in hooks:
+            h.remove()
     k0 = "model.layers.0.self_attn.k_proj"
     d0 = "model.layers.0.mlp.down_proj"
     golden[f"ref.{k0}.weight"] = refs[k0].contiguous()
@@ -340,6 +452,9 @@ embeddings; llama: 1 layer, untied). Dense tensors are bf16; every linear except
 | qwen3-gptq-w4g128 | GPTQ v1 (`gptq`, qzeros = z-1), int4 sym, group 128, trivial g_idx | config.json quantization_config |
 | qwen3-gptqv2-w8ch | GPTQ `gptq_v2` (qzeros = z), int8 sym, group_size -1 (per channel) | quantize_config.json |
 | qwen3-ct-w4g128 | compressed-tensors pack-quantized int4 sym group 128, ignore lm_head | config.json |
+| tiny-ct-fp8 | compressed-tensors float-quantized FP8 E4M3 weights (weight-only): q/k/v per channel, o_proj per tensor, MLP block [128, 128]; tiny base (vocab 128, hidden 64, intermediate 256, 2 heads / 1 KV head of 32, 1 layer, tied) | config.json |
+| tiny-ct-nvfp4 | compressed-tensors nvfp4-pack-quantized (NVFP4A16: E2M1, fp8 scale per 16, f32 weight_global_scale divisor), tiny base | config.json |
+| tiny-ct-mxfp4 | compressed-tensors mxfp4-pack-quantized (MXFP4A16: E2M1, E8M0 u8 scale per 32), tiny base | config.json |
 | llama-ct-mixed | compressed-tensors mixed-precision: attention (regex target) pack-quantized int4 g128, MLP ("Linear") int-quantized int8 per channel with dynamic per-token int8 inputs (W8A8), lm_head ignored (dense) | config.json |
 
 compressed-tensors tensors come from the library's own compressors (scales from its calculate_qparams); GPTQ
@@ -359,7 +474,9 @@ def main():
     (OUT / "README.md").write_text(README.format(versions=versions))
     total += (OUT / "README.md").stat().st_size
     print(f"total {total} bytes")
-    assert total < 1_500_000, total
+    # Budget 1.5 MB for the integer fixtures, raised to 1.75 MB for the three FP8 / NVFP4 / MXFP4 fixtures
+    # (each < 150 KB on the smaller "tiny" base).
+    assert total < 1_750_000, total
 
 
 if __name__ == "__main__":

@@ -85,6 +85,11 @@ CtQuantArgs parse_args(const Obj& o) {
     else if (d->is_string()) a.dynamic = d->get<std::string>();
     else fail(o.what, ": field \"dynamic\" must be true, false or \"local\", found ", d->dump());
   }
+  if (const json* d = o.find("block_structure"); d != nullptr && !d->is_null()) {
+    if (!d->is_array() || d->size() != 2 || !(*d)[0].is_number_integer() || !(*d)[1].is_number_integer())
+      fail(o.what, ": field \"block_structure\" must be [rows, cols] (two integers), found ", d->dump());
+    a.block_structure = {(*d)[0].get<int64_t>(), (*d)[1].get<int64_t>()};
+  }
   if (const json* d = o.find("actorder")) {
     if (d->is_boolean()) a.actorder = d->get<bool>() ? "group" : "";
     else if (d->is_string()) a.actorder = d->get<std::string>();

@@ -36,6 +36,7 @@ struct CtQuantArgs {
   int64_t group_size = 0;    // 0 when absent
   std::string dynamic = "false";  // "false" | "true" | "local"
   std::string actorder;      // "" | "group" | "weight"
+  std::vector<int64_t> block_structure;  // strategy "block": [rows, cols] (e.g. [128, 128]); empty when absent
 };
 
 struct CtGroup {

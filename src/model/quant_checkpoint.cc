@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "formats/safetensors.h"
+#include "kernels/fp_formats.h"
 
 namespace blockspec {
 
@@ -54,6 +55,11 @@ struct Module {
   bool per_channel = false;  // one scale per row (GPTQ group_size -1, CT strategy channel)
   std::string codes_name, scale_name;
   std::string desc;  // "gptq int4 g128" ... for storage_type()
+  // Float formats (compressed-tensors float-quantized FP8, nvfp4- / mxfp4-pack-quantized): the native form
+  // is a QuantTensor of this format (kernels/fp_formats.h); kF32 = an integer module.
+  WeightFormat fp = WeightFormat::kF32;
+  std::string fp_scale_kind;  // FP8: "tensor" | "channel" | "block"
+  std::string global_name;    // NVFP4: weight_global_scale
 };
 
 class QuantCheckpointSource : public WeightSource {
@@ -92,14 +98,21 @@ class QuantCheckpointSource : public WeightSource {
     return dtype_name(ckpt_.entry(n).dtype);
   }
   WeightFormat natural_format(const std::string& n) const override {
-    if (const Module* m = module_of(n)) return m->bits == 4 ? WeightFormat::kQ4_G128 : WeightFormat::kQ8_G128;
+    // FP modules: exact f32 dequantization until the loader can take a native FP QuantTensor (load_fp_native).
+    if (const Module* m = module_of(n)) {
+      if (m->fp != WeightFormat::kF32) return WeightFormat::kF32;
+      return m->bits == 4 ? WeightFormat::kQ4_G128 : WeightFormat::kQ8_G128;
+    }
     return ckpt_.entry(n).dtype == DType::kBF16 ? WeightFormat::kBF16 : WeightFormat::kF32;
   }
-  bool has_native(const std::string& n) const override { return module_of(n) != nullptr; }
+  bool has_native(const std::string& n) const override {
+    const Module* m = module_of(n);
+    return m != nullptr && m->fp == WeightFormat::kF32;
+  }
 
   void load_native(const std::string& n, int64_t r0, int64_t r1, int8_t* codes, float* scales) const override {
     const Module* m = module_of(n);
-    BS_ASSERT(m != nullptr && 0 <= r0 && r0 <= r1 && r1 <= m->N);
+    BS_ASSERT(m != nullptr && m->fp == WeightFormat::kF32 && 0 <= r0 && r0 <= r1 && r1 <= m->N);
     const int64_t N = m->N, K = m->K, G = (K + 127) / 128;  // == q_groups(K): 128 is a multiple of 8
     const Tensor c = ckpt_.tensor(m->codes_name), s = ckpt_.tensor(m->scale_name);
     const int b = m->bits, pf = 32 / b, zero = 1 << (b - 1);
@@ -130,6 +143,43 @@ class QuantCheckpointSource : public WeightSource {
     }
   }
 
+  // Rows [r0, r1) of an FP module as a QuantTensor of its format, codes and scales as stored (FP8 scales
+  // repeated per row and group of 128). Its dequantization is compressed-tensors' dequantize in f32.
+  QuantTensor fp_rows(const Module& m, int64_t r0, int64_t r1) const {
+    const int64_t K = m.K, R = r1 - r0, gsz = fp_group_size(m.fp), G = (K + gsz - 1) / gsz;
+    QuantTensor q;
+    q.format = m.fp;
+    q.rows = R;
+    q.cols = K;
+    const Tensor c = ckpt_.tensor(m.codes_name), s = ckpt_.tensor(m.scale_name);
+    const int64_t rb = m.fp == WeightFormat::kFP8_E4M3 ? K : K / 2;  // K is even for the FP4 formats
+    q.data = Tensor(DType::kU8, {R, rb});
+    std::memcpy(q.data.mutable_ptr<uint8_t>(), static_cast<const uint8_t*>(c.data()) + r0 * rb, R * rb);
+    if (m.fp == WeightFormat::kFP8_E4M3) {
+      q.scales = Tensor(DType::kF32, {R, G});
+      float* o = q.scales.mutable_ptr<float>();
+      const int64_t nbk = (K + 127) / 128;
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t g = 0; g < G; ++g)
+          o[r * G + g] = float_elem(s, m.fp_scale_kind == "tensor"    ? 0
+                                       : m.fp_scale_kind == "channel" ? r0 + r
+                                                                      : (r0 + r) / 128 * nbk + g);
+    } else {
+      q.scales = Tensor(DType::kU8, {R, G});
+      std::memcpy(q.scales.mutable_ptr<uint8_t>(), static_cast<const uint8_t*>(s.data()) + r0 * G, R * G);
+      if (m.fp == WeightFormat::kNVFP4) {
+        q.aux = Tensor(DType::kF32, {1});
+        q.aux.mutable_ptr<float>()[0] = elem<float>(ckpt_.tensor(m.global_name), 0);
+      }
+    }
+    return q;
+  }
+  QuantTensor fp_native(const std::string& n) const {
+    const Module* m = module_of(n);
+    if (m == nullptr || m->fp == WeightFormat::kF32) fail(path(), ": \"", n, "\" is not stored as FP8 / NVFP4 / MXFP4");
+    return fp_rows(*m, 0, m->N);
+  }
+
   Tensor load(const std::string& n) const override {
     if (const Module* m = module_of(n)) {
       Tensor t(DType::kF32, {m->N, m->K});
@@ -145,6 +195,12 @@ class QuantCheckpointSource : public WeightSource {
   void load_rows(const std::string& n, int64_t r0, int64_t r1, float* out) const override {
     const Module* m = module_of(n);
     if (m == nullptr) return WeightSource::load_rows(n, r0, r1, out);
+    if (m->fp != WeightFormat::kF32) {
+      const QuantTensor q = fp_rows(*m, r0, r1);
+      const FpWeights f = fp_weights(q);
+      for (int64_t r = 0; r < r1 - r0; ++r) fp_dequantize_row(f, r, out + r * m->K);
+      return;
+    }
     const int64_t K = m->K, G = (K + 127) / 128;
     std::vector<int8_t> c((r1 - r0) * K);
     std::vector<float> s((r1 - r0) * G);
@@ -289,12 +345,11 @@ class QuantCheckpointSource : public WeightSource {
     if (grp == nullptr) fail(where(mod), ": stored quantized but no config_groups target matches it");
     const std::string fmt = grp->format.empty() ? qc_.ct.format : grp->format;
     const std::string in = where(mod) + " (config_groups." + grp->name + ", format " + fmt + ")";
-    if (fmt.find("nvfp4") != std::string::npos) fail(in, ": NVFP4 weights are not supported yet");
-    if (fmt.find("mxfp4") != std::string::npos) fail(in, ": MXFP4 weights are not supported yet");
     if (fmt.find("mxfp8") != std::string::npos) fail(in, ": MXFP8 weights are not supported yet");
-    if (fmt == "float-quantized") fail(in, ": FP8 (float-quantized) weights are not supported yet");
     if (!grp->weights) fail(in, ": the group has no \"weights\" quantization args");
     const CtQuantArgs& a = *grp->weights;
+    if (fmt == "float-quantized" || fmt == "nvfp4-pack-quantized" || fmt == "mxfp4-pack-quantized" || a.type == "float")
+      return fp_module(mod, *grp, fmt, in);
     if (a.type != "int") fail(in, ": weights of type \"", a.type, "\" (FP8/FP4) are not supported yet");
     if (!a.symmetric) fail(in, ": asymmetric weights are not supported yet");
     if (a.num_bits != 4 && a.num_bits != 8) fail(in, ": num_bits ", a.num_bits, " is not supported (4 or 8)");
@@ -361,6 +416,108 @@ class QuantCheckpointSource : public WeightSource {
     return m;
   }
 
+  // ---- compressed-tensors float formats (quant_formats.md §3.5, §3.6, §5) ----
+  Module fp_module(const std::string& mod, const CtGroup& grp, const std::string& fmt, const std::string& in) const {
+    const CtQuantArgs& a = *grp.weights;
+    if (a.type != "float") fail(in, ": weights of type \"", a.type, "\" in a float format");
+    if (!a.symmetric) fail(in, ": asymmetric float weights are not supported");
+    if (a.dynamic != "false") fail(in, ": dynamic weight quantization is not a stored checkpoint");
+    if (ckpt_.has(mod + ".weight_zero_point")) fail(in, ": weight_zero_point present: asymmetric weights are not supported");
+    if (ckpt_.has(mod + ".weight_g_idx")) fail(in, ": weight_g_idx present: actorder \"group\" is not supported");
+    if (grp.output_activations) fail(in, ": output activation quantization is not supported");
+    // Weight-only: activations stay f32. Dynamic activation quantization in the config is not emulated
+    // (the engine runs W8A16 / W4A16); static activation scales would change the model, so they are refused.
+    if (grp.input_activations && grp.input_activations->dynamic == "false")
+      fail(in, ": static input activation quantization is not supported (the FP formats run weight-only)");
+    for (const char* t : {"input_scale", "input_global_scale"})
+      if (ckpt_.has(mod + "." + t)) fail(in, ": ", t, " present: static activation scales are not supported");
+    Module m;
+    m.kind = Kind::kCtPacked;
+    m.bits = a.num_bits;
+    if (a.num_bits == 8) {
+      if (fmt != "float-quantized" && fmt != "naive-quantized" && fmt != "mixed-precision")
+        fail(in, ": FP8 weights need format float-quantized");
+      m.fp = WeightFormat::kFP8_E4M3;
+      const SafetensorsEntry& w = need(mod, "weight", "FP8 E4M3 codes");
+      if (w.dtype != DType::kF8_E4M3 || w.shape.size() != 2)
+        fail(in, ": weight must be a 2-D F8_E4M3 tensor, found ", dtype_name(w.dtype), " ", shape_str(w.shape));
+      m.N = w.shape[0];
+      m.K = w.shape[1];
+      m.codes_name = w.name;
+      const SafetensorsEntry& sc = need(mod, "weight_scale", "FP8 scales");
+      need_float(mod, sc);
+      m.fp_scale_kind = a.strategy;
+      if (a.strategy == "tensor") {
+        if (!(sc.shape.empty() || sc.shape == Shape{1} || sc.shape == Shape{1, 1}))
+          fail(in, ": weight_scale has shape ", shape_str(sc.shape), ", expected [1] (strategy tensor)");
+      } else if (a.strategy == "channel") {
+        if (!(sc.shape == Shape{m.N, 1} || sc.shape == Shape{m.N}))
+          fail(in, ": weight_scale has shape ", shape_str(sc.shape), ", expected [", m.N, ", 1] (strategy channel)");
+      } else if (a.strategy == "block") {
+        if (a.block_structure != std::vector<int64_t>{128, 128})
+          fail(in, ": block_structure ", a.block_structure.empty() ? std::string("(missing)") :
+               str_cat("[", a.block_structure[0], ", ", a.block_structure[1], "]"),
+               " is not supported (only [128, 128], which maps onto the engine's groups of 128)");
+        need_shape(mod, sc, {(m.N + 127) / 128, (m.K + 127) / 128}, "strategy block [128, 128]");
+      } else {
+        fail(in, ": FP8 weight strategy \"", a.strategy, "\" is not supported (tensor, channel or block [128, 128])");
+      }
+      m.scale_name = sc.name;
+      m.desc = str_cat("compressed-tensors float-quantized fp8 e4m3 per-", a.strategy);
+      return m;
+    }
+    if (a.num_bits != 4) fail(in, ": float weights with num_bits ", a.num_bits, " are not supported (8 or 4)");
+    const bool nv = a.group_size == 16;
+    if (!nv && a.group_size != 32)
+      fail(in, ": FP4 weights with group_size ", a.group_size, " are not supported (16: NVFP4, 32: MXFP4)");
+    const std::string want_fmt = nv ? "nvfp4-pack-quantized" : "mxfp4-pack-quantized";
+    if (fmt != want_fmt && fmt != "mixed-precision")
+      fail(in, ": FP4 weights with group_size ", a.group_size, " need format ", want_fmt);
+    if (nv && a.strategy != "tensor_group" && a.strategy != "group")
+      fail(in, ": NVFP4 weight strategy \"", a.strategy, "\" is not supported (tensor_group)");
+    if (!nv && a.strategy != "group") fail(in, ": MXFP4 weight strategy \"", a.strategy, "\" is not supported (group)");
+    m.fp = nv ? WeightFormat::kNVFP4 : WeightFormat::kMXFP4;
+    const SafetensorsEntry& wp = need(mod, "weight_packed", "packed E2M1 codes");
+    if (wp.dtype != DType::kU8 || wp.shape.size() != 2)
+      fail(in, ": weight_packed must be a 2-D U8 tensor, found ", dtype_name(wp.dtype), " ", shape_str(wp.shape));
+    m.N = wp.shape[0];
+    m.K = wp.shape[1] * 2;
+    if (ckpt_.has(mod + ".weight_shape")) {  // optional; when present it must agree
+      const SafetensorsEntry& ws = ckpt_.entry(mod + ".weight_shape");
+      if (ws.dtype != DType::kI64 || ws.shape != Shape{2})
+        fail(in, ": weight_shape must be I64 [2], found ", dtype_name(ws.dtype), " ", shape_str(ws.shape));
+      const Tensor wst = ckpt_.tensor(ws.name);
+      const int64_t N = elem<int64_t>(wst, 0), K = elem<int64_t>(wst, 1);
+      if (N != m.N || K != m.K)
+        fail(in, ": weight_packed has shape ", shape_str(wp.shape), ", expected [", N, ", ", K / 2, "] for weight_shape [",
+             N, ", ", K, "] (two E2M1 codes per byte)");
+    }
+    const int64_t gsz = nv ? 16 : 32;
+    if (m.K % gsz != 0) fail(in, ": K=", m.K, " is not a multiple of the group size ", gsz);
+    const SafetensorsEntry& sc = need(mod, "weight_scale", nv ? "E4M3 scales per 16" : "E8M0 scales per 32");
+    const DType sdt = nv ? DType::kF8_E4M3 : DType::kU8;
+    if (sc.dtype != sdt && !(!nv && sc.dtype == DType::kF8_E8M0))
+      fail(in, ": weight_scale has dtype ", dtype_name(sc.dtype), ", expected ", dtype_name(sdt));
+    need_shape(mod, sc, {m.N, m.K / gsz}, nv ? "NVFP4: one scale per 16 inputs" : "MXFP4: one scale per 32 inputs");
+    m.codes_name = wp.name;
+    m.scale_name = sc.name;
+    if (nv) {
+      const SafetensorsEntry& gs = need(mod, "weight_global_scale", "NVFP4 global scale (a divisor)");
+      if (gs.dtype != DType::kF32 || !(gs.shape == Shape{1} || gs.shape.empty()))
+        fail(in, ": weight_global_scale must be F32 [1], found ", dtype_name(gs.dtype), " ", shape_str(gs.shape));
+      const float g = elem<float>(ckpt_.tensor(gs.name), 0);
+      if (!std::isfinite(g) || g <= 0.f) fail(in, ": weight_global_scale is ", g, ", expected a finite positive divisor");
+      m.global_name = gs.name;
+    } else {
+      const Tensor st = ckpt_.tensor(sc.name);
+      for (int64_t i = 0; i < st.numel(); ++i)
+        if (elem<uint8_t>(st, i) == 0xFF)
+          fail(in, ": weight_scale[", i / (m.K / 32), ", ", i % (m.K / 32), "] is 0xFF (E8M0 NaN)");
+    }
+    m.desc = str_cat("compressed-tensors ", fmt, nv ? " nvfp4 g16" : " mxfp4 g32");
+    return m;
+  }
+
   ModelConfig cfg_;
   SafetensorsCheckpoint ckpt_;
   QuantConfig qc_;
@@ -371,6 +528,12 @@ class QuantCheckpointSource : public WeightSource {
 
 std::unique_ptr<WeightSource> open_quant_checkpoint(const std::string& dir, const QuantConfig& qc) {
   return std::make_unique<QuantCheckpointSource>(dir, qc);
+}
+
+QuantTensor load_fp_native(const WeightSource& src, const std::string& hf_name) {
+  const auto* q = dynamic_cast<const QuantCheckpointSource*>(&src);
+  if (q == nullptr) fail(src.path(), ": \"", hf_name, "\" does not come from a quantized checkpoint");
+  return q->fp_native(hf_name);
 }
 
 }  // namespace blockspec

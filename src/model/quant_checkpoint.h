@@ -12,7 +12,7 @@
 // biases, modules left dense by "ignore") is served as stored.
 //
 // Every module is validated when the source opens; what is malformed or not
-// supported yet (asymmetric, desc_act / act-order, FP8, NVFP4, MXFP4, marlin,
+// supported yet (asymmetric, desc_act / act-order, MXFP8, marlin,
 // other bit widths or group sizes) fails with one line naming the module.
 #pragma once
 #include <memory>
@@ -24,5 +24,12 @@
 namespace blockspec {
 
 std::unique_ptr<WeightSource> open_quant_checkpoint(const std::string& dir, const QuantConfig& qc);
+
+// compressed-tensors float formats (float-quantized FP8 E4M3 with per-tensor, per-channel or [128, 128]
+// block scales; nvfp4-pack-quantized; mxfp4-pack-quantized) are validated like the integer ones and served
+// as their exact dequantization (natural_format f32; bit for bit compressed-tensors' dequantize in f32).
+// load_fp_native gives the stored codes and scales as a kFP8_E4M3 / kNVFP4 / kMXFP4 QuantTensor
+// (kernels/fp_formats.h) without re-quantizing; throws if hf_name ("<module>.weight") is not such a module.
+QuantTensor load_fp_native(const WeightSource& src, const std::string& hf_name);
 
 }  // namespace blockspec

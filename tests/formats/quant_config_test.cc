@@ -73,6 +73,28 @@ TEST(QuantConfig, RefusesMalformedAndUnknown) {
   EXPECT_NE(err("{").find("invalid JSON"), std::string::npos);
 }
 
+TEST(QuantConfig, FloatBlockStructure) {
+  QuantConfig q = parse_quant_config(R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+      "quantization_status": "compressed", "config_groups": {"group_0": {"targets": ["Linear"], "weights":
+      {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128], "symmetric": true,
+       "dynamic": false}}, "group_1": {"targets": ["lm_head"], "weights": {"num_bits": 4, "type": "float",
+       "strategy": "tensor_group", "group_size": 16, "block_structure": null}}}})",
+                                     "qc");
+  ASSERT_EQ(q.ct.groups.size(), 2u);
+  EXPECT_EQ(q.ct.groups[0].weights->type, "float");
+  EXPECT_EQ(q.ct.groups[0].weights->block_structure, (std::vector<int64_t>{128, 128}));
+  EXPECT_TRUE(q.ct.groups[1].weights->block_structure.empty());
+  EXPECT_EQ(q.ct.groups[1].weights->strategy, "tensor_group");
+  EXPECT_EQ(q.ct.groups[1].weights->group_size, 16);
+  try {
+    parse_quant_config(R"({"quant_method": "compressed-tensors", "config_groups": {"g": {"targets": ["Linear"],
+        "weights": {"num_bits": 8, "type": "float", "block_structure": [128]}}}})", "cfg.json");
+    ADD_FAILURE() << "accepted a one-element block_structure";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("block_structure"), std::string::npos);
+  }
+}
+
 TEST(QuantConfig, TargetMatching) {
   EXPECT_TRUE(ct_target_matches("Linear", "model.layers.0.mlp.up_proj", true));
   EXPECT_FALSE(ct_target_matches("Linear", "model.embed_tokens", false));

@@ -217,9 +217,10 @@ TEST_F(QuantBroken, CtAsymmetricZeroPointPresent) {
 
 TEST_F(QuantBroken, CtUnsupportedFeatures) {
   const std::pair<std::string, std::string> cases[][2] = {
-      {{"\"format\": \"pack-quantized\"", "\"format\": \"nvfp4-pack-quantized\""}, {"NVFP4", ""}},
-      {{"\"format\": \"pack-quantized\"", "\"format\": \"mxfp4-pack-quantized\""}, {"MXFP4", ""}},
-      {{"\"type\": \"int\"", "\"type\": \"float\""}, {"\"float\" (FP8/FP4)", ""}},
+      // int4 args under a float format / float args with an int group size.
+      {{"\"format\": \"pack-quantized\"", "\"format\": \"nvfp4-pack-quantized\""}, {"type \"int\" in a float format", ""}},
+      {{"\"format\": \"pack-quantized\"", "\"format\": \"mxfp4-pack-quantized\""}, {"type \"int\" in a float format", ""}},
+      {{"\"type\": \"int\"", "\"type\": \"float\""}, {"FP4 weights with group_size 128 are not supported", ""}},
       {{"\"num_bits\": 4", "\"num_bits\": 2"}, {"num_bits 2", ""}},
       {{"\"group_size\": 128", "\"group_size\": 64"}, {"group_size 64", ""}},
       {{"\"symmetric\": true", "\"symmetric\": false"}, {"asymmetric", ""}},
@@ -315,6 +316,84 @@ TEST_F(QuantBroken, CtW8A8StaticActivationsRefused) {
   use("llama-ct-mixed");
   edit("config.json", "\"dynamic\": true", "\"dynamic\": false");
   expect_error({"mlp.", "input activations", "dynamic=false"});
+}
+
+// ---- compressed-tensors FP8 / NVFP4 / MXFP4 ----
+
+const std::string kDown0 = "model.layers.0.mlp.down_proj";
+const std::string kO0 = "model.layers.0.self_attn.o_proj";
+
+TEST_F(QuantBroken, FpIntactLoads) {
+  for (const char* f : {"tiny-ct-fp8", "tiny-ct-nvfp4", "tiny-ct-mxfp4"}) {
+    use(f);
+    EXPECT_EQ(load_error(), "") << f;
+  }
+}
+
+TEST_F(QuantBroken, FpMissingTensors) {
+  for (const char* f : {"tiny-ct-fp8", "tiny-ct-nvfp4", "tiny-ct-mxfp4"}) {
+    SCOPED_TRACE(f);
+    use(f);
+    erase(kDown0 + ".weight_scale");
+    expect_error({kDown0, "missing tensor", "weight_scale"});
+  }
+  use("tiny-ct-nvfp4");
+  erase(kDown0 + ".weight_global_scale");
+  expect_error({kDown0, "missing tensor", "weight_global_scale", "divisor"});
+  use("tiny-ct-mxfp4");
+  erase(kDown0 + ".weight_packed");
+  expect_error({kDown0 + ".weight", "missing tensor"});  // without codes the module is simply absent
+}
+
+TEST_F(QuantBroken, FpScaleShapeForGroupSize) {
+  use("tiny-ct-nvfp4");  // down_proj [64, 256]: 16 scales per row
+  writable(kDown0 + ".weight_scale") = Tensor(DType::kF8_E4M3, {64, 8});
+  expect_error({kDown0, "weight_scale has shape [64, 8], expected [64, 16]", "per 16"});
+  use("tiny-ct-mxfp4");  // 8 scales per row
+  writable(kDown0 + ".weight_scale") = Tensor(DType::kU8, {64, 16});
+  expect_error({kDown0, "weight_scale has shape [64, 16], expected [64, 8]", "per 32"});
+  use("tiny-ct-nvfp4");
+  writable(kDown0 + ".weight_scale") = Tensor(DType::kU8, {64, 16});
+  expect_error({kDown0, "weight_scale has dtype U8, expected F8_E4M3"});
+  use("tiny-ct-fp8");  // block [128, 128] over [64, 256]: [1, 2]
+  writable(kDown0 + ".weight_scale") = Tensor(DType::kBF16, {1, 1});
+  expect_error({kDown0, "weight_scale has shape [1, 1], expected [1, 2]", "block"});
+  use("tiny-ct-fp8");  // o_proj per tensor
+  writable(kO0 + ".weight_scale") = Tensor(DType::kBF16, {64, 1});
+  expect_error({kO0, "expected [1] (strategy tensor)"});
+}
+
+TEST_F(QuantBroken, FpPackedDimMismatch) {
+  use("tiny-ct-nvfp4");
+  Tensor ws(DType::kI64, {2});
+  ws.mutable_ptr<int64_t>()[0] = 64;
+  ws.mutable_ptr<int64_t>()[1] = 512;
+  tensors_.emplace_back(kDown0 + ".weight_shape", ws);
+  expect_error({kDown0, "weight_packed has shape [64, 128], expected [64, 256]", "weight_shape [64, 512]"});
+  use("tiny-ct-mxfp4");
+  writable(kDown0 + ".weight_packed") = Tensor(DType::kU8, {64, 100});  // K = 200: scales [64, 8] disagree
+  expect_error({kDown0});
+  use("tiny-ct-fp8");
+  writable(kDown0 + ".weight") = Tensor(DType::kU8, {64, 256});
+  expect_error({kDown0, "F8_E4M3"});
+}
+
+TEST_F(QuantBroken, FpBadValuesAndConfigs) {
+  use("tiny-ct-nvfp4");
+  writable(kDown0 + ".weight_global_scale").mutable_ptr<float>()[0] = 0.f;
+  expect_error({kDown0, "weight_global_scale is 0"});
+  use("tiny-ct-mxfp4");
+  writable(kDown0 + ".weight_scale").mutable_ptr<uint8_t>()[3] = 0xFF;
+  expect_error({kDown0, "0xFF (E8M0 NaN)"});
+  use("tiny-ct-fp8");
+  edit("config.json", "\"block_structure\": [\n            128,\n            128", "\"block_structure\": [\n            64,\n            64");
+  expect_error({"mlp.", "block_structure [64, 64] is not supported"});
+  use("tiny-ct-nvfp4");
+  edit("config.json", "\"group_size\": 16", "\"group_size\": 64");
+  expect_error({"module model.layers.0.", "group_size 64"});
+  use("tiny-ct-mxfp4");
+  tensors_.emplace_back(kDown0 + ".input_global_scale", Tensor(DType::kF32, {1}));
+  expect_error({kDown0, "input_global_scale present"});
 }
 
 }  // namespace

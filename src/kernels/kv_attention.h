@@ -1,5 +1,5 @@
 // Causal GQA attention reading a compressed KV cache directly, plus the row
-// kernels behind it (scalar ref twins in kernels/ref, AVX-512 in kernels/x86).
+// kernels behind it (scalar ref twins in kernels/ref, AVX2 / AVX-512 in kernels/x86).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -60,6 +60,11 @@ BS_KV_ROW_DECL(bf16_ref)
 BS_KV_ROW_DECL(fp8_ref)
 BS_KV_ROW_DECL(i8pth_ref)
 BS_KV_ROW_DECL(i8g128_ref)
+BS_KV_ROW_DECL(f32_avx2)
+BS_KV_ROW_DECL(bf16_avx2)
+BS_KV_ROW_DECL(fp8_avx2)
+BS_KV_ROW_DECL(i8pth_avx2)
+BS_KV_ROW_DECL(i8g128_avx2)
 BS_KV_ROW_DECL(f32_avx512)
 BS_KV_ROW_DECL(bf16_avx512)
 BS_KV_ROW_DECL(fp8_avx512)

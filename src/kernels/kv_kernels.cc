@@ -127,6 +127,13 @@ KvKernelTable select_kv_kernels(const std::string& isa) {
   t.row[static_cast<int>(KvDType::kFP8E4M3)] = {kv_dot_fp8_ref, kv_axpy_fp8_ref};
   t.row[static_cast<int>(KvDType::kInt8PerTokenHead)] = {kv_dot_i8pth_ref, kv_axpy_i8pth_ref};
   t.row[static_cast<int>(KvDType::kInt8BlockG128)] = {kv_dot_i8g128_ref, kv_axpy_i8g128_ref};
+  if (isa == "avx2") {
+    t.row[static_cast<int>(KvDType::kF32)] = {kv_dot_f32_avx2, kv_axpy_f32_avx2};
+    t.row[static_cast<int>(KvDType::kBF16)] = {kv_dot_bf16_avx2, kv_axpy_bf16_avx2};
+    t.row[static_cast<int>(KvDType::kFP8E4M3)] = {kv_dot_fp8_avx2, kv_axpy_fp8_avx2};
+    t.row[static_cast<int>(KvDType::kInt8PerTokenHead)] = {kv_dot_i8pth_avx2, kv_axpy_i8pth_avx2};
+    t.row[static_cast<int>(KvDType::kInt8BlockG128)] = {kv_dot_i8g128_avx2, kv_axpy_i8g128_avx2};
+  }
   if (isa == "avx512") {
     t.row[static_cast<int>(KvDType::kF32)] = {kv_dot_f32_avx512, kv_axpy_f32_avx512};
     t.row[static_cast<int>(KvDType::kBF16)] = {kv_dot_bf16_avx512, kv_axpy_bf16_avx512};

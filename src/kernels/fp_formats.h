@@ -50,10 +50,17 @@ inline int64_t fp_group_size(WeightFormat f) {
 // ---- exact scalar conversions ------------------------------------------------------------
 
 // E4M3FN: S EEEE MMM, bias 7; e=0 subnormal m * 2^-9; 0x7F / 0xFF NaN; max 448.
+// Bit construction, no libm: the NVFP4 kernels call this once per 16 weights.
 inline float e4m3_to_f32(uint8_t c) {
-  const int e = (c >> 3) & 15, m = c & 7;
+  const uint32_t e = (c >> 3) & 15, m = c & 7;
   if (e == 15 && m == 7) return std::numeric_limits<float>::quiet_NaN();
-  const float v = e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(static_cast<float>(8 + m), e - 10);
+  float v;
+  if (e == 0) {
+    v = static_cast<float>(m) * (1.f / 512.f);  // subnormal m * 2^-9 (exact)
+  } else {
+    const uint32_t bits = ((e + 120) << 23) | (m << 20);
+    std::memcpy(&v, &bits, 4);
+  }
   return (c & 0x80) ? -v : v;
 }
 // Round to nearest even, saturating to +-448 (inf too); NaN gives 0x7F.

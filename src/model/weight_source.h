@@ -22,8 +22,8 @@ class WeightSource {
   // Storage type as the file names it ("BF16", "Q4_K", ...), for messages.
   virtual std::string storage_type(const std::string& hf_name) const = 0;
   // The compute format that keeps the stored precision class: F32 -> f32,
-  // BF16 -> bf16, F16 -> f32 (bf16 would drop mantissa bits), 8/6/5-bit
-  // GGUF blocks -> q8, 4-bit blocks -> q4.
+  // BF16 -> bf16, F16 -> f32 (bf16 would drop mantissa bits), GGUF block
+  // formats -> q8 (see weight_source.cc for why 4-bit blocks too).
   virtual WeightFormat natural_format(const std::string& hf_name) const = 0;
   // Dense values: F32, BF16 or F16. Throws naming the tensor on failure.
   virtual Tensor load(const std::string& hf_name) const = 0;

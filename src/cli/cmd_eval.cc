@@ -124,7 +124,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
     auto f = weight_format_from_name(a.str("--reference-weights"));
     if (!f)
       fail("eval: --reference-weights: unknown format \"", a.str("--reference-weights"),
-           "\" (expected f32, bf16, q8 or q4)");
+           "\" (expected f32, bf16, q8, q4, fp8, nvfp4 or mxfp4)");
     ro.weights = f;
   }
   ro.kv_cache_dtype = parse_kv_cache_dtype("--reference-kv-cache-dtype", a.str("--reference-kv-cache-dtype", "f32"));

@@ -41,7 +41,7 @@ std::vector<FlagSpec> model_flags() {
   return {
       {"--threads", "-t", true, "worker threads (default: all cores)"},
       {"--isa", "", true, "kernel ISA: auto, ref, avx2, avx512 (default: $BLOCKSPEC_ISA or auto)"},
-      {"--weights", "", true, "weight format: f32, bf16, q8, q4 (default: keep each tensor's stored precision)"},
+      {"--weights", "", true, "weight format: f32, bf16, q8, q4, fp8, nvfp4, mxfp4 (default: each tensor's stored format)"},
       {"--kv-cache-dtype", "", true,
        "KV cache dtype: auto, f32, bf16, fp8_e4m3, int8_per_token_head, int8_block_g128 (default auto: bf16 when "
        "every weight matrix is bf16, else f32; see docs/kv_cache.md)"},
@@ -57,7 +57,7 @@ ModelOptions model_options(const Args& a) {
   mo.isa = a.str("--isa", env_isa ? env_isa : "");
   if (a.has("--weights")) {
     auto f = weight_format_from_name(a.str("--weights"));
-    if (!f) fail("--weights: unknown format \"", a.str("--weights"), "\" (expected f32, bf16, q8 or q4)");
+    if (!f) fail("--weights: unknown format \"", a.str("--weights"), "\" (expected f32, bf16, q8, q4, fp8, nvfp4 or mxfp4)");
     mo.weights = f;
   }
   mo.kv_cache_dtype = parse_kv_cache_dtype("--kv-cache-dtype", a.str("--kv-cache-dtype", "auto"));

@@ -177,7 +177,7 @@ TEST(Cli, KvCacheDtypeFlag) {
   EXPECT_EQ(j["kv_cache_dtype"], "fp8_e4m3");
   EXPECT_EQ(j["kv_bytes_per_token"], 2 * 3 * 2 * 32);  // 3 layers, 2 KV heads, head_dim 32, 1 byte
   // A bad value: one line naming the valid values, non-zero exit.
-  for (const std::string c : {"generate -m " + kModel + " -p hi --kv-cache-dtype int4",
+  for (const std::string& c : {"generate -m " + kModel + " -p hi --kv-cache-dtype int4",
                               eval_args(kModel, kModel, "--reference-kv-cache-dtype fp16")}) {
     r = run(c);
     EXPECT_NE(r.code, 0) << c;

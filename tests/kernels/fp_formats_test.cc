@@ -190,7 +190,9 @@ TEST(FpFormats, StreamedEqualsWhole) {
     ASSERT_EQ(std::memcmp(a.data.data(), b.data.data(), a.data.nbytes()), 0);
     ASSERT_EQ(std::memcmp(a.scales.data(), b.scales.data(), a.scales.nbytes()), 0);
     ASSERT_EQ(a.aux.nbytes(), b.aux.nbytes());
-    if (a.aux.nbytes()) ASSERT_EQ(a.aux.ptr<float>()[0], b.aux.ptr<float>()[0]);
+    if (a.aux.nbytes()) {
+      ASSERT_EQ(a.aux.ptr<float>()[0], b.aux.ptr<float>()[0]);
+    }
   }
 }
 

@@ -215,8 +215,9 @@ TEST_P(KvIsaTest, AttentionOnCompressedCacheMatchesDequantizedF32Cache) {
           ASSERT_NEAR(out[i], out_ref[i], bf ? 1e-2f * (1 + std::fabs(out_ref[i])) : 1e-5f)
               << kv_dtype_name(t) << " d=" << c.d << " i=" << i;
         }
-        if (GetParam() == "ref" && !bf)
+        if (GetParam() == "ref" && !bf) {
           for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], out_ref[i]) << kv_dtype_name(t) << " i=" << i;
+        }
       }
     }
   }

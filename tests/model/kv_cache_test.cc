@@ -75,7 +75,9 @@ TEST(KvCacheDtypes, LogitsCloseToF32Cache) {
     std::printf("[kv] %-20s max |dlogit| / max |logit| = %.3g (tolerance %.3g)\n", kv_dtype_name(c.t), worst / scale,
                 c.tol);
     EXPECT_LE(worst / scale, c.tol) << kv_dtype_name(c.t);
-    if (c.t != KvDType::kF32) EXPECT_GT(worst, 0.0) << kv_dtype_name(c.t) << ": quantization had no effect?";
+    if (c.t != KvDType::kF32) {
+      EXPECT_GT(worst, 0.0) << kv_dtype_name(c.t) << ": quantization had no effect?";
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/attention_common.h"
 
 namespace blockspec {
 
@@ -104,25 +105,13 @@ void attend_heads(const OpContext& ctx, const float* q, const float* k, const fl
     const float* kr = k + j * kv_stride + kvh * D;
     for (int64_t i = 0; i < n_h; ++i) {
       float d = ctx.k->dot(q + (t * s.n_heads + h0 + i) * D, kr, D);
-      d = s.round_bf16 ? bf16_to_f32(f32_to_bf16(bf16_to_f32(f32_to_bf16(d)) * s.scale)) : d * s.scale;
+      d = attention_score(d, s);
       scores[i * n_ctx + j] = d;
       mx[i] = std::max(mx[i], d);
     }
   }
-  for (int64_t i = 0; i < n_h; ++i) {
-    float* sc = scores.data() + i * n_ctx;
-    double sum = 0;
-    for (int64_t j = 0; j < n_ctx; ++j) {
-      sc[j] = std::exp(sc[j] - mx[i]);
-      sum += sc[j];
-    }
-    const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j < n_ctx; ++j) {
-      sc[j] *= inv;
-      if (s.round_bf16) sc[j] = bf16_to_f32(f32_to_bf16(sc[j]));
-    }
-    std::memset(out + (t * s.n_heads + h0 + i) * D, 0, D * sizeof(float));
-  }
+  softmax_rows(scores.data(), mx.data(), n_h, n_ctx, s.round_bf16);
+  for (int64_t i = 0; i < n_h; ++i) std::memset(out + (t * s.n_heads + h0 + i) * D, 0, D * sizeof(float));
   for (int64_t j = 0; j < n_ctx; ++j) {
     const float* vr = v + j * kv_stride + kvh * D;
     for (int64_t i = 0; i < n_h; ++i) ctx.k->axpy(scores[i * n_ctx + j], vr, out + (t * s.n_heads + h0 + i) * D, D);

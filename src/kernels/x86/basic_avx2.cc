@@ -3,6 +3,8 @@
 // across the activation rows (prefill).
 #include <immintrin.h>
 
+#include "kernels/x86/avx2_util.h"
+
 #include <algorithm>
 #include <array>
 #include <utility>
@@ -16,13 +18,6 @@ namespace blockspec {
 
 namespace {
 
-BS_AVX2 inline float hsum256(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
 
 BS_AVX2 inline __m256 load_bf16x8(const uint16_t* p) {
   __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));

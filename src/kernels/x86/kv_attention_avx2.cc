@@ -4,6 +4,8 @@
 // axpy_avx2 (FMA per 8, scalar tail); hsum as dot_avx2's.
 #include <immintrin.h>
 
+#include "kernels/x86/avx2_util.h"
+
 #include "kernels/kv_attention.h"
 #include "tensor/dtype.h"
 
@@ -13,13 +15,6 @@ namespace blockspec {
 
 namespace {
 
-BS_AVX2 inline float hsum256(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
 
 struct DeqF32 {
   BS_AVX2 __m256 operator()(const void* c, const float*, int64_t i) const {

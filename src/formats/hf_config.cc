@@ -19,6 +19,13 @@ const char* arch_name(Arch a) {
   return "?";
 }
 
+const char* draft_method_of_architecture(const std::string& a) {
+  // NeMo AutoModel exports the Qwen3-prefixed spellings (dflash.md §1.1).
+  if (a == "DFlashDraftModel" || a == "Qwen3DFlashDraftModel") return "dflash";
+  if (a == "DFlash2DraftModel" || a == "Qwen3DFlash2DraftModel") return "dflash2";
+  return nullptr;
+}
+
 const char* rope_type_name(RopeType t) {
   switch (t) {
     case RopeType::kDefault: return "default";
@@ -167,9 +174,14 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& wha
     static constexpr const char* kKnown[] = {"Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM"};
     bool ok = false;
     for (const char* k : kKnown) ok |= c.architecture == k;
-    if (!ok)
+    c.is_draft = draft_method_of_architecture(c.architecture) != nullptr;
+    if (c.is_draft && c.arch != Arch::kQwen3)
+      fail(what, ": drafter architecture \"", c.architecture, "\" needs model_type \"qwen3\", found \"",
+           c.model_type, "\"");
+    if (!ok && !c.is_draft)
       fail(what, ": architecture \"", c.architecture,
-           "\" is not supported (supported: Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM)");
+           "\" is not supported (supported: Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM; drafters "
+           "DFlashDraftModel, DFlash2DraftModel)");
   }
   c.vocab_size = r.get_pos("vocab_size");
   c.hidden_size = r.get_pos("hidden_size");

@@ -12,6 +12,8 @@ namespace blockspec {
 
 enum class Arch { kQwen3, kQwen2, kLlama };
 const char* arch_name(Arch a);
+// "dflash" / "dflash2" for a drafter architecture name, else nullptr.
+const char* draft_method_of_architecture(const std::string& architecture);
 
 enum class RopeType { kDefault, kLinear, kYarn, kLlama3 };
 const char* rope_type_name(RopeType t);
@@ -34,6 +36,7 @@ struct ModelConfig {
   Arch arch = Arch::kLlama;
   std::string model_type;
   std::string architecture;  // architectures[0]
+  bool is_draft = false;     // a DFlash / DFlash2 drafter (formats/dflash_config.h)
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;

@@ -12,6 +12,9 @@ namespace blockspec {
 Transformer::Transformer(const WeightSource& src, const ModelOptions& opts)
     : cfg_(src.config()), opts_(opts), kt_(select_kernels(opts.isa)), pool_(opts.n_threads),
       rope_(compute_rope(cfg_)) {
+  if (cfg_.is_draft)
+    fail(src.path(), ": is a ", cfg_.architecture, " drafter, not a target model; pass it as the \"model\" of "
+         "--speculative-config");
   OpContext ctx{&kt_, &pool_};
   w_ = load_weights(src, cfg_, WeightOptions{opts.weights, opts.progress}, ctx);
   if (opts.emulate_bf16_activations) {

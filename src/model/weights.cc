@@ -9,135 +9,10 @@
 #include "base/error.h"
 #include "kernels/quant.h"
 #include "kernels/quant_import.h"
+#include "model/weight_loader.h"
 
 namespace blockspec {
 
-namespace {
-
-struct Loader {
-  const WeightSource& src;
-  const WeightOptions& opts;
-  const OpContext& ctx;
-  std::map<std::string, int> formats_used;
-  int64_t done = 0, total = 0;
-  bool tty = false;
-
-  void check(const std::string& name, const Shape& shape) const {
-    if (!src.has(name))
-      fail(src.path(), ": missing tensor \"", name, "\" (expected shape ", shape_str(shape), ")");
-    Shape s = src.shape(name);
-    if (s != shape)
-      fail(src.path(), ": tensor \"", name, "\" has shape ", shape_str(s), ", expected ", shape_str(shape),
-           " from the model config");
-  }
-  void tick() {
-    ++done;
-    if (tty) {
-      int w = 40, f = static_cast<int>(w * std::min(done, total) / std::max<int64_t>(total, 1));
-      std::fprintf(stderr, "\rloading [%.*s%*s] %lld/%lld", f, "########################################", w - f, "",
-                   static_cast<long long>(done), static_cast<long long>(total));
-      if (done == total) std::fprintf(stderr, "\n");
-    }
-  }
-  // Stored integer codes (GPTQ, compressed-tensors) are packed as they are,
-  // never re-quantized, unless opts.format asks for another format: then the
-  // source dequantizes them exactly (float(code) * scale) and they convert
-  // like any dense weight.
-  bool native(const std::string& name) const {
-    return src.has_native(name) && (!opts.format || *opts.format == src.natural_format(name));
-  }
-  QuantTensor matrix(const std::string& name, const Shape& shape) {
-    check(name, shape);
-    WeightFormat f = opts.format.value_or(src.natural_format(name));
-    // Large matrices (embeddings, lm_head, MLP) convert in row chunks so they
-    // never exist whole in f32 next to their converted copy.
-    constexpr int64_t kStreamElems = int64_t(4) << 20;
-    QuantTensor q = native(name) ? make_weight_from_codes(ctx, shape[0], shape[1], f,
-                                                          [&](int64_t r0, int64_t r1, int8_t* c, float* s) {
-                                                            src.load_native(name, r0, r1, c, s);
-                                                          })
-                    : shape[0] * shape[1] > kStreamElems
-                        ? make_weight_streamed(ctx, shape[0], shape[1], f,
-                                               [&](int64_t r0, int64_t r1, float* out) {
-                                                 src.load_rows(name, r0, r1, out);
-                                               })
-                        : make_weight(ctx, src.load(name), f);
-    src.release(name);
-    formats_used[weight_format_name(f)]++;
-    tick();
-    return q;
-  }
-  // Parts loaded as one matrix when they resolve to the same format.
-  LinearGroup group(const std::vector<std::pair<std::string, Shape>>& parts, const std::vector<std::string>& biases) {
-    LinearGroup g;
-    std::vector<WeightFormat> fmts;
-    int n_native = 0;
-    for (const auto& [name, shape] : parts) {
-      check(name, shape);
-      fmts.push_back(opts.format.value_or(src.natural_format(name)));
-      n_native += native(name) ? 1 : 0;
-      g.part_rows.push_back(shape[0]);
-      g.rows += shape[0];
-    }
-    const int64_t K = parts[0].second[1];
-    const bool same = std::all_of(fmts.begin(), fmts.end(), [&](WeightFormat f) { return f == fmts[0]; });
-    if (same && n_native == static_cast<int>(parts.size())) {
-      // All parts stored as codes of one format: fuse their codes.
-      const int64_t G = (K + 127) / 128;  // scale groups of 128 inputs
-      auto rows = [&](int64_t r0, int64_t r1, int8_t* c, float* s) {
-        int64_t base = 0;
-        for (size_t i = 0; i < parts.size(); ++i) {
-          const int64_t b = std::max(r0, base), e = std::min(r1, base + g.part_rows[i]);
-          if (b < e) src.load_native(parts[i].first, b - base, e - base, c + (b - r0) * K, s + (b - r0) * G);
-          base += g.part_rows[i];
-        }
-      };
-      g.mats.push_back(make_weight_from_codes(ctx, g.rows, K, fmts[0], rows));
-      formats_used[weight_format_name(fmts[0])] += static_cast<int>(parts.size());
-      for (const auto& p : parts) {
-        src.release(p.first);
-        tick();
-      }
-    } else if (same && n_native == 0) {
-      // Row r of the fused matrix comes from the part whose range holds r.
-      auto rows = [&](int64_t r0, int64_t r1, float* out) {
-        int64_t base = 0;
-        for (size_t i = 0; i < parts.size(); ++i) {
-          const int64_t b = std::max(r0, base), e = std::min(r1, base + g.part_rows[i]);
-          if (b < e) src.load_rows(parts[i].first, b - base, e - base, out + (b - r0) * K);
-          base += g.part_rows[i];
-        }
-      };
-      g.mats.push_back(make_weight_streamed(ctx, g.rows, K, fmts[0], rows));
-      formats_used[weight_format_name(fmts[0])] += static_cast<int>(parts.size());
-      for (const auto& p : parts) {
-        src.release(p.first);
-        tick();
-      }
-    } else {
-      for (const auto& [name, shape] : parts) g.mats.push_back(matrix(name, shape));
-    }
-    if (!biases.empty()) {
-      g.bias = Tensor(DType::kF32, {g.rows});
-      int64_t off = 0;
-      for (size_t i = 0; i < parts.size(); ++i) {
-        Tensor b = vec(biases[i], g.part_rows[i]);
-        std::copy(b.ptr<float>(), b.ptr<float>() + g.part_rows[i], g.bias.mutable_ptr<float>() + off);
-        off += g.part_rows[i];
-      }
-    }
-    return g;
-  }
-  Tensor vec(const std::string& name, int64_t n) {
-    check(name, {n});
-    Tensor t = to_f32(src.load(name));
-    src.release(name);
-    tick();
-    return t;
-  }
-};
-
-}  // namespace
 
 size_t LinearGroup::nbytes() const {
   size_t b = bias.nbytes();
@@ -166,7 +41,7 @@ void linear_group(const OpContext& ctx, const float* x, const LinearGroup& g, fl
 
 ModelWeights load_weights(const WeightSource& src, const ModelConfig& c, const WeightOptions& opts,
                           const OpContext& ctx) {
-  Loader L{src, opts, ctx, {}, 0, 0, false};
+  WeightLoader L{src, opts, ctx, {}, 0, 0, false};
   L.tty = opts.progress && ::isatty(2);
   const int64_t H = c.hidden_size, hd = c.head_dim, nq = c.n_heads * hd, nkv = c.n_kv_heads * hd;
   const int64_t I = c.intermediate_size, V = c.vocab_size;

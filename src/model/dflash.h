@@ -1,0 +1,132 @@
+// DFlash / DFlash2 block-diffusion drafter (../shared/docs/dflash.md §2, §5).
+//
+// A drafter is a small stack of Qwen3-style layers. Hidden states tapped from
+// the target (after the layers in target_layer_ids) are projected by `fc` +
+// `hidden_norm` into one context vector c_j per committed token; every draft
+// layer turns c_j into context K/V (k_norm + RoPE on K, no input_layernorm),
+// computed once per token and cached. A draft step runs the block
+// [anchor, MASK x K] at positions P..P+K in one pass over
+// [cached context (within each layer's window) ; block], with per-layer
+// causality inside the block, and reads draft logits for slots 1..K through
+// the TARGET's lm_head (the target's embedding fills the block): both are
+// shared with the target, never copied. DFlash2 adds a two-tap grouped
+// dynamic convolution around both sublayers and a low-rank path selector
+// over the top-k candidates of each slot.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/dflash_config.h"
+#include "model/transformer.h"
+#include <optional>
+
+namespace blockspec {
+
+struct DraftLayerWeights {
+  Tensor attn_norm, ffn_norm;  // [H] f32 (input_layernorm, post_attention_layernorm)
+  Tensor q_norm, k_norm;       // [head_dim] f32
+  LinearGroup qkv;             // [nh*hd + 2*nkv*hd, H]: q, k, v (+ bias when attention_bias)
+  QuantTensor o;               // [H, nh*hd]
+  Tensor o_bias;               // [H] f32, empty unless attention_bias
+  LinearGroup gate_up;         // [2F, H]
+  QuantTensor down;            // [H, F]
+  // DFlash2 convolutions: base kernels [2 side, kt tap, H] f32 and dynamic
+  // kernel projections [2*kt*G, H] (output viewed [2 side, kt tap, G group]).
+  Tensor attn_conv_base, mlp_conv_base;
+  QuantTensor attn_conv_proj, mlp_conv_proj;
+};
+
+struct DraftWeights {
+  QuantTensor fc;           // [H, T*H]
+  Tensor hidden_norm;       // [H] f32
+  Tensor norm;              // [H] f32
+  std::vector<DraftLayerWeights> layers;
+  // DFlash2 candidate selector
+  QuantTensor predecessor_codebook, successor_codebook;  // [V, r]
+  QuantTensor hidden_projection;                         // [r, H]
+  std::string format_summary;
+};
+
+// Context K/V of every draft layer for the committed tokens 0..size()-1.
+// Full-attention layers keep every position; sliding layers keep a ring of
+// their last W positions (all a block query can see).
+class DraftCache {
+ public:
+  DraftCache(const DraftConfig& cfg, int64_t capacity);
+  int64_t size() const { return size_; }
+  int64_t capacity() const { return capacity_; }
+  void reset() { size_ = 0; }
+  // Row of position pos in layer l's K or V: [nkv, hd].
+  float* k_row(int64_t l, int64_t pos) { return k_[l].data() + slot(l, pos) * row_; }
+  float* v_row(int64_t l, int64_t pos) { return v_[l].data() + slot(l, pos) * row_; }
+  const float* k_row(int64_t l, int64_t pos) const { return k_[l].data() + slot(l, pos) * row_; }
+  const float* v_row(int64_t l, int64_t pos) const { return v_[l].data() + slot(l, pos) * row_; }
+  // Oldest position layer l still holds.
+  int64_t first_kept(int64_t l) const { return ring_[l] > 0 ? std::max<int64_t>(0, size_ - ring_[l]) : 0; }
+  void set_size(int64_t n) { size_ = n; }
+
+ private:
+  int64_t slot(int64_t l, int64_t pos) const { return ring_[l] > 0 ? pos % ring_[l] : pos; }
+  int64_t capacity_, size_ = 0, row_;
+  std::vector<int64_t> ring_;                // [L] ring length (W), 0 = contiguous
+  std::vector<std::vector<float>> k_, v_;    // [L][slots, nkv, hd]
+};
+
+struct DraftOptions {
+  std::optional<WeightFormat> weights;  // nullopt: each tensor's stored precision class
+  bool progress = false;
+};
+
+class DraftModel {
+ public:
+  // Loads DIR (config.json + safetensors, dense or quantized) for `target`,
+  // whose embedding, lm_head and thread pool the drafter uses. Validates the
+  // drafter against the target: fc input width = taps x target hidden, tap
+  // ids < target layers, hidden sizes equal, mask_token_id inside the target
+  // vocab. `target` must outlive the drafter.
+  static std::unique_ptr<DraftModel> load(const std::string& dir, Transformer& target, const DraftOptions& opts);
+
+  const DraftConfig& config() const { return cfg_; }
+  const DraftWeights& weights() const { return w_; }
+  uint64_t weight_bytes() const;  // drafter-owned bytes read per draft step
+
+  DraftCache new_cache(int64_t capacity) const { return DraftCache(cfg_, capacity); }
+
+  // One draft pass. First appends the context of n_ctx newly committed
+  // tokens at positions cache.size().. (feats: [n_ctx, T*H] target taps in
+  // target_layer_ids order), then runs the block [anchor, MASK x k] at
+  // positions P = cache.size() (after the append) .. P+k.
+  //   hidden: [k+1, H] final-normed block hidden states (slot 0 = anchor).
+  void forward(DraftCache& cache, const float* feats, int64_t n_ctx, int32_t anchor, int64_t k,
+               std::vector<float>& hidden);
+
+  // Draft logits of n hidden rows through the target lm_head, times
+  // output_multiplier, softcapped: [n, V].
+  void logits(const float* hidden, int64_t n, std::vector<float>& out);
+
+  // DFlash2 path selector over slots 1..k (dflash.md §5.1b).
+  //   hidden: [k, H] (slots 1..k), logits: [k, V] from logits().
+  //   cand:   [k, C] top-C candidate ids per slot (C = selector_top_k), in
+  //           descending logit order (ties: lower id first).
+  //   scores: [k, C] realized path scores S_t(prev, c) along the walk.
+  //   tokens: [k] chosen path. temperature <= 0: greedy walk (lowest index
+  //   on ties); else index ~ softmax(scores / T) drawn with u (uniforms in
+  //   [0,1), one per slot) and q: [k, C] those probabilities.
+  struct Selection {
+    std::vector<int32_t> tokens, cand;
+    std::vector<float> scores, q;
+  };
+  void select(const float* hidden, const float* logits, int64_t k, int32_t anchor, float temperature,
+              const std::vector<double>& u, Selection& out);
+
+ private:
+  DraftModel(const std::string& dir, Transformer& target, const DraftOptions& opts);
+  DraftConfig cfg_;
+  DraftWeights w_;
+  Transformer& target_;
+  RopeTables rope_;
+};
+
+}  // namespace blockspec

@@ -1,0 +1,71 @@
+// Types shared by every speculative-decoding method: what a proposer drafts
+// (tokens and the proposal distribution q the rejection step needs), the
+// proposer interface, and the acceptance metrics.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/sampler.h"
+
+namespace blockspec {
+
+// One step's draft d1..dk for positions P+1..P+k after the anchor at P.
+struct Draft {
+  std::vector<int32_t> tokens;  // [k]
+  // The distribution each draft token was drawn from:
+  //   kOneHot     -- deterministic proposer (greedy drafter, n-gram): q = 1 at the token
+  //   kDense      -- q: [k, V] full-vocabulary probabilities (sampled DFlash1)
+  //   kCandidates -- q: [k, C] over cand: [k, C] token ids (DFlash2's selector);
+  //                  q(x) = sum of q[i] with cand[i] == x
+  enum class Q { kOneHot, kDense, kCandidates } q_kind = Q::kOneHot;
+  std::vector<float> q;
+  std::vector<int32_t> cand;
+  int64_t n_cand = 0;  // C
+  int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+  void clear() {
+    tokens.clear(), q.clear(), cand.clear();
+    q_kind = Q::kOneHot, n_cand = 0;
+  }
+};
+
+// A source of draft tokens. The speculative loop tells it every token the
+// target has committed (observe), then asks for up to k tokens after the
+// sequence (propose). The last token of `seq` in propose is the anchor: it is
+// committed but the target has not run it yet, so its hidden state is unknown.
+class Proposer {
+ public:
+  virtual ~Proposer() = default;
+  virtual std::string method() const = 0;
+  // Target layers whose outputs the proposer consumes (DFlash taps); empty
+  // when it needs none.
+  virtual std::vector<int64_t> tap_layers() const { return {}; }
+  // The target processed and committed seq[n_seen .. n_seen + n_new); taps:
+  // [n_new, n_taps * H] their tapped hidden states (nullptr when no taps).
+  virtual void observe(const std::vector<int32_t>& seq, int64_t n_seen, int64_t n_new, const float* taps) = 0;
+  // Drafts up to k tokens to follow seq (may return fewer, or none). sp is
+  // the request's sampling (temperature <= 0: greedy); rng draws any
+  // randomness the proposal needs.
+  virtual void propose(const std::vector<int32_t>& seq, int64_t k, const SamplingParams& sp, Rng& rng,
+                       Draft& out) = 0;
+  // Forget all state (a new sequence starts).
+  virtual void reset() = 0;
+};
+
+// Acceptance metrics, per request and summed (vLLM's spec_decode counters).
+struct SpecStats {
+  int64_t num_drafts = 0;           // verification passes that carried >= 1 draft token
+  int64_t num_draft_tokens = 0;     // draft tokens verified
+  int64_t num_accepted_tokens = 0;  // of them, accepted
+  std::vector<int64_t> accepted_per_pos;    // [K] drafts whose token at position i was accepted
+  std::vector<int64_t> acceptance_hist;     // [K+1] drafts that accepted exactly a tokens
+  // 1 + accepted / drafts: tokens committed per target pass (bonus included).
+  double mean_acceptance_length() const {
+    return num_drafts > 0 ? 1.0 + static_cast<double>(num_accepted_tokens) / num_drafts : 0.0;
+  }
+  // Records one verification of n_draft tokens with `accepted` accepted.
+  void record(int64_t n_draft, int64_t accepted);
+  void merge(const SpecStats& o);
+};
+
+}  // namespace blockspec

@@ -96,11 +96,15 @@ void sampling_probs(const float* logits, int64_t vocab, const SamplingParams& p,
 int32_t Sampler::sample(const float* logits, int64_t vocab) {
   if (p_.temperature <= 0) return argmax(logits, vocab);
   sampling_probs(logits, vocab, p_, probs_);
-  double u = rng_.uniform(), cum = 0;
+  return sample_from_probs(probs_.data(), vocab, rng_);
+}
+
+int32_t sample_from_probs(const float* probs, int64_t vocab, Rng& rng) {
+  double u = rng.uniform(), cum = 0;
   int32_t last = 0;
   for (int64_t i = 0; i < vocab; ++i) {
-    if (probs_[i] <= 0) continue;
-    cum += probs_[i];
+    if (probs[i] <= 0) continue;
+    cum += probs[i];
     last = static_cast<int32_t>(i);
     if (u < cum) return last;
   }

@@ -44,4 +44,10 @@ class Sampler {
 
 int32_t argmax(const float* x, int64_t n);  // first index of the maximum
 
+// Inverse-CDF draw with one rng.uniform(): the first i whose running sum of
+// probs exceeds u (the last positive entry when rounding leaves u beyond the
+// total). Sampler::sample draws exactly this way.
+//   probs: [vocab], sums to 1
+int32_t sample_from_probs(const float* probs, int64_t vocab, Rng& rng);
+
 }  // namespace blockspec

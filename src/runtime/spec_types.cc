@@ -1,0 +1,39 @@
+#include "runtime/spec_types.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+
+namespace blockspec {
+
+namespace {
+// a += b elementwise, growing a to b's size.
+void add_grow(std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  if (a.size() < b.size()) a.resize(b.size(), 0);
+  for (size_t i = 0; i < b.size(); ++i) a[i] += b[i];
+}
+}  // namespace
+
+void SpecStats::record(int64_t n_draft, int64_t accepted) {
+  if (n_draft < 0 || accepted < 0 || accepted > n_draft)
+    fail("SpecStats::record: accepted must be in [0, n_draft], found accepted ", accepted, " of n_draft ", n_draft);
+  if (n_draft == 0) return;  // a pass without draft tokens is not a draft
+  ++num_drafts;
+  num_draft_tokens += n_draft;
+  num_accepted_tokens += accepted;
+  const size_t k = static_cast<size_t>(n_draft);
+  if (accepted_per_pos.size() < k) accepted_per_pos.resize(k, 0);
+  if (acceptance_hist.size() < k + 1) acceptance_hist.resize(k + 1, 0);
+  for (int64_t i = 0; i < accepted; ++i) ++accepted_per_pos[i];
+  ++acceptance_hist[accepted];
+}
+
+void SpecStats::merge(const SpecStats& o) {
+  num_drafts += o.num_drafts;
+  num_draft_tokens += o.num_draft_tokens;
+  num_accepted_tokens += o.num_accepted_tokens;
+  add_grow(accepted_per_pos, o.accepted_per_pos);
+  add_grow(acceptance_hist, o.acceptance_hist);
+}
+
+}  // namespace blockspec

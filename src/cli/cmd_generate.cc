@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_files.h"
+#include "cli/spec_cli.h"
 #include "runtime/generate.h"
 #include "tokenizer/tokenizer.h"
 
@@ -28,6 +29,7 @@ std::vector<FlagSpec> flags() {
     {"--json", "", false, "print one JSON object on stdout, human output on stderr"},
     {"--help", "-h", false, "show this help"},
   };
+  own.push_back(spec_flag());
   f.insert(f.begin(), own.begin(), own.end());
   return f;
 }
@@ -70,7 +72,11 @@ int cmd_generate(const std::vector<std::string>& argv) {
     std::fputs(s.c_str(), text_out);
     std::fflush(text_out);
   };
-  GenerateResult r = generate(*model, ids, go, on_token);
+  auto spec = open_spec(a, *model, static_cast<int64_t>(ids.size()) + go.max_new_tokens + 64);
+  SpecResult sr;
+  if (spec) sr = generate_speculative(*model, *spec->proposer, spec->cfg.num_speculative_tokens, ids, go, on_token);
+  else sr.gen = generate(*model, ids, go, on_token);
+  const GenerateResult& r = sr.gen;
   std::fputs(stream.flush().c_str(), text_out);
   std::fputs("\n", text_out);
   std::fflush(text_out);
@@ -80,8 +86,10 @@ int cmd_generate(const std::vector<std::string>& argv) {
                "weights | load %.2f s | %d threads, %s | finish: %s]\n",
                static_cast<long long>(r.prompt_tokens), r.prefill_tok_s(), r.tokens.size(), r.decode_tok_s(),
                gb_s, load_s, model->n_threads(), model->kernels().isa, r.finish_reason.c_str());
+  if (spec) std::fprintf(stderr, "%s\n", spec_text(spec->cfg, sr.stats).c_str());
   if (json_out) {
     nlohmann::json j;
+    if (spec) j["spec"] = spec_json(spec->cfg, sr.stats);
     j["text"] = tok.decode(r.tokens, /*skip_special=*/true);
     j["tokens"] = r.tokens;
     j["prompt_tokens"] = r.prompt_tokens;

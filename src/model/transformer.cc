@@ -94,6 +94,30 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
   }
   OpContext ctx{&kt_, &pool_};
   const float eps = static_cast<float>(c.rms_norm_eps);
+  const int64_t T = static_cast<int64_t>(tap_layers_.size());
+  for (const SeqChunk& ch : chunks)
+    if (ch.taps != nullptr) ch.taps->assign(ch.n * T * H, 0.f);
+  // Copies rows of x after layer li into the tap slots of every chunk that
+  // wants them. The last layer's tap is the final-normed state, as HF's
+  // hidden_states[n_layers] is (dflash.md §1.3); scratch: [n, H].
+  auto capture_taps = [&](const std::vector<SeqChunk>& chs, int64_t li, const float* xs, float* scratch) {
+    for (int64_t ti = 0; ti < T; ++ti) {
+      if (tap_layers_[ti] != li) continue;
+      int64_t row = 0;
+      for (const SeqChunk& ch : chs) {
+        if (ch.taps != nullptr) {
+          const float* src = xs + row * H;
+          if (li == c.n_layers - 1) {
+            rmsnorm(src, w_.out_norm.ptr<float>(), eps, ch.n, H, scratch, opts_.emulate_bf16_activations);
+            src = scratch;
+          }
+          for (int64_t t = 0; t < ch.n; ++t)
+            std::copy(src + t * H, src + (t + 1) * H, ch.taps->data() + (t * T + ti) * H);
+        }
+        row += ch.n;
+      }
+    }
+  };
 
   std::vector<float> x(n * H);           // [n, H] residual stream
   std::vector<float> xn(n * H);          // [n, H] normed input of a sublayer
@@ -169,6 +193,7 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
     rnd(tmp);
     for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
     rnd(x);
+    capture_taps(chunks, li, x.data(), xn.data());
   }
 
   // Rows that need logits: every row of all_logits chunks, else the last.
@@ -191,14 +216,23 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
   rnd(logits);
 }
 
+void Transformer::set_tap_layers(const std::vector<int64_t>& layers) {
+  for (int64_t t : layers)
+    if (t < 0 || t >= cfg_.n_layers)
+      fail("tap layer ", t, " is not a layer of this model (it has ", cfg_.n_layers, " layers)");
+  tap_layers_ = layers;
+}
+
 void Transformer::prefill(const int32_t* tokens, int64_t n, KvCache& cache, std::vector<float>& logits,
-                          bool all_logits) {
+                          bool all_logits, std::vector<float>* taps) {
   const int64_t chunk = std::max<int64_t>(1, opts_.prefill_chunk);
-  std::vector<float> part;
+  std::vector<float> part, part_taps;
   if (all_logits) logits.clear();
+  if (taps != nullptr) taps->clear();
   for (int64_t b = 0; b < n; b += chunk) {
     int64_t m = std::min(chunk, n - b);
-    forward(tokens + b, m, cache, part, all_logits);
+    forward_batch({SeqChunk{tokens + b, m, &cache, all_logits, taps ? &part_taps : nullptr}}, part);
+    if (taps != nullptr) taps->insert(taps->end(), part_taps.begin(), part_taps.end());
     if (all_logits) logits.insert(logits.end(), part.begin(), part.end());
     else if (b + m == n) logits = part;
   }

@@ -64,13 +64,27 @@ class Transformer {
     int64_t n;
     KvCache* cache;
     bool all_logits;
+    // When non-null: resized to [n, n_taps * H], the hidden states after each
+    // layer of tap_layers() for every token of the chunk (HF
+    // output_hidden_states[t + 1]: the residual stream after layer t, or the
+    // final-normed state for the last layer).
+    std::vector<float>* taps = nullptr;
   };
   // logits: rows of each chunk in order (n rows if all_logits, else 1).
   void forward_batch(const std::vector<SeqChunk>& chunks, std::vector<float>& logits);
 
   // Prefill in chunks of opts.prefill_chunk; returns logits like forward.
+  // taps (optional): [n, n_taps * H] as in SeqChunk.
   void prefill(const int32_t* tokens, int64_t n, KvCache& cache, std::vector<float>& logits,
-               bool all_logits);
+               bool all_logits, std::vector<float>* taps = nullptr);
+
+  // Layers whose outputs forward() captures into SeqChunk::taps (DFlash
+  // target_layer_ids). Throws if an id is not a layer of this model.
+  void set_tap_layers(const std::vector<int64_t>& layers);
+  const std::vector<int64_t>& tap_layers() const { return tap_layers_; }
+
+  // Kernels and threads of this model, for a drafter that runs beside it.
+  OpContext op_context() { return OpContext{&kt_, &pool_}; }
 
  private:
   Transformer(const WeightSource& src, const ModelOptions& opts);
@@ -81,6 +95,7 @@ class Transformer {
   ThreadPool pool_;
   RopeTables rope_;
   KvDType kv_dtype_ = KvDType::kF32;
+  std::vector<int64_t> tap_layers_;
 };
 
 }  // namespace blockspec

@@ -134,6 +134,14 @@ struct WeightLoader {
     }
     return g;
   }
+  // Any dense tensor (e.g. a conv kernel [2, kt, H]) as f32.
+  Tensor dense(const std::string& name, const Shape& shape) {
+    check(name, shape);
+    Tensor t = to_f32(src.load(name));
+    src.release(name);
+    tick();
+    return t;
+  }
   Tensor vec(const std::string& name, int64_t n) {
     check(name, {n});
     Tensor t = to_f32(src.load(name));

@@ -1,0 +1,59 @@
+#include "cli/spec_cli.h"
+
+#include <cstdio>
+
+#include "base/error.h"
+
+namespace blockspec {
+
+FlagSpec spec_flag() {
+  return {"--speculative-config", "", true,
+          "speculative decoding, JSON as vLLM spells it: {\"method\":\"dflash\",\"model\":DIR,"
+          "\"num_speculative_tokens\":K} (dflash2 recognised from the drafter), or {\"method\":\"ngram\","
+          "\"num_speculative_tokens\":K,\"prompt_lookup_max\":N}"};
+}
+
+std::optional<SpecSetup> open_spec(const Args& a, Transformer& target, int64_t capacity) {
+  if (!a.has("--speculative-config")) return std::nullopt;
+  SpecSetup s;
+  s.cfg = parse_spec_config(a.str("--speculative-config"));
+  s.proposer = make_proposer(s.cfg, target, capacity);
+  return s;
+}
+
+nlohmann::json spec_json(const SpecConfig& cfg, const SpecStats& s) {
+  nlohmann::json j;
+  j["method"] = cfg.method;
+  j["num_speculative_tokens"] = cfg.num_speculative_tokens;
+  j["num_drafts"] = s.num_drafts;
+  j["num_draft_tokens"] = s.num_draft_tokens;
+  j["num_accepted_tokens"] = s.num_accepted_tokens;
+  j["accepted_per_pos"] = s.accepted_per_pos;
+  std::vector<double> rate;
+  for (int64_t a : s.accepted_per_pos) rate.push_back(s.num_drafts ? static_cast<double>(a) / s.num_drafts : 0.0);
+  j["acceptance_rate_per_pos"] = rate;
+  j["acceptance_length_hist"] = s.acceptance_hist;  // [a] drafts that accepted exactly a tokens
+  j["mean_acceptance_length"] = s.mean_acceptance_length();
+  return j;
+}
+
+std::string spec_text(const SpecConfig& cfg, const SpecStats& s) {
+  std::string out = "[spec " + cfg.method + " K=" + std::to_string(cfg.num_speculative_tokens) +
+                    ": drafts " + std::to_string(s.num_drafts) + ", draft tokens " +
+                    std::to_string(s.num_draft_tokens) + ", accepted " + std::to_string(s.num_accepted_tokens);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, ", mean acceptance length %.3f", s.mean_acceptance_length());
+  out += buf;
+  out += "\n  accepted per position:";
+  for (size_t i = 0; i < s.accepted_per_pos.size(); ++i) {
+    std::snprintf(buf, sizeof buf, " %zu:%.3f", i + 1,
+                  s.num_drafts ? static_cast<double>(s.accepted_per_pos[i]) / s.num_drafts : 0.0);
+    out += buf;
+  }
+  out += "\n  accepted-length histogram:";
+  for (size_t i = 0; i < s.acceptance_hist.size(); ++i)
+    out += " " + std::to_string(i) + ":" + std::to_string(s.acceptance_hist[i]);
+  return out + "]";
+}
+
+}  // namespace blockspec

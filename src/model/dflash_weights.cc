@@ -1,0 +1,135 @@
+// Loading a DFlash / DFlash2 drafter: config, every tensor of dflash.md §1.2
+// through the same WeightLoader as the target (so a quantized fc or qkv_proj
+// loads like any target linear: vLLM #51581 / SGLang #39087 are that bug),
+// and the consistency checks against the target (§6: fc width, tap range,
+// hidden size, mask id).
+#include <cmath>
+
+#include "base/error.h"
+#include "model/dflash.h"
+#include "model/weight_loader.h"
+
+namespace blockspec {
+
+DraftCache::DraftCache(const DraftConfig& cfg, int64_t capacity)
+    : capacity_(capacity), row_(cfg.base.n_kv_heads * cfg.base.head_dim) {
+  const int64_t L = cfg.base.n_layers;
+  ring_.resize(L);
+  k_.resize(L), v_.resize(L);
+  for (int64_t l = 0; l < L; ++l) {
+    const int64_t w = cfg.layer_window[l];
+    ring_[l] = (w > 0 && w < capacity) ? w : 0;
+    const int64_t slots = ring_[l] > 0 ? ring_[l] : capacity;
+    k_[l].assign(slots * row_, 0.f);
+    v_[l].assign(slots * row_, 0.f);
+  }
+}
+
+namespace {
+
+// `name` with or without the ".weight" suffix (the DFlash2 codebooks are bare
+// parameters in published checkpoints; NeMo / transformers saves add it).
+std::string codebook_name(const WeightSource& src, const std::string& bare) {
+  return src.has(bare) ? bare : bare + ".weight";
+}
+
+}  // namespace
+
+DraftModel::DraftModel(const std::string& dir, Transformer& target, const DraftOptions& opts)
+    : cfg_(load_draft_config(dir)), target_(target) {
+  const ModelConfig& b = cfg_.base;
+  const ModelConfig& tc = target.config();
+  const std::string what = dir + "/config.json";
+  // Consistency with the target (dflash.md §6: vLLM PR #48113, ROCmFPX #44, MO).
+  if (b.hidden_size != tc.hidden_size)
+    fail(what, ": drafter hidden_size ", b.hidden_size, " differs from the target's ", tc.hidden_size,
+         " (the drafter reads the target's embeddings and lm_head)");
+  for (int64_t t : cfg_.target_layer_ids)
+    if (t >= tc.n_layers)
+      fail(what, ": target layer id ", t, " is out of range for a target with ", tc.n_layers,
+           " layers (drafter made for a deeper target?)");
+  if (cfg_.mask_token_id < 0 || cfg_.mask_token_id >= tc.vocab_size)
+    fail(what, ": mask_token_id ", cfg_.mask_token_id, " is outside the target vocabulary (", tc.vocab_size, " rows)");
+  if (cfg_.method == DraftMethod::kDFlash2 && cfg_.selector_top_k > tc.vocab_size)
+    fail(what, ": selector_top_k ", cfg_.selector_top_k, " exceeds the target vocabulary ", tc.vocab_size);
+
+  auto src = open_weight_source(dir);
+  OpContext ctx = target.op_context();
+  WeightOptions wo{opts.weights, opts.progress};
+  WeightLoader L{*src, wo, ctx, {}, 0, 0, false};
+  L.tty = opts.progress && ::isatty(2);
+  const int64_t H = b.hidden_size, hd = b.head_dim, nq = b.n_heads * hd, nkv = b.n_kv_heads * hd;
+  const int64_t F = b.intermediate_size, T = cfg_.n_taps();
+  const bool d2 = cfg_.method == DraftMethod::kDFlash2;
+  const int64_t kt = cfg_.conv_kernel_size, G = d2 ? H / cfg_.conv_group_size : 0;
+  L.total = 3 + b.n_layers * (11 + (b.attention_bias ? 4 : 0) + (d2 ? 4 : 0)) + (d2 ? 3 : 0);
+
+  // fc's input width decides which target it belongs to: say so plainly.
+  if (src->has("fc.weight")) {
+    const Shape s = src->shape("fc.weight");
+    if (s.size() == 2 && s[1] != T * tc.hidden_size)
+      fail(src->path(), ": fc.weight takes ", s[1], " inputs but ", T, " taps x target hidden ", tc.hidden_size,
+           " = ", T * tc.hidden_size, " (drafter made for another target?)");
+  }
+  w_.fc = L.matrix("fc.weight", {H, T * tc.hidden_size});
+  w_.hidden_norm = L.vec("hidden_norm.weight", H);
+  w_.norm = L.vec("norm.weight", H);
+  w_.layers.resize(b.n_layers);
+  for (int64_t i = 0; i < b.n_layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    DraftLayerWeights& l = w_.layers[i];
+    l.attn_norm = L.vec(p + "input_layernorm.weight", H);
+    l.ffn_norm = L.vec(p + "post_attention_layernorm.weight", H);
+    std::vector<std::string> qkv_bias;
+    if (b.attention_bias)
+      qkv_bias = {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"};
+    l.qkv = L.group({{p + "self_attn.q_proj.weight", {nq, H}},
+                     {p + "self_attn.k_proj.weight", {nkv, H}},
+                     {p + "self_attn.v_proj.weight", {nkv, H}}},
+                    qkv_bias);
+    l.o = L.matrix(p + "self_attn.o_proj.weight", {H, nq});
+    if (b.attention_bias) l.o_bias = L.vec(p + "self_attn.o_proj.bias", H);
+    l.q_norm = L.vec(p + "self_attn.q_norm.weight", hd);
+    l.k_norm = L.vec(p + "self_attn.k_norm.weight", hd);
+    l.gate_up = L.group({{p + "mlp.gate_proj.weight", {F, H}}, {p + "mlp.up_proj.weight", {F, H}}}, {});
+    l.down = L.matrix(p + "mlp.down_proj.weight", {H, F});
+    if (d2) {
+      l.attn_conv_base = L.dense(p + "attention_conv.base_kernel", {2, kt, H});
+      l.mlp_conv_base = L.dense(p + "mlp_conv.base_kernel", {2, kt, H});
+      l.attn_conv_proj = L.matrix(p + "attention_conv.kernel_projection.weight", {2 * kt * G, H});
+      l.mlp_conv_proj = L.matrix(p + "mlp_conv.kernel_projection.weight", {2 * kt * G, H});
+    }
+  }
+  if (d2) {
+    const int64_t r = cfg_.selector_rank;
+    // Codebooks are embedding tables: rows are gathered, never multiplied.
+    // They keep their stored precision unless a float format is forced.
+    WeightOptions keep{std::nullopt, opts.progress};
+    WeightLoader K{*src, keep, ctx, {}, 0, 0, false};
+    w_.predecessor_codebook =
+        K.matrix(codebook_name(*src, "candidate_selector.predecessor_codebook"), {tc.vocab_size, r});
+    w_.successor_codebook = K.matrix(codebook_name(*src, "candidate_selector.successor_codebook"), {tc.vocab_size, r});
+    w_.hidden_projection = L.matrix("candidate_selector.hidden_projection.weight", {r, H});
+  }
+  for (const auto& [f, n] : L.formats_used)
+    w_.format_summary += (w_.format_summary.empty() ? "" : ", ") + f + " (" + std::to_string(n) + ")";
+  rope_ = compute_rope(b);
+}
+
+std::unique_ptr<DraftModel> DraftModel::load(const std::string& dir, Transformer& target, const DraftOptions& opts) {
+  return std::unique_ptr<DraftModel>(new DraftModel(dir, target, opts));
+}
+
+uint64_t DraftModel::weight_bytes() const {
+  uint64_t n = w_.fc.nbytes() + w_.hidden_norm.nbytes() + w_.norm.nbytes() + w_.hidden_projection.nbytes();
+  for (const auto& l : w_.layers) {
+    n += l.qkv.nbytes() + l.o.nbytes() + l.gate_up.nbytes() + l.down.nbytes() + l.attn_conv_proj.nbytes() +
+         l.mlp_conv_proj.nbytes();
+    for (const Tensor* t : {&l.attn_norm, &l.ffn_norm, &l.q_norm, &l.k_norm, &l.o_bias, &l.attn_conv_base,
+                            &l.mlp_conv_base})
+      n += t->nbytes();
+  }
+  return n;
+}
+
+}  // namespace blockspec

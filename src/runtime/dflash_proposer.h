@@ -1,0 +1,38 @@
+// DFlash / DFlash2 drafter as a Proposer: keeps the drafter's context cache
+// in step with the committed tokens and drafts one block per step.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/dflash.h"
+#include "runtime/spec_types.h"
+
+namespace blockspec {
+
+class DFlashProposer : public Proposer {
+ public:
+  // draft_sample_method: "probabilistic" (at T > 0 draft tokens are sampled
+  // from q and verified against it: DFlash1 q = sampling_probs of the draft
+  // logits with the request's temperature/top-k/top-p, DFlash2 q = the
+  // selector's softmax over its candidates) or "greedy" (argmax / greedy
+  // walk; verified as a one-hot q). capacity: longest sequence.
+  DFlashProposer(std::unique_ptr<DraftModel> model, int64_t capacity, std::string draft_sample_method);
+  std::string method() const override { return draft_method_name(model_->config().method); }
+  std::vector<int64_t> tap_layers() const override { return model_->config().target_layer_ids; }
+  void observe(const std::vector<int32_t>& seq, int64_t n_seen, int64_t n_new, const float* taps) override;
+  void propose(const std::vector<int32_t>& seq, int64_t k, const SamplingParams& sp, Rng& rng, Draft& out) override;
+  void reset() override;
+  const DraftModel& model() const { return *model_; }
+
+ private:
+  std::unique_ptr<DraftModel> model_;
+  DraftCache cache_;
+  bool greedy_only_;
+  std::vector<float> pending_;  // [n_pending, T*H] taps of committed tokens not yet in the draft cache
+  int64_t n_pending_ = 0;
+  std::vector<float> hidden_, logits_, probs_;
+  DraftModel::Selection sel_;
+};
+
+}  // namespace blockspec

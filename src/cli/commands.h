@@ -10,5 +10,6 @@ int cmd_generate(const std::vector<std::string>& args);
 int cmd_inspect(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
 int cmd_eval(const std::vector<std::string>& args);
+int cmd_check(const std::vector<std::string>& args);
 
 }  // namespace blockspec

@@ -22,10 +22,13 @@ bool ends_with(const std::string& s, const std::string& suf) {
 }
 
 // Linear layers of the dense families: "*_proj" and "lm_head" (what
-// compressed-tensors' class target "Linear" selects in them).
+// compressed-tensors' class target "Linear" selects in them), and those of a
+// DFlash / DFlash2 drafter: "fc", the conv "kernel_projection" and the
+// selector's "hidden_projection" (dflash.md §1.2).
 bool is_linear_module(const std::string& m) {
   const std::string last = m.substr(m.rfind('.') + 1);
-  return ends_with(last, "_proj") || last == "lm_head";
+  return ends_with(last, "_proj") || last == "lm_head" || last == "fc" || last == "kernel_projection" ||
+         last == "hidden_projection";
 }
 
 // Element i of a tensor of the file (unaligned-safe).

@@ -9,6 +9,7 @@
 #include "base/memory_bandwidth.h"
 #include "base/timer.h"
 #include "cli/args.h"
+#include "cli/bench_spec.h"
 #include "cli/commands.h"
 #include "cli/model_files.h"
 #include "model/transformer.h"
@@ -28,7 +29,14 @@ std::vector<FlagSpec> flags() {
     {"--seed", "", true, "seed of the random prompt tokens (default 0)"},
     {"--json", "", false, "print one JSON object on stdout, human output on stderr"},
     {"--help", "-h", false, "show this help"},
+    {"--verify-cost", "", true,
+     "comma-separated K list: time of one target pass over 1+K tokens vs a 1-token step (default with "
+     "--speculative-config: 1,3,7,15)"},
+    {"--prompts", "", true, "JSONL prompts for speculative vs plain decoding (e.g. humaneval.jsonl)"},
+    {"--prompt-template", "", true, "text with {field} taken from each JSONL line (\\n = newline)"},
+    {"--num-prompts", "", true, "prompts used from --prompts (default 8)"},
   };
+  own.push_back(spec_flag());
   f.insert(f.begin(), own.begin(), own.end());
   return f;
 }
@@ -123,6 +131,55 @@ int cmd_bench(const std::vector<std::string>& argv) {
                  static_cast<long long>(r + 1), s.prefill_tok_s, s.decode_tok_s, s.ttft_ms, s.tpot_ms,
                  s.achieved_gb_s);
   }
+  // Speculative decoding: verification cost per K, and spec vs plain decode
+  // on real prompts (each checked lossless) at concurrency 1.
+  // Real prompts (tokenized) for speculative vs plain decoding.
+  std::vector<std::vector<int32_t>> spec_prompts;
+  int64_t longest = P;
+  if (a.has("--prompts")) {
+    if (!a.has("--speculative-config")) fail("bench: --prompts needs --speculative-config");
+    Tokenizer tok = load_tokenizer(dir);
+    for (const std::string& t :
+         load_prompts(a.str("--prompts"), a.str("--prompt-template"), a.integer("--num-prompts", 8))) {
+      spec_prompts.push_back(tok.encode(t));
+      longest = std::max<int64_t>(longest, static_cast<int64_t>(spec_prompts.back().size()));
+    }
+    if (longest + G + 64 > model->config().max_position_embeddings)
+      fail("bench: the longest prompt (", longest, " tokens) + gen-len exceeds max_position_embeddings");
+  }
+  auto spec = open_spec(a, *model, longest + G + 64);
+  nlohmann::json verify_cost, spec_decode;
+  if (a.has("--verify-cost") || spec) {
+    std::vector<int64_t> ks;
+    std::string list = a.str("--verify-cost", "1,3,7,15");
+    for (size_t i = 0; i <= list.size();) {
+      size_t e = list.find(',', i);
+      if (e == std::string::npos) e = list.size();
+      const std::string item = list.substr(i, e - i);
+      char* end = nullptr;
+      const long long k = std::strtoll(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || k < 1 || k > 64)
+        fail("bench: --verify-cost: \"", item, "\" is not a K in [1, 64]");
+      ks.push_back(k);
+      i = e + 1;
+    }
+    verify_cost = bench_verify_cost(*model, spec ? spec->proposer.get() : nullptr, ks, P, std::max<int64_t>(R, 5));
+    std::fprintf(stderr, "verification cost after a %lld-token prompt (1-token step %.2f ms):\n",
+                 static_cast<long long>(P), verify_cost["decode_1_token_ms"].get<double>());
+    for (const auto& r : verify_cost["per_k"]) {
+      std::string draft = r.contains("draft_ms") ? ", draft pass " + std::to_string(r["draft_ms"].get<double>()) + " ms"
+                                                 : std::string();
+      std::fprintf(stderr, "  K=%-3lld verify %.2f ms = %.2fx%s\n", static_cast<long long>(r["k"].get<int64_t>()),
+                   r["verify_ms"].get<double>(), r["ratio"].get<double>(), draft.c_str());
+    }
+  }
+  if (spec && !spec_prompts.empty()) {
+    spec_decode = bench_spec_decode(*model, *spec, spec_prompts, G, R);
+    std::fprintf(stderr, "speculative decoding (%s): plain %.2f tok/s, spec %.2f tok/s, speedup x%.2f (median)\n%s\n",
+                 spec->cfg.method.c_str(), spec_decode["plain_decode_tok_s_p50"].get<double>(),
+                 spec_decode["spec_decode_tok_s_p50"].get<double>(), spec_decode["speedup_p50"].get<double>(),
+                 spec_decode["spec"].dump().c_str());
+  }
   auto med = [&](double RepeatStats::*f) {
     std::vector<double> v;
     for (const auto& s : reps) v.push_back(s.*f);
@@ -148,6 +205,11 @@ int cmd_bench(const std::vector<std::string>& argv) {
   j["kv_cache_dtype"] = kv_dtype_name(model->kv_cache_dtype());
   j["kv_bytes_per_token"] = model->kv_bytes_per_token();
   j["peak_rss_mb"] = peak_rss_mb();
+  if (!verify_cost.is_null()) j["verify_cost"] = verify_cost;
+  if (!spec_decode.is_null()) {
+    j["spec_decode"] = spec_decode;
+    j["spec"] = spec_decode["spec"];
+  }
   std::fprintf(stderr,
                "\n%s | weights %s | %d threads (%s) | concurrency %lld | prompt %lld | gen %lld | %lld repeats\n"
                "  prefill      %10.1f tok/s\n  decode       %10.2f tok/s\n  TTFT p50     %10.1f ms\n"

@@ -24,6 +24,7 @@ class DFlashProposer : public Proposer {
   void propose(const std::vector<int32_t>& seq, int64_t k, const SamplingParams& sp, Rng& rng, Draft& out) override;
   void reset() override;
   const DraftModel& model() const { return *model_; }
+  DraftModel& model() { return *model_; }
 
  private:
   std::unique_ptr<DraftModel> model_;

@@ -120,7 +120,9 @@ void check_stats(const SpecResult& r, const std::vector<int64_t>& sizes, bool tr
 class SpecGreedyLossless : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    model_ = Transformer::load(kTarget, ModelOptions{}).release();
+    ModelOptions mo;
+    mo.n_threads = 1;  // tiny model: thread hand-offs cost more than they save
+    model_ = Transformer::load(kTarget, mo).release();
     dir_ = fs::temp_directory_path() / ("bs_spec_greedy_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     testing::RandomDrafterOptions o;

@@ -57,40 +57,52 @@ void sampling_probs(const float* logits, int64_t vocab, const SamplingParams& p,
     probs[argmax(logits, vocab)] = 1.0f;
     return;
   }
-  // Candidates sorted by logit, descending (ties: lower id first, stable).
-  std::vector<int32_t> idx(vocab);
-  std::iota(idx.begin(), idx.end(), 0);
-  int64_t keep = vocab;
-  if (p.top_k > 0 && p.top_k < vocab) keep = p.top_k;
+  // The kept set without sorting the whole vocabulary (a 152k-entry sort per
+  // row made sampled speculative verification slow): top-k by a selection
+  // of the k-th logit, top-p by sorting a growing prefix of the candidates.
+  // Order of candidates wherever it matters: logit descending, ties lower id.
   auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  if (keep < vocab) {
-    std::partial_sort(idx.begin(), idx.begin() + keep, idx.end(), by_logit);
+  std::vector<int32_t> idx;
+  if (p.top_k > 0 && p.top_k < vocab) {
+    std::vector<float> vals(logits, logits + vocab);
+    std::nth_element(vals.begin(), vals.begin() + (p.top_k - 1), vals.end(), std::greater<float>());
+    const float kth = vals[p.top_k - 1];
     // HF TopK keeps every token whose logit ties the k-th.
-    float kth = logits[idx[keep - 1]];
-    std::sort(idx.begin() + keep, idx.end(), by_logit);
-    while (keep < vocab && logits[idx[keep]] == kth) ++keep;
+    for (int64_t i = 0; i < vocab; ++i)
+      if (logits[i] >= kth) idx.push_back(static_cast<int32_t>(i));
   } else {
-    std::sort(idx.begin(), idx.end(), by_logit);
+    idx.resize(vocab);
+    std::iota(idx.begin(), idx.end(), 0);
   }
+  const int64_t n_cand = static_cast<int64_t>(idx.size());
   const double inv_t = 1.0 / p.temperature;
-  const double mx = logits[idx[0]] * inv_t;
-  std::vector<double> e(keep);
+  float mxl = logits[idx[0]];
+  for (int32_t i : idx) mxl = std::max(mxl, logits[i]);
+  const double mx = mxl * inv_t;
   double sum = 0;
-  for (int64_t i = 0; i < keep; ++i) sum += e[i] = std::exp(logits[idx[i]] * inv_t - mx);
+  for (int32_t i : idx) sum += std::exp(logits[i] * inv_t - mx);
+  int64_t keep = n_cand;
   if (p.top_p < 1) {
-    // Keep the smallest prefix whose mass reaches top_p (at least one token).
-    double cum = 0;
-    int64_t n = 0;
-    while (n < keep) {
-      cum += e[n] / sum;
-      ++n;
-      if (cum >= p.top_p) break;
+    // Smallest prefix (by logit) whose mass reaches top_p, at least one token:
+    // sort only the first m candidates, growing m until the prefix suffices.
+    for (int64_t m = std::min<int64_t>(n_cand, 64);; m = std::min<int64_t>(n_cand, m * 8)) {
+      std::partial_sort(idx.begin(), idx.begin() + m, idx.end(), by_logit);
+      double cum = 0;
+      int64_t n = 0;
+      while (n < m) {
+        cum += std::exp(logits[idx[n]] * inv_t - mx) / sum;
+        ++n;
+        if (cum >= p.top_p) break;
+      }
+      if (cum >= p.top_p || m == n_cand) {
+        keep = n;
+        break;
+      }
     }
-    keep = n;
     sum = 0;
-    for (int64_t i = 0; i < keep; ++i) sum += e[i];
+    for (int64_t i = 0; i < keep; ++i) sum += std::exp(logits[idx[i]] * inv_t - mx);
   }
-  for (int64_t i = 0; i < keep; ++i) probs[idx[i]] = static_cast<float>(e[i] / sum);
+  for (int64_t i = 0; i < keep; ++i) probs[idx[i]] = static_cast<float>(std::exp(logits[idx[i]] * inv_t - mx) / sum);
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab) {

@@ -4,7 +4,7 @@
 
 namespace blockspec {
 
-DFlashProposer::DFlashProposer(std::unique_ptr<DraftModel> model, int64_t capacity, std::string draft_sample_method)
+DFlashProposer::DFlashProposer(std::shared_ptr<DraftModel> model, int64_t capacity, std::string draft_sample_method)
     : model_(std::move(model)), cache_(model_->new_cache(capacity)) {
   if (draft_sample_method != "probabilistic" && draft_sample_method != "greedy")
     fail("draft_sample_method must be \"probabilistic\" or \"greedy\", found \"", draft_sample_method, "\"");

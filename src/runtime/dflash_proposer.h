@@ -17,7 +17,9 @@ class DFlashProposer : public Proposer {
   // logits with the request's temperature/top-k/top-p, DFlash2 q = the
   // selector's softmax over its candidates) or "greedy" (argmax / greedy
   // walk; verified as a one-hot q). capacity: longest sequence.
-  DFlashProposer(std::unique_ptr<DraftModel> model, int64_t capacity, std::string draft_sample_method);
+  // The drafter's weights may be shared by many sequences' proposers (the
+  // server); each proposer holds its own context cache.
+  DFlashProposer(std::shared_ptr<DraftModel> model, int64_t capacity, std::string draft_sample_method);
   std::string method() const override { return draft_method_name(model_->config().method); }
   std::vector<int64_t> tap_layers() const override { return model_->config().target_layer_ids; }
   void observe(const std::vector<int32_t>& seq, int64_t n_seen, int64_t n_new, const float* taps) override;
@@ -27,7 +29,7 @@ class DFlashProposer : public Proposer {
   DraftModel& model() { return *model_; }
 
  private:
-  std::unique_ptr<DraftModel> model_;
+  std::shared_ptr<DraftModel> model_;
   DraftCache cache_;
   bool greedy_only_;
   std::vector<float> pending_;  // [n_pending, T*H] taps of committed tokens not yet in the draft cache

@@ -76,17 +76,28 @@ SpecConfig parse_spec_config(const std::string& text) {
   return c;
 }
 
-std::unique_ptr<Proposer> make_proposer(SpecConfig& c, Transformer& target, int64_t capacity,
-                                        std::optional<WeightFormat> draft_weights) {
-  if (c.method == "ngram") return std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
-  auto dm = DraftModel::load(c.model, target, DraftOptions{draft_weights, false});
+std::shared_ptr<DraftModel> load_drafter(SpecConfig& c, Transformer& target, std::optional<WeightFormat> draft_weights) {
+  if (c.method == "ngram") return nullptr;
+  std::shared_ptr<DraftModel> dm = DraftModel::load(c.model, target, DraftOptions{draft_weights, false});
   const int64_t kmax = dm->config().block_size - 1;
   if (c.num_speculative_tokens == 0) c.num_speculative_tokens = kmax;
   if (c.num_speculative_tokens > kmax)
     fail("--speculative-config: num_speculative_tokens ", c.num_speculative_tokens, " exceeds block_size - 1 = ",
          kmax, " of the drafter (more masks than it was trained for)");
   target.set_tap_layers(dm->config().target_layer_ids);
-  return std::make_unique<DFlashProposer>(std::move(dm), capacity, c.draft_sample_method);
+  return dm;
+}
+
+std::unique_ptr<Proposer> new_proposer(const SpecConfig& c, const std::shared_ptr<DraftModel>& drafter,
+                                       int64_t capacity) {
+  if (c.method == "ngram") return std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
+  if (!drafter) fail("speculative method ", c.method, " needs its drafter loaded");
+  return std::make_unique<DFlashProposer>(drafter, capacity, c.draft_sample_method);
+}
+
+std::unique_ptr<Proposer> make_proposer(SpecConfig& c, Transformer& target, int64_t capacity,
+                                        std::optional<WeightFormat> draft_weights) {
+  return new_proposer(c, load_drafter(c, target, draft_weights), capacity);
 }
 
 SpecResult generate_speculative(Transformer& model, Proposer& proposer, int64_t K, const std::vector<int32_t>& prompt,

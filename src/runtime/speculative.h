@@ -10,6 +10,7 @@
 #include <string>
 
 #include "model/transformer.h"
+#include "model/dflash.h"
 #include "runtime/generate.h"
 #include "runtime/spec_types.h"
 
@@ -34,6 +35,14 @@ SpecConfig parse_spec_config(const std::string& json_text);
 // sequence. Fills in defaults (K = block_size - 1 for drafters).
 std::unique_ptr<Proposer> make_proposer(SpecConfig& cfg, Transformer& target, int64_t capacity,
                                         std::optional<WeightFormat> draft_weights = std::nullopt);
+
+// The pieces of make_proposer, for a server that shares one drafter among
+// many sequences: load the drafter once (sets cfg defaults and the target's
+// tap layers; nullptr for draftless methods), then one proposer per sequence.
+std::shared_ptr<DraftModel> load_drafter(SpecConfig& cfg, Transformer& target,
+                                         std::optional<WeightFormat> draft_weights = std::nullopt);
+std::unique_ptr<Proposer> new_proposer(const SpecConfig& cfg, const std::shared_ptr<DraftModel>& drafter,
+                                       int64_t capacity);
 
 struct SpecResult {
   GenerateResult gen;      // decode_steps = tokens decoded after the first

@@ -1,0 +1,104 @@
+// The serving engine: one step loop on its own thread that batches up to
+// max_num_seqs sequences per target forward (continuous batching). Each
+// step admits waiting requests while KV pages are free (admission control:
+// requests queue, they are never dropped), gives every running decode one
+// token (or a speculative verify block), and fills the rest of the step's
+// token budget with chunks of pending prompts (chunked prefill, so a long
+// prompt never stalls running decodes). A finished or cancelled request
+// frees its KV pages at once.
+//
+// Thread safety: submit / cancel / metrics / healthy may be called from any
+// thread; callbacks run on the engine thread and must return quickly.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/transformer.h"
+#include "runtime/sampler.h"
+#include "runtime/speculative.h"
+
+namespace blockspec {
+
+struct EngineOptions {
+  int64_t max_num_seqs = 8;
+  int64_t max_model_len = 0;      // 0: the model's max_position_embeddings
+  int64_t kv_cache_mb = 0;        // KV pool budget; 0: max_num_seqs * max_model_len tokens
+  int64_t max_step_tokens = 256;  // tokens one step forwards (prefill chunks fill what decodes leave)
+  std::optional<SpecConfig> spec;  // speculative decoding for every request
+};
+
+struct RequestParams {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int64_t max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;  // in addition to the model's eos unless ignore_eos
+  bool ignore_eos = false;
+  float presence_penalty = 0.f, frequency_penalty = 0.f;  // OpenAI semantics, on generated tokens
+};
+
+// What the engine reports to a request: new tokens, and once, the end.
+struct TokenEvent {
+  std::vector<int32_t> tokens;  // newly generated (may be empty on the final event)
+  bool finished = false;
+  std::string finish_reason;    // "stop" (eos / stop token), "length", "abort" (cancelled), "error"
+  std::string error;            // when finish_reason == "error"
+  int64_t prompt_tokens = 0, completion_tokens = 0;  // totals so far
+  SpecStats spec;               // this request's acceptance metrics (on the final event)
+};
+
+// A histogram with fixed upper bounds (Prometheus-style cumulative buckets).
+struct Histogram {
+  std::vector<double> bounds;
+  std::vector<uint64_t> counts;  // [bounds.size() + 1]: last is +Inf
+  double sum = 0;
+  uint64_t count = 0;
+  void observe(double v);
+};
+
+struct EngineMetrics {
+  uint64_t requests_finished = 0, requests_aborted = 0, prompt_tokens = 0, generation_tokens = 0;
+  int64_t running = 0, waiting = 0;
+  int64_t kv_pages_total = 0, kv_pages_used = 0, kv_page_tokens = 0;
+  double kv_usage() const { return kv_pages_total ? static_cast<double>(kv_pages_used) / kv_pages_total : 0.0; }
+  Histogram ttft_s, tpot_s, e2e_s;
+  SpecStats spec;  // summed over requests
+  uint64_t steps = 0;
+};
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<Transformer> model, const EngineOptions& opts);
+  ~Engine();  // stops the loop; pending requests end with "abort"
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const ModelConfig& model_config() const;
+  int64_t max_model_len() const { return max_model_len_; }
+
+  // Validates (prompt length + max_tokens <= max_model_len, ids in the
+  // vocabulary, sampling params); throws Error with the reason. on_event
+  // receives every token event, the last one with finished = true.
+  uint64_t submit(RequestParams params, std::function<void(const TokenEvent&)> on_event);
+  // Ends a request now ("abort"), freeing its KV pages. Unknown ids are ignored.
+  void cancel(uint64_t id);
+  EngineMetrics metrics() const;
+  bool healthy() const { return !dead_.load(); }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int64_t max_model_len_ = 0;
+  std::atomic<bool> dead_{false};
+};
+
+}  // namespace blockspec

@@ -60,7 +60,9 @@ TEST(SpecRealModels, SmolLM2GreedySpeculationEqualsPlainGreedy) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string model_path = cache_dir() + "/models/smollm2.gguf";
   ASSERT_TRUE(fs::exists(model_path)) << model_path << " is missing: run scripts/fetch_models.sh smollm2";
-  auto model = Transformer::load(model_path, ModelOptions{});
+  ModelOptions mo;
+  mo.n_threads = 1;  // robust timing on shared CI cores (a pool over busy cores stalls on every hand-off)
+  auto model = Transformer::load(model_path, mo);
   // Token ids of the golden fixture's prompts (tokenized by HF from the same GGUF).
   SafetensorsFile g(std::string(BS_SOURCE_DIR) + "/tests/fixtures/real/smollm2.golden.safetensors");
   std::vector<std::vector<int32_t>> prompts;

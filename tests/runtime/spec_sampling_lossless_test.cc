@@ -263,5 +263,48 @@ TEST_F(SpecSamplingLossless, ChiSquareDetectsABiasedSampler) {
   }
 }
 
+// A proposal bug the loop could have: DFlash drafts sampled from q but
+// verified against another q (uniform over the vocabulary: drafts then pass
+// far too often). The same harness, N and z threshold must reject the
+// emitted distribution.
+class Mislabeled : public Proposer {
+ public:
+  explicit Mislabeled(Proposer& inner) : inner_(inner) {}
+  std::string method() const override { return "mislabeled"; }
+  std::vector<int64_t> tap_layers() const override { return inner_.tap_layers(); }
+  void observe(const std::vector<int32_t>& seq, int64_t n_seen, int64_t n_new, const float* taps) override {
+    inner_.observe(seq, n_seen, n_new, taps);
+  }
+  void propose(const std::vector<int32_t>& seq, int64_t k, const SamplingParams& sp, Rng& rng, Draft& out) override {
+    inner_.propose(seq, k, sp, rng, out);
+    ASSERT_EQ(out.q_kind, Draft::Q::kDense);
+    std::fill(out.q.begin(), out.q.end(), 1.0f / static_cast<float>(out.q.size() / out.size()));
+  }
+  void reset() override { inner_.reset(); }
+
+ private:
+  Proposer& inner_;
+};
+
+TEST_F(SpecSamplingLossless, ChiSquareDetectsAMislabeledProposal) {
+  const std::vector<int32_t> prompt = make_prompt(*model_);
+  const SamplingParams sp = params(1.0f, 8, 1.0f);
+  std::vector<int32_t> ctx = prompt;
+  Dist want;
+  exact(*model_, ctx, prompt.size(), 3, sp, 1.0, want);
+  auto inner = proposer("dflash", kK, "probabilistic");
+  Mislabeled bad(*inner);
+  const auto count = histogram(kN, 3, [&](int64_t i) {
+    GenerateOptions go;
+    go.max_new_tokens = kK + 2, go.stop_at_eos = false, go.sampling = sp;
+    go.sampling.seed = 555000 + i;
+    return generate_speculative(*model_, bad, kK, prompt, go).gen.tokens;
+  });
+  const Verdict v = chi_square(want, count, kN);
+  std::printf("[power] dflash sampled drafts verified against a uniform q, %s: chi2=%7.1f df=%lld z=%6.2f\n",
+              sp_name(sp).c_str(), v.chi2, static_cast<long long>(v.df), v.z);
+  EXPECT_TRUE(v.rejected()) << "the harness cannot see a mislabeled proposal at N " << kN;
+}
+
 }  // namespace
 }  // namespace blockspec

@@ -73,6 +73,8 @@ struct EngineMetrics {
   Histogram ttft_s, tpot_s, e2e_s;
   SpecStats spec;  // summed over requests
   uint64_t steps = 0;
+  std::map<std::string, uint64_t> finished_by_reason;  // "stop", "length", "abort", "error"
+  int64_t last_k = 0;  // draft tokens per sequence chosen for the latest step
 };
 
 class Engine {

@@ -1,0 +1,178 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <unordered_map>
+
+#include "base/error.h"
+#include "base/timer.h"
+#include "runtime/engine_impl.h"
+#include "runtime/spec_verify.h"
+
+namespace blockspec {
+
+void Histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds.size() && v > bounds[i]) ++i;
+  ++counts[i];
+  sum += v;
+  ++count;
+}
+
+namespace {
+
+Histogram make_hist(std::vector<double> bounds) {
+  Histogram h;
+  h.bounds = std::move(bounds);
+  h.counts.assign(h.bounds.size() + 1, 0);
+  return h;
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Transformer> model, const EngineOptions& opts) : impl_(std::make_unique<Impl>()) {
+  Impl& I = *impl_;
+  I.model = std::move(model);
+  I.opts = opts;
+  const ModelConfig& c = I.model->config();
+  if (opts.max_num_seqs < 1 || opts.max_num_seqs > 1024)
+    fail("--max-num-seqs must be in [1, 1024], found ", opts.max_num_seqs);
+  I.max_model_len = opts.max_model_len > 0 ? opts.max_model_len : c.max_position_embeddings;
+  if (I.max_model_len > c.max_position_embeddings)
+    fail("--max-model-len ", I.max_model_len, " exceeds the model's max_position_embeddings ",
+         c.max_position_embeddings);
+  if (opts.max_step_tokens < 16) fail("max_step_tokens must be >= 16, found ", opts.max_step_tokens);
+  max_model_len_ = I.max_model_len;
+  // KV budget in pages of kPageTokens tokens.
+  const int64_t per_token = I.model->kv_bytes_per_token();
+  I.pages_total = opts.kv_cache_mb > 0 ? opts.kv_cache_mb * (int64_t(1) << 20) / (per_token * kPageTokens)
+                                       : opts.max_num_seqs * ((I.max_model_len + kPageTokens - 1) / kPageTokens);
+  if (I.pages_total * kPageTokens < I.max_model_len)
+    fail("the KV cache budget (", I.pages_total * kPageTokens, " tokens) is smaller than --max-model-len ",
+         I.max_model_len, "; raise the KV memory or lower --max-model-len");
+  if (opts.spec) {
+    I.spec = opts.spec;
+    I.drafter = load_drafter(*I.spec, *I.model);
+    I.ksel = KSelector(*I.model, I.spec->num_speculative_tokens, opts.max_num_seqs);
+  }
+  I.m.ttft_s = make_hist({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80});
+  I.m.tpot_s = make_hist({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80});
+  I.m.e2e_s = make_hist({0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960});
+  I.m.kv_page_tokens = kPageTokens;
+  I.m.kv_pages_total = I.pages_total;
+  I.dead = &dead_;
+  I.thread = std::thread([&I] { I.loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> g(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+const ModelConfig& Engine::model_config() const { return impl_->model->config(); }
+
+uint64_t Engine::submit(RequestParams p, std::function<void(const TokenEvent&)> on_event) {
+  Impl& I = *impl_;
+  const ModelConfig& c = I.model->config();
+  if (p.prompt.empty()) fail("the prompt is empty");
+  for (int32_t t : p.prompt)
+    if (t < 0 || t >= c.vocab_size) fail("prompt token id ", t, " is outside the vocabulary (", c.vocab_size, ")");
+  if (p.max_tokens < 1) fail("max_tokens must be >= 1, found ", p.max_tokens);
+  const int64_t need = static_cast<int64_t>(p.prompt.size()) + p.max_tokens;
+  if (need > I.max_model_len)
+    fail("the prompt (", p.prompt.size(), " tokens) + max_tokens (", p.max_tokens, ") = ", need,
+         " exceeds the maximum model length ", I.max_model_len);
+  validate_sampling(p.sampling);
+  if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2 || !std::isfinite(p.frequency_penalty) ||
+      std::fabs(p.frequency_penalty) > 2)
+    fail("presence_penalty and frequency_penalty must be in [-2, 2]");
+  if (dead_.load()) fail("the engine has stopped after an internal error");
+  auto s = std::make_unique<Sequence>();
+  s->params = std::move(p);
+  s->on_event = std::move(on_event);
+  s->t_submit = now_s();
+  s->rng = Rng(s->params.sampling.seed);
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> g(I.mu);
+    id = s->id = I.next_id++;
+    I.waiting.push_back(std::move(s));
+    I.m.waiting = static_cast<int64_t>(I.waiting.size());
+  }
+  I.cv.notify_all();
+  return id;
+}
+
+void Engine::cancel(uint64_t id) {
+  {
+    std::lock_guard<std::mutex> g(impl_->mu);
+    impl_->to_cancel.push_back(id);
+  }
+  impl_->cv.notify_all();
+}
+
+EngineMetrics Engine::metrics() const {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  return impl_->m;
+}
+
+void Engine::Impl::finish(Sequence& s, const std::string& reason, const std::string& error) {
+  if (s.done || s.finished_reported) return;
+  s.done = true;
+  s.finished_reported = true;
+  TokenEvent ev;
+  ev.finished = true;
+  ev.finish_reason = reason;
+  ev.error = error;
+  ev.prompt_tokens = static_cast<int64_t>(s.params.prompt.size());
+  ev.completion_tokens = s.n_generated;
+  ev.spec = s.stats;
+  const double t = now_s();
+  {
+    std::lock_guard<std::mutex> g(mu);
+    if (reason == "abort") ++m.requests_aborted;
+    else ++m.requests_finished;
+    m.e2e_s.observe(t - s.t_submit);
+    if (s.n_generated > 1 && s.t_first > 0) m.tpot_s.observe((t - s.t_first) / static_cast<double>(s.n_generated - 1));
+    m.spec.merge(s.stats);
+    m.finished_by_reason[reason]++;
+  }
+  if (s.on_event) s.on_event(ev);
+  s.cache.reset();  // KV memory back at once; the pages return when the step drops it from running
+  s.proposer.reset();
+}
+
+void Engine::Impl::loop() {
+  try {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [&] { return stop || !waiting.empty() || !to_cancel.empty() || !running.empty(); });
+        if (stop) break;
+      }
+      step();
+    }
+  } catch (const std::exception& e) {
+    dead->store(true);
+    for (auto& s : running) finish(*s, "error", std::string("internal error: ") + e.what());
+  }
+  // Stopping: everything still queued or running ends as aborted.
+  std::deque<std::unique_ptr<Sequence>> rest;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    rest.swap(waiting);
+  }
+  for (auto& s : running) finish(*s, "abort");
+  for (auto& s : rest) finish(*s, "abort");
+}
+
+}  // namespace blockspec

@@ -1,0 +1,301 @@
+// One engine step: admissions and cancellations, then ONE target forward over
+// every running sequence (decode tokens / verify blocks first, prompt chunks
+// in the rest of the token budget), then sampling or verification.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "base/error.h"
+#include "base/timer.h"
+#include "runtime/engine_impl.h"
+#include "runtime/spec_verify.h"
+
+namespace blockspec {
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+KSelector::KSelector(Transformer& model, int64_t K, int64_t max_seqs) : K_(K) {
+  // Time forwards of r rows (one sequence, all logits) after a short context.
+  const int64_t max_rows = std::min<int64_t>(max_seqs * (K + 1), 256);
+  const int64_t V = model.config().vocab_size;
+  std::vector<int32_t> ids(max_rows + 8);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7919 + 11) % V);
+  KvCache cache = model.new_cache(max_rows + 8);
+  std::vector<float> logits;
+  model.forward(ids.data(), 8, cache, logits, false);
+  for (int64_t r = 1;; r = std::min(r * 2, max_rows)) {
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      Timer t;
+      model.forward(ids.data() + 8, r, cache, logits, true);
+      best = std::min(best, t.seconds() * 1e3);
+      cache.set_size(8);
+    }
+    table_.push_back({r, best});
+    if (r == max_rows) break;
+  }
+}
+
+double KSelector::cost_ms(int64_t rows) const {
+  if (table_.empty()) return static_cast<double>(rows);
+  if (rows <= table_.front().first) return table_.front().second;
+  for (size_t i = 1; i < table_.size(); ++i) {
+    if (rows <= table_[i].first) {
+      const auto [r0, t0] = table_[i - 1];
+      const auto [r1, t1] = table_[i];
+      return t0 + (t1 - t0) * static_cast<double>(rows - r0) / static_cast<double>(r1 - r0);
+    }
+  }
+  const auto [r, t] = table_.back();
+  return t * static_cast<double>(rows) / static_cast<double>(r);  // beyond the table: linear
+}
+
+int64_t KSelector::choose(int64_t n, const SpecStats& seen, double draft_ms) const {
+  if (K_ == 0 || n == 0) return 0;
+  // Conditional acceptance of position i given i-1 accepted; a prior of 0.6
+  // until there are enough drafts to measure it.
+  std::vector<double> cond(K_, 0.6);
+  if (seen.num_drafts >= 8) {
+    double prev = static_cast<double>(seen.num_drafts);
+    for (int64_t i = 0; i < K_ && i < static_cast<int64_t>(seen.accepted_per_pos.size()); ++i) {
+      const double a = static_cast<double>(seen.accepted_per_pos[i]);
+      cond[i] = prev > 0 ? std::clamp(a / prev, 0.0, 1.0) : 0.0;
+      prev = a;
+    }
+  }
+  double best_rate = n / cost_ms(n);  // k = 0
+  int64_t best_k = 0;
+  double expect = 0, reach = 1;
+  for (int64_t k = 1; k <= K_; ++k) {
+    reach *= cond[k - 1];
+    expect += reach;
+    const double rate = n * (1.0 + expect) / (cost_ms(n * (1 + k)) + n * draft_ms);
+    if (rate > best_rate * 1.02) {  // a draft must pay for itself with a margin
+      best_rate = rate;
+      best_k = k;
+    }
+  }
+  return best_k;
+}
+
+int64_t Engine::Impl::reserve_tokens(const RequestParams& p) const {
+  return static_cast<int64_t>(p.prompt.size()) + p.max_tokens + (spec ? spec->num_speculative_tokens + 1 : 0);
+}
+
+int32_t Engine::Impl::pick(Sequence& s, const float* row) {
+  const int64_t V = model->config().vocab_size;
+  std::vector<float> adj;
+  if (s.penalized()) {  // OpenAI: logit -= presence * [count > 0] + frequency * count
+    adj.assign(row, row + V);
+    for (const auto& [t, c] : s.counts) adj[t] -= s.params.presence_penalty + s.params.frequency_penalty * c;
+    row = adj.data();
+  }
+  if (s.params.sampling.temperature <= 0) return argmax(row, V);
+  std::vector<float> probs;
+  sampling_probs(row, V, s.params.sampling, probs);
+  return sample_from_probs(probs.data(), V, s.rng);
+}
+
+bool Engine::Impl::emit(Sequence& s, int32_t t) {
+  s.tokens.push_back(t);
+  s.out.push_back(t);
+  ++s.n_generated;
+  s.counts[t]++;
+  if (s.n_generated == 1) {
+    s.t_first = now_s();
+    std::lock_guard<std::mutex> g(mu);
+    m.ttft_s.observe(s.t_first - s.t_submit);
+  }
+  const auto& eos = model->config().eos_token_ids;
+  const auto& stops = s.params.stop_token_ids;
+  if ((!s.params.ignore_eos && std::find(eos.begin(), eos.end(), t) != eos.end()) ||
+      std::find(stops.begin(), stops.end(), t) != stops.end()) {
+    s.done = true;  // finish() reports it after this step's tokens
+    s.draft.clear();
+    s.out.push_back(-1);  // marker: finished by a stop token
+    return false;
+  }
+  if (s.n_generated >= s.params.max_tokens) {
+    s.done = true;
+    s.out.push_back(-2);  // marker: finished by length
+    return false;
+  }
+  return true;
+}
+
+void Engine::Impl::admit() {
+  std::vector<uint64_t> cancels;
+  std::vector<std::unique_ptr<Sequence>> admitted, dropped;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    cancels.swap(to_cancel);
+    for (uint64_t id : cancels) {
+      auto it = std::find_if(waiting.begin(), waiting.end(), [id](const auto& s) { return s->id == id; });
+      if (it != waiting.end()) {
+        dropped.push_back(std::move(*it));
+        waiting.erase(it);
+      }
+    }
+    while (!waiting.empty() && static_cast<int64_t>(running.size() + admitted.size()) < opts.max_num_seqs) {
+      const int64_t pages = (reserve_tokens(waiting.front()->params) + kPageTokens - 1) / kPageTokens;
+      if (pages_used + pages > pages_total) break;  // FIFO: the head waits for memory
+      pages_used += pages;
+      waiting.front()->pages = pages;
+      admitted.push_back(std::move(waiting.front()));
+      waiting.pop_front();
+    }
+    m.waiting = static_cast<int64_t>(waiting.size());
+    m.kv_pages_used = pages_used;
+  }
+  for (auto& s : dropped) finish(*s, "abort");
+  for (auto& s : running)
+    if (std::find(cancels.begin(), cancels.end(), s->id) != cancels.end()) finish(*s, "abort");
+  for (auto& s : admitted) {
+    const int64_t cap = reserve_tokens(s->params);
+    s->cache = std::make_unique<KvCache>(model->new_cache(cap));
+    if (spec) {
+      s->proposer = new_proposer(*spec, drafter, cap);
+      s->proposer->reset();
+    }
+    s->tokens = s->params.prompt;
+    running.push_back(std::move(s));
+  }
+}
+
+void Engine::Impl::step() {
+  admit();
+  // Drop finished sequences (their pages return to the pool).
+  auto gone = std::stable_partition(running.begin(), running.end(), [](const auto& s) { return !s->done; });
+  if (gone != running.end()) {
+    std::lock_guard<std::mutex> g(mu);
+    for (auto it = gone; it != running.end(); ++it) pages_used -= (*it)->pages;
+    m.kv_pages_used = pages_used;
+  }
+  running.erase(gone, running.end());
+  {
+    std::lock_guard<std::mutex> g(mu);
+    m.running = static_cast<int64_t>(running.size());
+  }
+  if (running.empty()) return;
+
+  const ModelConfig& c = model->config();
+  const int64_t V = c.vocab_size;
+  const bool taps = drafter != nullptr;
+  int64_t n_dec = 0;
+  for (const auto& s : running) n_dec += s->prefilling() ? 0 : 1;
+  SpecStats seen;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    seen = m.spec;
+  }
+  const int64_t k = spec ? ksel.choose(n_dec, seen, draft_ms_ema) : 0;
+
+  // ---- plan: decode / verify blocks first, then prompt chunks ----
+  std::vector<Transformer::SeqChunk> chunks;
+  std::vector<Sequence*> order;
+  int64_t budget = opts.max_step_tokens;
+  Timer draft_timer;
+  int64_t n_drafted = 0;
+  for (auto& sp : running) {
+    Sequence& s = *sp;
+    if (s.prefilling()) continue;
+    s.draft.clear();
+    const int64_t remaining = s.params.max_tokens - s.n_generated;
+    const int64_t ks = s.penalized() ? 0 : std::min<int64_t>(k, remaining - 1);
+    if (ks > 0 && s.proposer) {
+      s.proposer->propose(s.tokens, ks, s.params.sampling, s.rng, s.draft);
+      ++n_drafted;
+    }
+    s.block.assign(1, s.tokens.back());
+    s.block.insert(s.block.end(), s.draft.tokens.begin(), s.draft.tokens.end());
+    chunks.push_back({s.block.data(), static_cast<int64_t>(s.block.size()), s.cache.get(), true,
+                      taps ? &s.taps : nullptr});
+    order.push_back(&s);
+    budget -= static_cast<int64_t>(s.block.size());
+  }
+  if (n_drafted > 0) {
+    const double ms = draft_timer.seconds() * 1e3 / static_cast<double>(n_drafted);
+    draft_ms_ema = draft_ms_ema == 0 ? ms : 0.8 * draft_ms_ema + 0.2 * ms;
+  }
+  bool any_prefill = false;
+  for (auto& sp : running) {
+    Sequence& s = *sp;
+    if (!s.prefilling()) continue;
+    // Always move at least one prompt forward a little, so decodes filling
+    // the budget cannot starve admission.
+    const int64_t n = std::min(s.prompt_len() - s.n_prefilled, std::max<int64_t>(budget, any_prefill ? 0 : 16));
+    if (n <= 0) break;
+    chunks.push_back({s.params.prompt.data() + s.n_prefilled, n, s.cache.get(), false, taps ? &s.taps : nullptr});
+    order.push_back(&s);
+    budget -= n;
+    any_prefill = true;
+  }
+
+  // ---- one forward over everything ----
+  std::vector<float> logits;
+  model->forward_batch(chunks, logits);
+
+  // ---- sample / verify ----
+  int64_t row = 0, new_tokens = 0, prompt_done = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    Sequence& s = *order[i];
+    const Transformer::SeqChunk& ch = chunks[i];
+    s.out.clear();
+    if (s.prefilling()) {
+      const int64_t n_seen = s.n_prefilled;
+      s.n_prefilled += ch.n;
+      prompt_done += ch.n;
+      if (s.proposer) s.proposer->observe(s.tokens, n_seen, ch.n, taps ? s.taps.data() : nullptr);
+      if (!s.prefilling()) emit(s, pick(s, logits.data() + row * V));
+      row += 1;
+    } else {
+      const int64_t kd = s.draft.size();
+      const int64_t start = s.cache->size() - kd - 1;
+      VerifyOutcome v;
+      if (kd == 0) {
+        v.next = pick(s, logits.data() + row * V);
+      } else {
+        v = s.params.sampling.temperature <= 0
+                ? verify_greedy(s.draft, logits.data() + row * V, V)
+                : verify_sampled(s.draft, logits.data() + row * V, V, s.params.sampling, s.rng);
+        s.stats.record(kd, v.accepted);
+      }
+      row += kd + 1;
+      s.cache->set_size(start + v.accepted + 1);
+      const int64_t n_seen = static_cast<int64_t>(s.tokens.size()) - 1;
+      bool go = true;
+      for (int64_t j = 0; j < v.accepted && go; ++j) go = emit(s, s.draft.tokens[j]);
+      if (go) go = emit(s, v.next);
+      if (go && s.proposer) s.proposer->observe(s.tokens, n_seen, v.accepted + 1, taps ? s.taps.data() : nullptr);
+    }
+    // Report this step's tokens (and the end, if reached).
+    if (!s.out.empty()) {
+      TokenEvent ev;
+      std::string reason;
+      for (int32_t t : s.out) {
+        if (t == -1) reason = "stop";
+        else if (t == -2) reason = "length";
+        else ev.tokens.push_back(t);
+      }
+      new_tokens += static_cast<int64_t>(ev.tokens.size());
+      ev.prompt_tokens = s.prompt_len();
+      ev.completion_tokens = s.n_generated;
+      if (!ev.tokens.empty() && s.on_event) s.on_event(ev);
+      if (!reason.empty()) {
+        s.done = false;  // let finish() run its bookkeeping once
+        finish(s, reason);
+      }
+    }
+  }
+  std::lock_guard<std::mutex> g(mu);
+  m.generation_tokens += static_cast<uint64_t>(new_tokens);
+  m.prompt_tokens += static_cast<uint64_t>(prompt_done);
+  m.steps++;
+  m.last_k = k;
+}
+
+}  // namespace blockspec

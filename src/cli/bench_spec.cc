@@ -133,7 +133,8 @@ nlohmann::json bench_spec_decode(Transformer& model, SpecSetup& spec, const std:
   for (size_t p = 0; p < prompts.size(); ++p) {
     for (int64_t r = 0; r < repeats; ++r) {
       GenerateResult g = generate(model, prompts[p], go);
-      SpecResult s = generate_speculative(model, *spec.proposer, spec.cfg.num_speculative_tokens, prompts[p], go);
+      SpecResult s =
+          generate_speculative(model, *spec.proposer, spec.cfg.num_speculative_tokens, prompts[p], go, {}, spec.ksel.get());
       if (g.tokens != s.gen.tokens)
         fail("bench: speculative output differs from plain greedy decoding on prompt ", p,
              " -- a lossless violation; please report it");

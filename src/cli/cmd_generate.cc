@@ -74,7 +74,9 @@ int cmd_generate(const std::vector<std::string>& argv) {
   };
   auto spec = open_spec(a, *model, static_cast<int64_t>(ids.size()) + go.max_new_tokens + 64);
   SpecResult sr;
-  if (spec) sr = generate_speculative(*model, *spec->proposer, spec->cfg.num_speculative_tokens, ids, go, on_token);
+  if (spec)
+    sr = generate_speculative(*model, *spec->proposer, spec->cfg.num_speculative_tokens, ids, go, on_token,
+                              spec->ksel.get());
   else sr.gen = generate(*model, ids, go, on_token);
   const GenerateResult& r = sr.gen;
   std::fputs(stream.flush().c_str(), text_out);

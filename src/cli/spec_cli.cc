@@ -18,6 +18,7 @@ std::optional<SpecSetup> open_spec(const Args& a, Transformer& target, int64_t c
   SpecSetup s;
   s.cfg = parse_spec_config(a.str("--speculative-config"));
   s.proposer = make_proposer(s.cfg, target, capacity);
+  if (s.cfg.adaptive_k) s.ksel = std::make_unique<KSelector>(target, s.cfg.num_speculative_tokens, 1);
   return s;
 }
 

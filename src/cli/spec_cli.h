@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "runtime/k_selector.h"
 #include "runtime/speculative.h"
 
 namespace blockspec {
@@ -18,6 +19,7 @@ FlagSpec spec_flag();
 struct SpecSetup {
   SpecConfig cfg;
   std::unique_ptr<Proposer> proposer;
+  std::unique_ptr<KSelector> ksel;  // when cfg.adaptive_k: draft length from measured verify cost
 };
 // nullopt when the flag is absent. capacity: longest sequence.
 std::optional<SpecSetup> open_spec(const Args& a, Transformer& target, int64_t capacity);

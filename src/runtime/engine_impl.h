@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "runtime/engine.h"
+#include "runtime/k_selector.h"
 
 namespace blockspec {
 
@@ -38,25 +39,6 @@ struct Sequence {
   int64_t prompt_len() const { return static_cast<int64_t>(params.prompt.size()); }
   bool prefilling() const { return n_prefilled < prompt_len(); }
   bool penalized() const { return params.presence_penalty != 0.f || params.frequency_penalty != 0.f; }
-};
-
-// Picks the draft length per step from the target's MEASURED cost of a
-// forward over r rows (timed once at start-up) and the acceptance observed
-// so far: the k in [0, K] that maximises expected tokens per second for n
-// decoding sequences, (n * (1 + E[accepted | k])) / (cost(n * (1 + k)) +
-// draft cost). On a bandwidth-bound CPU a few rows cost about one row, so k
-// stays high at batch 1 and falls as the batch grows.
-class KSelector {
- public:
-  KSelector() = default;
-  KSelector(Transformer& model, int64_t K, int64_t max_seqs);
-  int64_t choose(int64_t n_decoding, const SpecStats& seen, double draft_ms_per_seq) const;
-  int64_t max_k() const { return K_; }
-
- private:
-  double cost_ms(int64_t rows) const;  // interpolated
-  int64_t K_ = 0;
-  std::vector<std::pair<int64_t, double>> table_;  // rows -> ms
 };
 
 struct Engine::Impl {

@@ -7,6 +7,7 @@
 #include "base/timer.h"
 #include "formats/dflash_config.h"
 #include "runtime/dflash_proposer.h"
+#include "runtime/k_selector.h"
 #include "runtime/ngram.h"
 #include "runtime/spec_verify.h"
 
@@ -80,7 +81,10 @@ std::shared_ptr<DraftModel> load_drafter(SpecConfig& c, Transformer& target, std
   if (c.method == "ngram") return nullptr;
   std::shared_ptr<DraftModel> dm = DraftModel::load(c.model, target, DraftOptions{draft_weights, false});
   const int64_t kmax = dm->config().block_size - 1;
-  if (c.num_speculative_tokens == 0) c.num_speculative_tokens = kmax;
+  if (c.num_speculative_tokens == 0) {
+    c.num_speculative_tokens = kmax;
+    c.adaptive_k = true;
+  }
   if (c.num_speculative_tokens > kmax)
     fail("--speculative-config: num_speculative_tokens ", c.num_speculative_tokens, " exceeds block_size - 1 = ",
          kmax, " of the drafter (more masks than it was trained for)");
@@ -101,7 +105,8 @@ std::unique_ptr<Proposer> make_proposer(SpecConfig& c, Transformer& target, int6
 }
 
 SpecResult generate_speculative(Transformer& model, Proposer& proposer, int64_t K, const std::vector<int32_t>& prompt,
-                                const GenerateOptions& opts, const std::function<void(int32_t)>& on_token) {
+                                const GenerateOptions& opts, const std::function<void(int32_t)>& on_token,
+                                const KSelector* ksel) {
   const ModelConfig& c = model.config();
   const int64_t V = c.vocab_size;
   if (prompt.empty()) fail("the prompt is empty: at least one token is needed");
@@ -161,11 +166,18 @@ SpecResult generate_speculative(Transformer& model, Proposer& proposer, int64_t 
   done = !emit(first);
   Draft draft;
   std::vector<int32_t> block;
+  double draft_ms = 0;  // measured proposer time per step (EMA)
   while (!done) {
     const int64_t remaining = opts.max_new_tokens - static_cast<int64_t>(r.tokens.size());
-    const int64_t k = std::min<int64_t>(K, remaining - 1);  // a pass emits accepted + 1 <= remaining
+    int64_t k = std::min<int64_t>(K, remaining - 1);  // a pass emits accepted + 1 <= remaining
+    if (ksel != nullptr) k = std::min(k, ksel->choose(1, res.stats, draft_ms));
     draft.clear();
-    if (k > 0) proposer.propose(seq, k, opts.sampling, rng, draft);
+    if (k > 0) {
+      Timer dt;
+      proposer.propose(seq, k, opts.sampling, rng, draft);
+      const double ms = dt.seconds() * 1e3;
+      draft_ms = draft_ms == 0 ? ms : 0.8 * draft_ms + 0.2 * ms;
+    }
     if (draft.size() > k) fail(proposer.method(), ": proposed ", draft.size(), " tokens, asked for ", k);
     const int64_t kd = draft.size();
     block.assign(1, seq.back());

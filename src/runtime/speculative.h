@@ -20,6 +20,9 @@ struct SpecConfig {
   std::string method;  // "dflash", "dflash2" or "ngram"
   std::string model;   // drafter directory (dflash, dflash2)
   int64_t num_speculative_tokens = 0;  // K; 0 = the method's default
+  // No K given: K = block_size - 1 is only the ceiling, and the draft length
+  // of each step is chosen from the measured verify cost (k_selector.h).
+  bool adaptive_k = false;
   int64_t prompt_lookup_max = 0, prompt_lookup_min = 0;  // ngram (vLLM defaults: max = K... see .cc)
   std::string draft_sample_method = "probabilistic";     // or "greedy"
 };
@@ -51,8 +54,10 @@ struct SpecResult {
 };
 
 // Generates like generate(), proposing up to k tokens per step.
+// With ksel, each step drafts ksel->choose(1, ...) <= k tokens.
+class KSelector;
 SpecResult generate_speculative(Transformer& model, Proposer& proposer, int64_t k,
                                 const std::vector<int32_t>& prompt, const GenerateOptions& opts,
-                                const std::function<void(int32_t)>& on_token = {});
+                                const std::function<void(int32_t)>& on_token = {}, const KSelector* ksel = nullptr);
 
 }  // namespace blockspec

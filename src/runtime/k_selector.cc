@@ -1,0 +1,73 @@
+#include "runtime/k_selector.h"
+
+#include <algorithm>
+
+#include "base/timer.h"
+
+namespace blockspec {
+
+KSelector::KSelector(Transformer& model, int64_t K, int64_t max_seqs) : K_(K) {
+  // Time forwards of r rows (one sequence, all logits) after a short context.
+  const int64_t max_rows = std::min<int64_t>(max_seqs * (K + 1), 256);
+  const int64_t V = model.config().vocab_size;
+  std::vector<int32_t> ids(max_rows + 8);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7919 + 11) % V);
+  KvCache cache = model.new_cache(max_rows + 8);
+  std::vector<float> logits;
+  model.forward(ids.data(), 8, cache, logits, false);
+  for (int64_t r = 1;; r = std::min(r * 2, max_rows)) {
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      Timer t;
+      model.forward(ids.data() + 8, r, cache, logits, true);
+      best = std::min(best, t.seconds() * 1e3);
+      cache.set_size(8);
+    }
+    table_.push_back({r, best});
+    if (r == max_rows) break;
+  }
+}
+
+double KSelector::cost_ms(int64_t rows) const {
+  if (table_.empty()) return static_cast<double>(rows);
+  if (rows <= table_.front().first) return table_.front().second;
+  for (size_t i = 1; i < table_.size(); ++i) {
+    if (rows <= table_[i].first) {
+      const auto [r0, t0] = table_[i - 1];
+      const auto [r1, t1] = table_[i];
+      return t0 + (t1 - t0) * static_cast<double>(rows - r0) / static_cast<double>(r1 - r0);
+    }
+  }
+  const auto [r, t] = table_.back();
+  return t * static_cast<double>(rows) / static_cast<double>(r);  // beyond the table: linear
+}
+
+int64_t KSelector::choose(int64_t n, const SpecStats& seen, double draft_ms) const {
+  if (K_ == 0 || n == 0) return 0;
+  // Conditional acceptance of position i given i-1 accepted; a prior of 0.6
+  // until there are enough drafts to measure it.
+  std::vector<double> cond(K_, 0.6);
+  if (seen.num_drafts >= 8) {
+    double prev = static_cast<double>(seen.num_drafts);
+    for (int64_t i = 0; i < K_ && i < static_cast<int64_t>(seen.accepted_per_pos.size()); ++i) {
+      const double a = static_cast<double>(seen.accepted_per_pos[i]);
+      cond[i] = prev > 0 ? std::clamp(a / prev, 0.0, 1.0) : 0.0;
+      prev = a;
+    }
+  }
+  double best_rate = n / cost_ms(n);  // k = 0
+  int64_t best_k = 0;
+  double expect = 0, reach = 1;
+  for (int64_t k = 1; k <= K_; ++k) {
+    reach *= cond[k - 1];
+    expect += reach;
+    const double rate = n * (1.0 + expect) / (cost_ms(n * (1 + k)) + n * draft_ms);
+    if (rate > best_rate * 1.02) {  // a draft must pay for itself with a margin
+      best_rate = rate;
+      best_k = k;
+    }
+  }
+  return best_k;
+}
+
+}  // namespace blockspec

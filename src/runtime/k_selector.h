@@ -1,0 +1,31 @@
+// Choosing the number of draft tokens per step from measured cost.
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "model/transformer.h"
+#include "runtime/spec_types.h"
+
+namespace blockspec {
+
+// Picks the draft length per step from the target's MEASURED cost of a
+// forward over r rows (timed once at start-up) and the acceptance observed
+// so far: the k in [0, K] that maximises expected tokens per second for n
+// decoding sequences, (n * (1 + E[accepted | k])) / (cost(n * (1 + k)) +
+// draft cost). On a bandwidth-bound CPU a few rows cost about one row, so k
+// stays high at batch 1 and falls as the batch grows.
+class KSelector {
+ public:
+  KSelector() = default;
+  KSelector(Transformer& model, int64_t K, int64_t max_seqs);
+  int64_t choose(int64_t n_decoding, const SpecStats& seen, double draft_ms_per_seq) const;
+  int64_t max_k() const { return K_; }
+
+ private:
+  double cost_ms(int64_t rows) const;  // interpolated
+  int64_t K_ = 0;
+  std::vector<std::pair<int64_t, double>> table_;  // rows -> ms
+};
+
+}  // namespace blockspec

@@ -38,6 +38,8 @@ KernelTable select_kernels(const std::string& name) {
   t.quantize_acts = quantize_acts_ref;
   t.gemm_q8g128 = gemm_q8g128_ref;
   t.gemm_q4g128 = gemm_q4g128_ref;
+  t.gemm_q8g128_wo = gemm_q8g128_wo_ref;
+  t.gemm_q4g128_wo = gemm_q4g128_wo_ref;
   t.gemm_fp = gemm_fp_ref;
   if (pick == "avx2" || pick == "avx512") {
     t.matmul_f32 = matmul_f32_avx2;
@@ -47,12 +49,16 @@ KernelTable select_kernels(const std::string& name) {
     t.quantize_acts = quantize_acts_avx2;
     t.gemm_q8g128 = gemm_q8g128_avx2;
     t.gemm_q4g128 = gemm_q4g128_avx2;
+    t.gemm_q8g128_wo = gemm_q8g128_wo_avx2;
+    t.gemm_q4g128_wo = gemm_q4g128_wo_avx2;
   }
   if (pick == "avx512") {
     t.matmul_f32 = matmul_f32_avx512;
     t.matmul_bf16 = matmul_bf16_avx512;
     t.dot = dot_avx512;
     t.gemm_fp = gemm_fp_avx512;
+    t.gemm_q8g128_wo = gemm_q8g128_wo_avx512;
+    t.gemm_q4g128_wo = gemm_q4g128_wo_avx512;
     // Without VNNI, maddubs-based AVX2 int8 kernels are the best we have.
     if (cpu_has_avx512vnni()) {
       t.gemm_q8g128 = gemm_q8g128_avx512vnni;

@@ -32,6 +32,10 @@ struct KernelTable {
   // verification (small M) and prefill (large M).
   void (*gemm_q8g128)(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1) = nullptr;
   void (*gemm_q4g128)(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1) = nullptr;
+  // Weight-only Q8_G128 / Q4_G128 (W8A16 / W4A16, act_int8 = false): y[m, n] for m < M and rows n of
+  // weight tiles [tile0, tile1) (clipped to N); x [M, K] f32, y [M, N]. Exact order in kernels/quant_layout.h.
+  void (*gemm_q8g128_wo)(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1) = nullptr;
+  void (*gemm_q4g128_wo)(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1) = nullptr;
   // Weight-only FP8 / NVFP4 / MXFP4 (kernels/fp_formats.h): y[m, n] for m < M, n in [n0, n1); x [M, K] f32.
   void (*gemm_fp)(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1) = nullptr;
   // Row kernels reading compressed KV cache rows (kernels/kv_kernels.h).
@@ -53,6 +57,8 @@ void axpy_ref(float a, const float* x, float* y, int64_t n);
 void quantize_acts_ref(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales);
 void gemm_q8g128_ref(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q4g128_ref(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
+void gemm_q8g128_wo_ref(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);
+void gemm_q4g128_wo_ref(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);
 void gemm_fp_ref(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1);
 
 // x86 variants (kernels/x86), compiled with per-function target attributes.
@@ -66,6 +72,10 @@ float dot_avx512(const float* a, const float* b, int64_t n);
 void quantize_acts_avx2(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales);
 void gemm_q8g128_avx2(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q4g128_avx2(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
+void gemm_q8g128_wo_avx2(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);
+void gemm_q4g128_wo_avx2(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);
+void gemm_q8g128_wo_avx512(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);
+void gemm_q4g128_wo_avx512(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);
 // AVX-512 VNNI (vpdpbusd); the "avx512" level uses them when the CPU has VNNI.
 void gemm_q8g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q4g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);

@@ -16,6 +16,8 @@
 // linear() on Q8/Q4 is W8A8 / W4A8: activations are quantized per row and per
 // group of 128 to int8 (quant_layout.h), multiplied with integer dot products,
 // and each group's int32 sum is scaled by weight scale * activation scale.
+// With act_int8 = false (weight-only W8A16 / W4A16, what weight-only checkpoints
+// load as) activations stay f32 and the codes are dequantized in-register.
 #include "kernels/quant.h"
 
 #include <algorithm>
@@ -245,6 +247,20 @@ void linear(const OpContext& ctx, const float* x, const QuantTensor& w, const fl
   }
   const PackedWeights p = packed_weights(w);
   const int64_t K = w.cols, N = w.rows;
+  auto add_bias = [&](int64_t t0, int64_t t1) {
+    if (bias == nullptr) return;
+    const int64_t n0 = t0 * kQTile, n1 = std::min(N, t1 * kQTile);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = n0; n < n1; ++n) y[m * N + n] += bias[n];
+  };
+  if (!w.act_int8) {  // weight-only: same panel split, f32 activations
+    auto gemm = p.q4 ? ctx.k->gemm_q4g128_wo : ctx.k->gemm_q8g128_wo;
+    ctx.pool->parallel_for_grain(p.n_tiles, kQPanel, [&](int64_t t0, int64_t t1) {
+      gemm(p, x, y, M, t0, t1);
+      add_bias(t0, t1);
+    });
+    return;
+  }
   std::vector<uint8_t> xq(M * p.Kp);      // [M, Kp] u8 codes + 128
   std::vector<float> xs(M * p.n_groups);  // [M, G]
   ctx.pool->parallel_for(M, [&](int64_t m0, int64_t m1) {
@@ -257,11 +273,7 @@ void linear(const OpContext& ctx, const float* x, const QuantTensor& w, const fl
   // the weight and both cores' bandwidth is used in decode.
   ctx.pool->parallel_for_grain(p.n_tiles, kQPanel, [&](int64_t t0, int64_t t1) {
     gemm(a, p, y, t0, t1);
-    if (bias != nullptr) {
-      const int64_t n0 = t0 * kQTile, n1 = std::min(N, t1 * kQTile);
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = n0; n < n1; ++n) y[m * N + n] += bias[n];
-    }
+    add_bias(t0, t1);
   });
 }
 

@@ -40,6 +40,16 @@
 // are bitwise equal to the scalar twin, and a row's output does not depend on
 // M, the register blocking or the thread split (batch invariance, which
 // lossless speculative verification needs).
+//
+// Weight-only (QuantTensor::act_int8 = false, W8A16 / W4A16): activations stay
+// f32 and the same packed codes are read. Per output (m, n):
+//   acc = 0; for each group g in order (inputs [k0, k1), k1 = min(k0 + 128, K)):
+//     s = 0; for k = k0 .. k1 - 1 ascending: s = fmaf(x[m, k], float(code(n, k)), s)
+//     acc = fmaf(s, wscale[n, g], acc)
+// i.e. the dot product with the dequantized weight code * scale up to f32
+// summation order. Every ISA performs exactly these operations (one SIMD lane
+// per weight row), so outputs are bitwise equal to the scalar twin and
+// independent of M and of the thread split.
 #pragma once
 #include <algorithm>
 #include <cstdint>

@@ -32,6 +32,11 @@ struct QuantTensor {
   Tensor data;       // codes or values, layout per format
   Tensor scales;     // per-group scales (quantized formats), else empty
   Tensor aux;        // format-specific extra (e.g. per-group code sums), else empty
+  // Q8_G128 / Q4_G128 only: how linear() treats the activations. true (the default, what --weights q8 / q4
+  // conversions give): W8A8 / W4A8, activations quantized to int8 per row and group of 128. false: weight-only
+  // W8A16 / W4A16, f32 activations times the codes dequantized in-register (kernels/quant_layout.h); what GPTQ
+  // and weight-only compressed-tensors checkpoints load as.
+  bool act_int8 = true;
 
   bool empty() const { return rows == 0; }
   // Bytes a matmul reads: what the roofline counts per decode step.

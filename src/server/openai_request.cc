@@ -1,0 +1,334 @@
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <limits>
+
+#include "base/error.h"
+
+namespace blockspec {
+
+using json = nlohmann::json;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& msg) { throw ApiError(400, msg, param); }
+
+// The field, or nullptr when absent or null (OpenAI treats null as "not given").
+const json* field(const json& j, const char* name) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+const char* type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::string: return "a string";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    case json::value_t::number_float: return "a number";
+    default: return v.is_number() ? "an integer" : "null";
+  }
+}
+
+double number(const json& j, const char* name, double def, double lo, double hi) {
+  const json* v = field(j, name);
+  if (!v) return def;
+  if (!v->is_number()) bad(name, str_cat("'", name, "' must be a number, found ", type_name(*v)));
+  const double x = v->get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    bad(name, str_cat("'", name, "' must be in [", lo, ", ", hi, "], found ", v->dump()));
+  return x;
+}
+
+std::optional<int64_t> integer(const json& j, const char* name, int64_t lo, int64_t hi) {
+  const json* v = field(j, name);
+  if (!v) return std::nullopt;
+  if (!v->is_number_integer()) bad(name, str_cat("'", name, "' must be an integer, found ", type_name(*v)));
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi))
+    bad(name, str_cat("'", name, "' must be <= ", hi, ", found ", v->dump()));
+  const int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi) bad(name, str_cat("'", name, "' must be in [", lo, ", ", hi, "], found ", x));
+  return x;
+}
+
+bool boolean(const json& j, const char* name, bool def) {
+  const json* v = field(j, name);
+  if (!v) return def;
+  if (!v->is_boolean()) bad(name, str_cat("'", name, "' must be a boolean, found ", type_name(*v)));
+  return v->get<bool>();
+}
+
+std::vector<int32_t> id_list(const json& v, const std::string& name) {
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (const json& x : v) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      bad(name, str_cat("'", name, "' must be a list of non-negative token ids, found ", x.dump()));
+    ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+  }
+  return ids;
+}
+
+// Parameters this server does not implement: a clear 400 rather than an
+// answer that silently ignores them. Values that mean "off" pass.
+void reject_unsupported(const json& j, bool chat) {
+  auto unsupported = [](const char* name, const std::string& why = "") {
+    bad(name, str_cat("'", name, "' is not supported by this server", why));
+  };
+  if (const json* v = field(j, "logprobs")) {
+    if (!(v->is_boolean() && !v->get<bool>())) unsupported("logprobs");
+  }
+  if (field(j, "top_logprobs")) unsupported("top_logprobs");
+  if (const json* v = field(j, "best_of")) {
+    if (!(v->is_number_integer() && v->get<int64_t>() == 1)) unsupported("best_of", " (only 1)");
+  }
+  if (const json* v = field(j, "logit_bias")) {
+    if (!v->is_object()) bad("logit_bias", "'logit_bias' must be an object");
+    if (!v->empty()) unsupported("logit_bias");
+  }
+  if (const json* v = field(j, "tools")) {
+    if (!v->is_array()) bad("tools", "'tools' must be an array");
+    if (!v->empty()) unsupported("tools");
+  }
+  if (const json* v = field(j, "tool_choice")) {
+    if (!(v->is_string() && (*v == "none" || *v == "auto"))) unsupported("tool_choice");
+  }
+  if (field(j, "functions")) unsupported("functions");
+  if (const json* v = field(j, "response_format")) {
+    if (!(v->is_object() && v->value("type", "") == "text")) unsupported("response_format", " (only {\"type\":\"text\"})");
+  }
+  if (!chat) {
+    if (boolean(j, "echo", false)) unsupported("echo");
+    if (const json* v = field(j, "suffix")) {
+      if (!(v->is_string() && v->get<std::string>().empty())) unsupported("suffix");
+    }
+  }
+  if (integer(j, "min_tokens", 0, std::numeric_limits<int32_t>::max()).value_or(0) > 0) unsupported("min_tokens");
+  if (number(j, "repetition_penalty", 1.0, 0.0, 1e9) != 1.0) unsupported("repetition_penalty", " (use presence_penalty / frequency_penalty)");
+  if (number(j, "min_p", 0.0, 0.0, 1.0) != 0.0) unsupported("min_p");
+}
+
+void parse_sampling(const json& j, GenRequest& r, bool chat) {
+  if (!j.is_object()) bad("", "the request body must be a JSON object");
+  reject_unsupported(j, chat);
+  if (const json* m = field(j, "model")) {
+    if (!m->is_string()) bad("model", "'model' must be a string");
+    r.model = m->get<std::string>();
+  }
+  if (integer(j, "n", 1, std::numeric_limits<int32_t>::max()).value_or(1) != 1)
+    bad("n", "'n' must be 1: this server returns one choice per request");
+  SamplingParams& s = r.params.sampling;
+  s.temperature = static_cast<float>(number(j, "temperature", 1.0, 0.0, 100.0));
+  s.top_p = static_cast<float>(number(j, "top_p", 1.0, 0.0, 1.0));
+  if (s.top_p <= 0.f) bad("top_p", "'top_p' must be in (0, 1], found 0");
+  const int64_t top_k = integer(j, "top_k", -1, std::numeric_limits<int32_t>::max()).value_or(-1);
+  s.top_k = top_k < 0 ? 0 : static_cast<int>(top_k);  // vLLM: -1 (or 0) = off
+  if (const json* v = field(j, "seed")) {
+    if (!v->is_number_integer()) bad("seed", str_cat("'seed' must be an integer, found ", type_name(*v)));
+    s.seed = v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
+  }
+  const char* max_name = chat && field(j, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (const json* v = field(j, max_name)) {
+    if (!v->is_number_integer()) bad(max_name, str_cat("'", max_name, "' must be an integer, found ", type_name(*v)));
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      bad(max_name, str_cat("'", max_name, "' is too large: ", v->dump()));
+    const int64_t m = v->get<int64_t>();
+    if (m <= 0) bad(max_name, str_cat("'", max_name, "' must be at least 1, found ", m));
+    r.max_tokens = m;
+  }
+  if (const json* v = field(j, "stop")) {
+    if (v->is_string()) {
+      r.stop.push_back(v->get<std::string>());
+    } else if (v->is_array()) {
+      for (const json& x : *v) {
+        if (!x.is_string()) bad("stop", "'stop' must be a string or a list of strings");
+        r.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      bad("stop", str_cat("'stop' must be a string or a list of strings, found ", type_name(*v)));
+    }
+    for (const std::string& s : r.stop)
+      if (s.empty()) bad("stop", "'stop' strings must not be empty");
+  }
+  if (const json* v = field(j, "stop_token_ids")) {
+    if (!v->is_array()) bad("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+    r.params.stop_token_ids = id_list(*v, "stop_token_ids");
+  }
+  r.params.ignore_eos = boolean(j, "ignore_eos", false);
+  r.params.presence_penalty = static_cast<float>(number(j, "presence_penalty", 0.0, -2.0, 2.0));
+  r.params.frequency_penalty = static_cast<float>(number(j, "frequency_penalty", 0.0, -2.0, 2.0));
+  r.skip_special_tokens = boolean(j, "skip_special_tokens", true);
+  r.stream = boolean(j, "stream", false);
+  if (const json* v = field(j, "stream_options")) {
+    if (!v->is_object()) bad("stream_options", "'stream_options' must be an object");
+    if (!r.stream) bad("stream_options", "'stream_options' is only allowed when 'stream' is true");
+    r.include_usage = boolean(*v, "include_usage", false);
+  }
+}
+
+// content: a string, or a list of {"type":"text","text":...} parts (joined
+// with "\n" as vLLM does); null for an assistant message.
+std::string message_content(const json& m, size_t i) {
+  const std::string param = str_cat("messages[", i, "].content");
+  auto it = m.find("content");
+  if (it == m.end() || it->is_null()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  if (!it->is_array()) bad(param, str_cat("'", param, "' must be a string or a list of content parts"));
+  std::string out;
+  for (size_t p = 0; p < it->size(); ++p) {
+    const json& part = (*it)[p];
+    if (!part.is_object() || part.value("type", json()) != "text")
+      bad(param, str_cat("'", param, "[", p, "]': only {\"type\": \"text\", \"text\": ...} parts are supported"));
+    auto t = part.find("text");
+    if (t == part.end() || !t->is_string()) bad(param, str_cat("'", param, "[", p, "].text' must be a string"));
+    if (p) out += "\n";
+    out += t->get<std::string>();
+  }
+  return out;
+}
+
+std::vector<ChatMessage> parse_messages(const json& j) {
+  const json* v = field(j, "messages");
+  if (!v) bad("messages", "'messages' is required");
+  if (!v->is_array()) bad("messages", "'messages' must be a list of messages");
+  if (v->empty()) bad("messages", "'messages' must not be empty");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& m = (*v)[i];
+    if (!m.is_object()) bad(str_cat("messages[", i, "]"), str_cat("'messages[", i, "]' must be an object"));
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string())
+      bad(str_cat("messages[", i, "].role"), str_cat("'messages[", i, "].role' must be a string"));
+    ChatMessage cm;
+    cm.role = role->get<std::string>();
+    if (cm.role == "developer") cm.role = "system";
+    if (cm.role != "system" && cm.role != "user" && cm.role != "assistant")
+      bad(str_cat("messages[", i, "].role"),
+          str_cat("'messages[", i, "].role' must be system, user or assistant, found ", quote_for_message(cm.role)));
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null() && !m["tool_calls"].empty())
+      bad(str_cat("messages[", i, "].tool_calls"), "tool calls are not supported by this server");
+    if (cm.role != "assistant" && (!m.contains("content") || m["content"].is_null()))
+      bad(str_cat("messages[", i, "].content"), str_cat("'messages[", i, "].content' is required"));
+    cm.content = message_content(m, i);
+    if (auto rc = m.find("reasoning_content"); rc != m.end() && rc->is_string()) cm.reasoning_content = *rc;
+    out.push_back(std::move(cm));
+  }
+  return out;
+}
+
+ChatTemplateOptions template_options(const json& j) {
+  ChatTemplateOptions o;
+  o.add_generation_prompt = boolean(j, "add_generation_prompt", true);
+  if (const json* kw = field(j, "chat_template_kwargs")) {
+    if (!kw->is_object()) bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    for (auto it = kw->begin(); it != kw->end(); ++it) {
+      if (it.key() == "enable_thinking") {
+        if (!it->is_boolean()) bad("chat_template_kwargs", "'chat_template_kwargs.enable_thinking' must be a boolean");
+        o.enable_thinking = it->get<bool>();
+      } else if (it.key() == "add_generation_prompt") {
+        if (!it->is_boolean()) bad("chat_template_kwargs", "'chat_template_kwargs.add_generation_prompt' must be a boolean");
+        o.add_generation_prompt = it->get<bool>();
+      } else {
+        o.extra[it.key()] = nlohmann::ordered_json::parse(it->dump());
+      }
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+std::string error_body(const std::string& message, const std::string& type, const std::string& param) {
+  json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) e["param"] = param;
+  return json{{"error", e}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+json parse_body(const std::string& body) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {
+    // nlohmann rejects ill-formed UTF-8 and lone surrogates in strings here.
+    bad("", str_cat("the request body is not valid JSON (or not valid UTF-8): ", e.what()));
+  }
+  if (!j.is_object()) bad("", "the request body must be a JSON object");
+  return j;
+}
+
+GenRequest parse_completion_request(const json& j) {
+  GenRequest r;
+  parse_sampling(j, r, /*chat=*/false);
+  if (!r.max_tokens) r.max_tokens = 16;  // OpenAI's and vLLM's completions default
+  const json* p = field(j, "prompt");
+  if (!p) bad("prompt", "'prompt' is required");
+  // A list of one prompt is the same as the prompt ("prompt": ["text"] or [[ids]]).
+  json one = *p;
+  if (one.is_array() && !one.empty() && (one[0].is_string() || one[0].is_array())) {
+    if (one.size() != 1) bad("prompt", "only one prompt per request is supported (use concurrent requests)");
+    one = json(one[0]);
+  }
+  if (one.is_string()) {
+    r.prompt_text = one.get<std::string>();
+  } else if (one.is_array()) {
+    r.prompt_ids = id_list(one, "prompt");
+    if (r.prompt_ids.empty()) bad("prompt", "'prompt' must not be empty");
+  } else {
+    bad("prompt", "'prompt' must be a string, a list of token ids, or a list of one of those");
+  }
+  return r;
+}
+
+GenRequest parse_chat_request(const json& j) {
+  GenRequest r;
+  r.chat = true;
+  parse_sampling(j, r, /*chat=*/true);
+  r.messages = parse_messages(j);
+  r.template_opts = template_options(j);
+  return r;
+}
+
+void resolve_max_tokens(GenRequest& r, int64_t n_prompt, int64_t max_model_len) {
+  if (n_prompt <= 0) bad(r.chat ? "messages" : "prompt", "the prompt is empty");
+  if (n_prompt >= max_model_len)
+    bad(r.chat ? "messages" : "prompt",
+        str_cat("the prompt is ", n_prompt, " tokens but this model's maximum context length is ", max_model_len,
+                " tokens; shorten the prompt"));
+  const int64_t room = max_model_len - n_prompt;
+  if (!r.max_tokens) r.max_tokens = room;
+  if (*r.max_tokens > room)
+    bad("max_tokens", str_cat("this model's maximum context length is ", max_model_len, " tokens; the prompt is ",
+                              n_prompt, " tokens and max_tokens is ", *r.max_tokens, " (at most ", room,
+                              " fit); lower max_tokens or shorten the prompt"));
+  r.params.max_tokens = *r.max_tokens;
+}
+
+TokenizeRequest parse_tokenize_request(const json& j) {
+  TokenizeRequest t;
+  if (field(j, "messages")) {
+    t.messages = parse_messages(j);
+    t.template_opts = template_options(j);
+    t.add_special_tokens = boolean(j, "add_special_tokens", false);
+  } else if (const json* p = field(j, "prompt")) {
+    if (!p->is_string()) bad("prompt", "'prompt' must be a string");
+    t.prompt = p->get<std::string>();
+    t.add_special_tokens = boolean(j, "add_special_tokens", true);
+  } else {
+    bad("prompt", "either 'prompt' or 'messages' is required");
+  }
+  return t;
+}
+
+std::vector<int32_t> parse_detokenize_request(const json& j) {
+  const json* v = field(j, "tokens");
+  if (!v || !v->is_array()) bad("tokens", "'tokens' must be a list of token ids");
+  return id_list(*v, "tokens");
+}
+
+void check_token_ids(const std::vector<int32_t>& ids, int64_t vocab, const std::string& param) {
+  for (int32_t id : ids)
+    if (id < 0 || id >= vocab) bad(param, str_cat("token id ", id, " is out of range [0, ", vocab, ")"));
+}
+
+}  // namespace blockspec

@@ -1,0 +1,70 @@
+// The OpenAI-compatible HTTP server of `blockspec serve` (cpp-httplib).
+//
+// The listener starts before the model has loaded so that /health can say
+// 503 while it loads; set_model() makes the server ready. Endpoints:
+//   POST /v1/completions, /v1/chat/completions (JSON or SSE streaming),
+//   GET /v1/models, /health, /metrics (Prometheus), POST /tokenize, /detokenize.
+// Every bad request gets an OpenAI-shaped error body (400, 401, 404, 503);
+// nothing a client sends can crash or hang the process. A streaming client
+// that disconnects has its engine request cancelled at once.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "chat/chat_template.h"
+#include "runtime/engine.h"
+#include "server/chat_assets.h"
+#include "tokenizer/tokenizer.h"
+
+namespace blockspec {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                // 0: any free port (Server::port() tells which)
+  std::string served_model_name;  // the name clients pass as "model"
+  std::string api_key;            // non-empty: "Authorization: Bearer KEY" on every endpoint but /health
+  int n_http_threads = 64;        // connections served at once (a waiting stream holds one)
+  bool log_requests = false;      // one line per request on stderr
+};
+
+// A loaded model with everything the endpoints need. Members are destroyed
+// in reverse order: the engine (and its step thread) goes first.
+struct ServedModel {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<ChatTemplate> chat_template;  // null: the chat endpoint answers 400
+  ChatAssets assets;
+  std::optional<int32_t> bos_id;  // prepended to completion prompts when assets.add_bos
+  std::string path;               // what was loaded (GET /v1/models "root")
+  std::unique_ptr<Engine> engine;
+};
+
+// Compiles the chat template (a syntax error throws Error naming the file)
+// and resolves the bos id.
+std::shared_ptr<ServedModel> make_served_model(std::unique_ptr<Engine> engine, Tokenizer tok,
+                                               const ChatAssets& assets, const std::string& path);
+
+class Server {
+ public:
+  explicit Server(ServerOptions opts);
+  ~Server();  // stop()
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds and starts serving on a thread; returns the bound port. Throws
+  // Error when the address cannot be bound. Ignores SIGPIPE process-wide:
+  // Debian's cpp-httplib sends without MSG_NOSIGNAL, and a client that hangs
+  // up mid-stream must not kill the server.
+  int start();
+  int port() const;
+  void set_model(std::shared_ptr<ServedModel> model);  // /health turns 200
+  void stop();  // closes the listener, ends streams; idempotent
+  void wait();  // blocks until stop()
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace blockspec

@@ -1,0 +1,186 @@
+"""`blockspec serve` driven by the real `openai` Python client (e2e).
+
+Starts the server binary on a free port with the real SmolLM2-135M GGUF and an
+API key, waits for /health, then checks completions, chat, streaming (with
+include_usage), errors the client raises, and 8 concurrent clients.
+
+Run by CTest (label e2e) with the venv scripts/setup.sh makes:
+  ~/.cache/blockspec/venv-openai/bin/python tests/server/openai_client_test.py \
+      --blockspec build/blockspec --model ~/.cache/blockspec/models/smollm2.gguf
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import openai
+
+ARGS = None
+KEY = "e2e-test-key"
+NAME = "smollm2"
+
+
+class Server:
+    def __init__(self, binary, model):
+        self.proc = subprocess.Popen(
+            [binary, "serve", model, "--port", "0", "--served-model-name", NAME, "--api-key", KEY,
+             "--max-model-len", "1024", "--max-num-seqs", "8"],
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        self.log = []
+        self.port = None
+        deadline = time.time() + 60
+        while self.port is None:
+            line = self.proc.stderr.readline()
+            if not line:
+                raise RuntimeError("blockspec serve exited before listening:\n" + "".join(self.log))
+            self.log.append(line)
+            m = re.search(r"listening on http://[^:]+:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+            if time.time() > deadline:
+                raise RuntimeError("no 'listening on' line within 60 s")
+        # Keep draining stderr so the server never blocks on a full pipe.
+        threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr], daemon=True).start()
+        self.base = f"http://127.0.0.1:{self.port}"
+        deadline = time.time() + 300
+        while True:
+            try:
+                with urllib.request.urlopen(self.base + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except urllib.error.HTTPError as e:
+                assert e.code == 503, e.code  # loading
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("server never became healthy:\n" + "".join(self.log))
+            time.sleep(0.2)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+
+
+class OpenAIClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(ARGS.blockspec, ARGS.model)
+        cls.client = openai.OpenAI(base_url=cls.server.base + "/v1", api_key=KEY, max_retries=0, timeout=300)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        # A clean shutdown on SIGTERM.
+        assert cls.server.proc.returncode == 0, "".join(cls.server.log)
+
+    def test_models(self):
+        ids = [m.id for m in self.client.models.list().data]
+        self.assertEqual(ids, [NAME])
+
+    def test_completion(self):
+        r = self.client.completions.create(model=NAME, prompt="The capital of France is", max_tokens=8,
+                                           temperature=0)
+        self.assertEqual(r.object, "text_completion")
+        self.assertEqual(len(r.choices), 1)
+        self.assertIn("Paris", r.choices[0].text)
+        self.assertIn(r.choices[0].finish_reason, ("stop", "length"))
+        self.assertEqual(r.usage.prompt_tokens, 5)
+        self.assertLessEqual(r.usage.completion_tokens, 8)
+        self.assertEqual(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens)
+
+    def test_chat(self):
+        msgs = [{"role": "user", "content": "What is the capital of France?"}]
+        r = self.client.chat.completions.create(model=NAME, messages=msgs, max_tokens=20, temperature=0)
+        self.assertEqual(r.object, "chat.completion")
+        self.assertEqual(r.choices[0].message.role, "assistant")
+        self.assertIn("Paris", r.choices[0].message.content)
+        # Stop string: the text ends before it, finish_reason "stop".
+        s = self.client.chat.completions.create(model=NAME, messages=msgs, max_tokens=20, temperature=0,
+                                                stop=[" Paris"])
+        self.assertEqual(s.choices[0].finish_reason, "stop")
+        self.assertEqual(s.choices[0].message.content, r.choices[0].message.content.split(" Paris")[0])
+        # chat_template_kwargs pass through (extra_body, as with vLLM).
+        k = self.client.chat.completions.create(model=NAME, messages=msgs, max_tokens=4, temperature=0,
+                                                extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+        self.assertEqual(k.usage.prompt_tokens, r.usage.prompt_tokens)
+
+    def test_streaming(self):
+        msgs = [{"role": "user", "content": "Write one sentence about the sea."}]
+        full = self.client.chat.completions.create(model=NAME, messages=msgs, max_tokens=24, temperature=0)
+        chunks = list(self.client.chat.completions.create(model=NAME, messages=msgs, max_tokens=24, temperature=0,
+                                                          stream=True, stream_options={"include_usage": True}))
+        self.assertEqual(chunks[0].choices[0].delta.role, "assistant")
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        self.assertEqual(text, full.choices[0].message.content)
+        self.assertEqual(chunks[-1].choices, [])
+        self.assertEqual(chunks[-1].usage.completion_tokens, full.usage.completion_tokens)
+        finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        self.assertEqual(finish, [full.choices[0].finish_reason])
+
+        comp = self.client.completions.create(model=NAME, prompt="Once upon a time", max_tokens=16, temperature=0)
+        parts = list(self.client.completions.create(model=NAME, prompt="Once upon a time", max_tokens=16,
+                                                    temperature=0, stream=True))
+        self.assertEqual("".join(p.choices[0].text for p in parts), comp.choices[0].text)
+
+    def test_errors(self):
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.completions.create(model=NAME, prompt="hi", max_tokens=4, n=2)
+        self.assertEqual(e.exception.body["param"], "n")
+        with self.assertRaises(openai.BadRequestError):
+            self.client.chat.completions.create(model=NAME, messages=[], max_tokens=4)
+        with self.assertRaises(openai.BadRequestError):
+            self.client.completions.create(model="nope", prompt="hi", max_tokens=4)
+        with self.assertRaises(openai.BadRequestError):
+            self.client.completions.create(model=NAME, prompt="hi", max_tokens=5000)
+        bad_key = openai.OpenAI(base_url=self.server.base + "/v1", api_key="wrong", max_retries=0)
+        with self.assertRaises(openai.AuthenticationError):
+            bad_key.models.list()
+
+    def test_concurrency_8(self):
+        def one(i):
+            msgs = [{"role": "user", "content": f"Count from {i} to {i + 5}."}]
+            if i % 2:
+                chunks = list(self.client.chat.completions.create(model=NAME, messages=msgs, max_tokens=16,
+                                                                  temperature=0, stream=True))
+                return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices), chunks[-1].choices[0].finish_reason
+            r = self.client.chat.completions.create(model=NAME, messages=msgs, max_tokens=16, temperature=0)
+            return r.choices[0].message.content, r.choices[0].finish_reason
+
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            results = list(ex.map(one, range(8)))
+        for text, finish in results:
+            self.assertTrue(text)
+            self.assertIn(finish, ("stop", "length"))
+        with urllib.request.urlopen(urllib.request.Request(self.server.base + "/metrics",
+                                                           headers={"Authorization": "Bearer " + KEY})) as r:
+            metrics = r.read().decode()
+        running = re.search(r"^blockspec:num_requests_running\{[^}]*\} (\S+)$", metrics, re.M)
+        self.assertIsNotNone(running, metrics)
+        self.assertEqual(float(running.group(1)), 0.0)
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--blockspec", required=True)
+    p.add_argument("--model", required=True)
+    ARGS, rest = p.parse_known_args()
+    if not os.path.exists(ARGS.model):
+        sys.exit(f"{ARGS.model} is missing: run scripts/fetch_models.sh smollm2")
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,590 @@
+// The HTTP layer of `blockspec serve`, over real HTTP on loopback: a Server
+// on an ephemeral port in this process, the real Engine on the tiny Qwen3
+// fixture (random weights, real tokenizer, the Qwen3 chat template), and
+// cpp-httplib's client (raw sockets for the disconnect test).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "model/transformer.h"
+#include "server/generation.h"
+#include "server/server.h"
+
+namespace blockspec {
+namespace {
+
+using json = nlohmann::json;
+const std::string kModelDir = std::string(BS_SOURCE_DIR) + "/tests/fixtures/golden/qwen3-tiny-f32";
+const std::string kTemplate = std::string(BS_SOURCE_DIR) + "/tests/fixtures/chat/qwen3.jinja";
+constexpr int64_t kMaxModelLen = 512;
+
+std::shared_ptr<ServedModel> load_model() {
+  ModelOptions mo;
+  mo.n_threads = 1;
+  EngineOptions eo;
+  eo.max_num_seqs = 8;
+  auto engine = std::make_unique<Engine>(Transformer::load(kModelDir, mo), eo);
+  return make_served_model(std::move(engine), Tokenizer::from_file(kModelDir + "/tokenizer.json"),
+                           read_chat_assets(kModelDir, kTemplate), kModelDir);
+}
+
+// One server for the whole binary (loading once keeps the suite fast).
+struct Env {
+  std::shared_ptr<ServedModel> model = load_model();
+  Server server{ServerOptions{"127.0.0.1", 0, "tiny", "", 32, false}};
+  int port = 0;
+  Env() {
+    port = server.start();
+    server.set_model(model);
+  }
+};
+Env& env() {
+  static Env e;
+  return e;
+}
+
+httplib::Client client(int port) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  return c;
+}
+
+struct Reply {
+  int status = 0;
+  std::string body;
+  json j;  // parsed body when it is JSON
+};
+
+Reply post(const std::string& path, const std::string& body, int port = 0, const std::string& key = "") {
+  auto c = client(port ? port : env().port);
+  httplib::Headers h;
+  if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
+  auto r = c.Post(path, h, body, "application/json");
+  Reply out;
+  if (!r) {
+    ADD_FAILURE() << "POST " << path << ": no response, error " << static_cast<int>(r.error());
+    return out;
+  }
+  out.status = r->status;
+  out.body = r->body;
+  out.j = json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+  return out;
+}
+Reply post(const std::string& path, const json& body) { return post(path, body.dump()); }
+
+Reply get(const std::string& path, int port = 0, const std::string& key = "") {
+  auto c = client(port ? port : env().port);
+  httplib::Headers h;
+  if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
+  auto r = c.Get(path, h);
+  Reply out;
+  if (!r) {
+    ADD_FAILURE() << "GET " << path << ": no response";
+    return out;
+  }
+  out.status = r->status;
+  out.body = r->body;
+  out.j = json::parse(r->body, nullptr, false);
+  return out;
+}
+
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (int k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    i += n;
+  }
+  return true;
+}
+
+// "data: ..." payloads of an SSE body, in order (comment lines skipped).
+std::vector<std::string> sse_events(const std::string& body) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find("\n\n", pos);
+    EXPECT_NE(end, std::string::npos) << "unterminated SSE event at " << pos;
+    if (end == std::string::npos) break;
+    std::string ev = body.substr(pos, end - pos);
+    pos = end + 2;
+    if (ev.rfind(":", 0) == 0) continue;
+    EXPECT_EQ(ev.rfind("data: ", 0), 0u) << ev;
+    out.push_back(ev.substr(6));
+  }
+  return out;
+}
+
+// Prometheus text -> {"name{labels}": value}; checks every line's syntax.
+std::map<std::string, double> parse_metrics(const std::string& text) {
+  std::map<std::string, double> m;
+  static const std::regex line(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? ([-+0-9.eE]+|\+Inf|NaN)$)");
+  std::istringstream is(text);
+  std::string l;
+  while (std::getline(is, l)) {
+    if (l.empty() || l[0] == '#') continue;
+    std::smatch sm;
+    EXPECT_TRUE(std::regex_match(l, sm, line)) << "bad metrics line: " << l;
+    if (sm.empty()) continue;
+    std::string labels = sm[2].str();
+    // Drop the model_name label so tests can look series up by their own labels.
+    labels = std::regex_replace(labels, std::regex(R"(model_name="[^"]*",?)"), "");
+    if (labels == "{}") labels.clear();
+    m[sm[1].str() + labels] = std::stod(sm[3].str());
+  }
+  return m;
+}
+std::map<std::string, double> metrics() { return parse_metrics(get("/metrics").body); }
+
+// Waits until the engine holds no request and no KV page.
+void expect_idle() {
+  std::map<std::string, double> m;
+  for (int i = 0; i < 200; ++i) {
+    m = metrics();
+    if (m["blockspec:num_requests_running"] == 0 && m["blockspec:num_requests_waiting"] == 0 &&
+        m["blockspec:kv_cache_pages_used"] == 0)
+      return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ADD_FAILURE() << "engine not idle: running " << m["blockspec:num_requests_running"] << ", waiting "
+                << m["blockspec:num_requests_waiting"] << ", kv pages " << m["blockspec:kv_cache_pages_used"];
+}
+
+json completion(const std::string& prompt, int max_tokens) {
+  return {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
+}
+
+void expect_error(const Reply& r, int status, const std::string& param, const std::string& what) {
+  SCOPED_TRACE(what);
+  EXPECT_EQ(r.status, status) << r.body;
+  ASSERT_TRUE(r.j.is_object() && r.j.contains("error")) << r.body;
+  const json& e = r.j["error"];
+  EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty()) << r.body;
+  EXPECT_TRUE(e["type"].is_string()) << r.body;
+  EXPECT_TRUE(e.contains("param") && e.contains("code") && e["code"].is_null()) << r.body;
+  if (status == 400) {
+    EXPECT_EQ(e["type"], "invalid_request_error") << r.body;
+  }
+  if (!param.empty()) {
+    EXPECT_EQ(e["param"], param) << r.body;
+  }
+}
+
+TEST(ServerTest, HealthIs503UntilTheModelIsSet) {
+  Server s(ServerOptions{"127.0.0.1", 0, "tiny", "", 8, false});
+  const int port = s.start();
+  EXPECT_EQ(get("/health", port).status, 503);
+  expect_error(post("/v1/completions", completion("hi", 2).dump(), port), 503, "", "loading");
+  EXPECT_EQ(get("/metrics", port).status, 200);
+  s.set_model(env().model);
+  EXPECT_EQ(get("/health", port).status, 200);
+  s.stop();
+  EXPECT_EQ(get("/health").status, 200);  // the shared server is unaffected
+}
+
+TEST(ServerTest, Models) {
+  Reply r = get("/v1/models");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j["object"], "list");
+  ASSERT_EQ(r.j["data"].size(), 1u);
+  EXPECT_EQ(r.j["data"][0]["id"], "tiny");
+  EXPECT_EQ(r.j["data"][0]["object"], "model");
+  EXPECT_EQ(r.j["data"][0]["max_model_len"], kMaxModelLen);
+}
+
+TEST(ServerTest, CompletionShapeUsageAndPromptForms) {
+  Reply r = post("/v1/completions", completion("Hello world", 8));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json& j = r.j;
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "tiny");
+  EXPECT_EQ(j["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+  EXPECT_TRUE(j["created"].is_number_integer());
+  ASSERT_EQ(j["choices"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["index"], 0);
+  EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  const std::string text = j["choices"][0]["text"];
+  EXPECT_TRUE(valid_utf8(text));
+  Reply tk = post("/tokenize", json{{"prompt", "Hello world"}});
+  ASSERT_EQ(tk.status, 200) << tk.body;
+  EXPECT_EQ(j["usage"]["prompt_tokens"], tk.j["count"]);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(j["usage"]["total_tokens"], tk.j["count"].get<int>() + 8);
+
+  // The same prompt as token ids, and as a list of one prompt: same greedy text.
+  json ids = completion("", 8);
+  ids["prompt"] = tk.j["tokens"];
+  EXPECT_EQ(post("/v1/completions", ids).j["choices"][0]["text"], text);
+  json one = completion("", 8);
+  one["prompt"] = json::array({"Hello world"});
+  EXPECT_EQ(post("/v1/completions", one).j["choices"][0]["text"], text);
+  one["prompt"] = json::array({tk.j["tokens"]});
+  EXPECT_EQ(post("/v1/completions", one).j["choices"][0]["text"], text);
+  // No model name is fine too; default max_tokens is 16.
+  Reply d = post("/v1/completions", json{{"prompt", "Hello"}, {"temperature", 0}, {"ignore_eos", true}});
+  ASSERT_EQ(d.status, 200) << d.body;
+  EXPECT_EQ(d.j["usage"]["completion_tokens"], 16);
+}
+
+TEST(ServerTest, ChatUsesTheTemplateAndKwargs) {
+  json req = {{"model", "tiny"},
+              {"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}}},
+              {"max_tokens", 6},
+              {"temperature", 0},
+              {"ignore_eos", true}};
+  Reply r = post("/v1/chat/completions", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j["object"], "chat.completion");
+  EXPECT_EQ(r.j["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(r.j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_TRUE(r.j["choices"][0]["message"]["content"].is_string());
+  EXPECT_EQ(r.j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r.j["usage"]["completion_tokens"], 6);
+
+  // The prompt is the template's rendering: /tokenize with the same messages agrees.
+  Reply tk = post("/tokenize", json{{"messages", req["messages"]}});
+  ASSERT_EQ(tk.status, 200) << tk.body;
+  EXPECT_EQ(r.j["usage"]["prompt_tokens"], tk.j["count"]);
+  EXPECT_EQ(tk.j["max_model_len"], kMaxModelLen);
+  // add_generation_prompt: the rendered prompt ends with "<|im_start|>assistant\n".
+  Reply txt = post("/detokenize", json{{"tokens", tk.j["tokens"]}});
+  const std::string prompt = txt.j["prompt"];
+  EXPECT_NE(prompt.find("<|im_start|>system\nBe brief.<|im_end|>"), std::string::npos) << prompt;
+  EXPECT_EQ(prompt.substr(prompt.size() - 22), "<|im_start|>assistant\n") << prompt;
+
+  // chat_template_kwargs reach the template: Qwen3's enable_thinking=false adds an empty think block.
+  json off = {{"messages", req["messages"]}, {"chat_template_kwargs", {{"enable_thinking", false}}}};
+  Reply tk_off = post("/tokenize", off);
+  const std::string p_off = post("/detokenize", json{{"tokens", tk_off.j["tokens"]}}).j["prompt"];
+  EXPECT_NE(p_off.find("<think>\n\n</think>"), std::string::npos) << p_off;
+  json req_off = req;
+  req_off["chat_template_kwargs"] = {{"enable_thinking", false}};
+  EXPECT_EQ(post("/v1/chat/completions", req_off).j["usage"]["prompt_tokens"], tk_off.j["count"]);
+
+  // Content as a list of text parts equals the joined string.
+  json parts = req;
+  parts["messages"][1]["content"] = json::array({{{"type", "text"}, {"text", "Hi"}}});
+  EXPECT_EQ(post("/v1/chat/completions", parts).j["choices"][0]["message"]["content"],
+            r.j["choices"][0]["message"]["content"]);
+}
+
+TEST(ServerTest, StreamingCompletionMatchesNonStreaming) {
+  json req = completion("Once upon a time", 24);
+  const std::string want = post("/v1/completions", req).j["choices"][0]["text"];
+  req["stream"] = true;
+  Reply r = post("/v1/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto evs = sse_events(r.body);
+  ASSERT_GE(evs.size(), 3u);
+  EXPECT_EQ(evs.back(), "[DONE]");
+  std::string text;
+  std::string finish;
+  for (size_t i = 0; i + 1 < evs.size(); ++i) {
+    json c = json::parse(evs[i]);
+    EXPECT_EQ(c["object"], "text_completion");
+    EXPECT_FALSE(c.contains("usage"));
+    const std::string t = c["choices"][0]["text"];
+    EXPECT_TRUE(valid_utf8(t)) << "chunk " << i << " is not valid UTF-8";
+    text += t;
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(text, want);
+  EXPECT_EQ(finish, "length");
+}
+
+TEST(ServerTest, StreamingChatWithIncludeUsage) {
+  json req = {{"messages", {{{"role", "user"}, {"content", "Tell me a story"}}}},
+              {"max_tokens", 12},
+              {"temperature", 0},
+              {"ignore_eos", true},
+              {"stream", true},
+              {"stream_options", {{"include_usage", true}}}};
+  Reply r = post("/v1/chat/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto evs = sse_events(r.body);
+  ASSERT_GE(evs.size(), 4u);
+  EXPECT_EQ(evs.back(), "[DONE]");
+  json first = json::parse(evs[0]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  json usage = json::parse(evs[evs.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(usage["usage"]["total_tokens"],
+            usage["usage"]["prompt_tokens"].get<int>() + usage["usage"]["completion_tokens"].get<int>());
+  std::string text, finish;
+  for (size_t i = 0; i + 2 < evs.size(); ++i) {
+    json c = json::parse(evs[i]);
+    EXPECT_TRUE(c.contains("usage") && c["usage"].is_null()) << evs[i];
+    EXPECT_EQ(c["id"], first["id"]);
+    if (c["choices"][0]["delta"].contains("content")) text += c["choices"][0]["delta"]["content"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(finish, "length");
+  req["stream"] = false;
+  req.erase("stream_options");
+  EXPECT_EQ(post("/v1/chat/completions", req).j["choices"][0]["message"]["content"], text);
+}
+
+TEST(ServerTest, TokenizeDetokenizeRoundTrip) {
+  const std::string text = "Hello, world! 123 caf\xc3\xa9";
+  Reply tk = post("/tokenize", json{{"prompt", text}});
+  ASSERT_EQ(tk.status, 200) << tk.body;
+  EXPECT_EQ(tk.j["count"], tk.j["tokens"].size());
+  Reply dt = post("/detokenize", json{{"tokens", tk.j["tokens"]}});
+  ASSERT_EQ(dt.status, 200) << dt.body;
+  EXPECT_EQ(dt.j["prompt"], text);
+}
+
+TEST(ServerTest, BadRequestsAre400WithAnOpenAIErrorBody) {
+  const json ok = completion("Hi", 4);
+  auto with = [&](const char* k, json v) {
+    json j = ok;
+    j[k] = std::move(v);
+    return j.dump();
+  };
+  const json chat_ok = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 4}};
+  auto chat_with = [&](const char* k, json v) {
+    json j = chat_ok;
+    j[k] = std::move(v);
+    return j.dump();
+  };
+  struct Case {
+    const char* what;
+    std::string path, body, param;
+  };
+  const std::string long_prompt(3000, 'x');  // ~ thousands of tokens > 512
+  const std::vector<Case> cases = {
+      {"malformed JSON", "/v1/completions", "{\"prompt\": ", ""},
+      {"not an object", "/v1/completions", "[1,2]", ""},
+      {"invalid UTF-8", "/v1/completions", "{\"prompt\": \"a\xff\xfe b\", \"max_tokens\": 2}", ""},
+      {"lone surrogate", "/v1/completions", "{\"prompt\": \"\\ud800\", \"max_tokens\": 2}", ""},
+      {"temperature string", "/v1/completions", with("temperature", "hot"), "temperature"},
+      {"temperature negative", "/v1/completions", with("temperature", -1), "temperature"},
+      {"max_tokens string", "/v1/completions", with("max_tokens", "5"), "max_tokens"},
+      {"max_tokens 0", "/v1/completions", with("max_tokens", 0), "max_tokens"},
+      {"max_tokens -3", "/v1/completions", with("max_tokens", -3), "max_tokens"},
+      {"max_tokens float", "/v1/completions", with("max_tokens", 2.5), "max_tokens"},
+      {"prompt + max_tokens > max_model_len", "/v1/completions", with("max_tokens", 600), "max_tokens"},
+      {"prompt too long", "/v1/completions", with("prompt", long_prompt), "prompt"},
+      {"prompt missing", "/v1/completions", json{{"max_tokens", 2}}.dump(), "prompt"},
+      {"prompt number", "/v1/completions", with("prompt", 5), "prompt"},
+      {"prompt empty ids", "/v1/completions", with("prompt", json::array()), "prompt"},
+      {"prompt id out of vocab", "/v1/completions", with("prompt", {1, 2, 99999}), "prompt"},
+      {"prompt negative id", "/v1/completions", with("prompt", {1, -2}), "prompt"},
+      {"two prompts", "/v1/completions", with("prompt", {"a", "b"}), "prompt"},
+      {"unknown model", "/v1/completions", with("model", "gpt-4"), "model"},
+      {"model number", "/v1/completions", with("model", 4), "model"},
+      {"stream not bool", "/v1/completions", with("stream", 1), "stream"},
+      {"stream_options without stream", "/v1/completions", with("stream_options", {{"include_usage", true}}),
+       "stream_options"},
+      {"stop number", "/v1/completions", with("stop", 5), "stop"},
+      {"stop list of numbers", "/v1/completions", with("stop", {1, 2}), "stop"},
+      {"stop empty string", "/v1/completions", with("stop", ""), "stop"},
+      {"stop_token_ids out of vocab", "/v1/completions", with("stop_token_ids", {100000}), "stop_token_ids"},
+      {"top_p 0", "/v1/completions", with("top_p", 0), "top_p"},
+      {"top_p 2", "/v1/completions", with("top_p", 2), "top_p"},
+      {"top_k string", "/v1/completions", with("top_k", "3"), "top_k"},
+      {"presence_penalty 3", "/v1/completions", with("presence_penalty", 3), "presence_penalty"},
+      {"seed string", "/v1/completions", with("seed", "x"), "seed"},
+      {"ignore_eos string", "/v1/completions", with("ignore_eos", "yes"), "ignore_eos"},
+      {"n 2", "/v1/completions", with("n", 2), "n"},
+      {"logprobs", "/v1/completions", with("logprobs", 1), "logprobs"},
+      {"best_of 2", "/v1/completions", with("best_of", 2), "best_of"},
+      {"logit_bias", "/v1/completions", with("logit_bias", {{"5", 10}}), "logit_bias"},
+      {"echo", "/v1/completions", with("echo", true), "echo"},
+      {"chat messages missing", "/v1/chat/completions", json{{"max_tokens", 2}}.dump(), "messages"},
+      {"chat messages empty", "/v1/chat/completions", chat_with("messages", json::array()), "messages"},
+      {"chat messages not a list", "/v1/chat/completions", chat_with("messages", "hi"), "messages"},
+      {"chat role missing", "/v1/chat/completions", chat_with("messages", {{{"content", "x"}}}), "messages[0].role"},
+      {"chat role unknown", "/v1/chat/completions", chat_with("messages", {{{"role", "wizard"}, {"content", "x"}}}),
+       "messages[0].role"},
+      {"chat content number", "/v1/chat/completions", chat_with("messages", {{{"role", "user"}, {"content", 5}}}),
+       "messages[0].content"},
+      {"chat content image part", "/v1/chat/completions",
+       chat_with("messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}, {"image_url", "x"}}}}}}),
+       "messages[0].content"},
+      {"chat tools", "/v1/chat/completions", chat_with("tools", {{{"type", "function"}}}), "tools"},
+      {"chat logprobs", "/v1/chat/completions", chat_with("logprobs", true), "logprobs"},
+      {"chat kwargs not object", "/v1/chat/completions", chat_with("chat_template_kwargs", 3), "chat_template_kwargs"},
+      {"chat max_tokens too large", "/v1/chat/completions", chat_with("max_tokens", 100000), "max_tokens"},
+      {"chat n 3", "/v1/chat/completions", chat_with("n", 3), "n"},
+      {"tokenize nothing", "/tokenize", "{}", "prompt"},
+      {"tokenize prompt number", "/tokenize", json{{"prompt", 3}}.dump(), "prompt"},
+      {"detokenize not a list", "/detokenize", json{{"tokens", "abc"}}.dump(), "tokens"},
+      {"detokenize out of vocab", "/detokenize", json{{"tokens", {1, 5000}}}.dump(), "tokens"},
+  };
+  for (const Case& c : cases) expect_error(post(c.path, std::string(c.body)), 400, c.param, c.what);
+  // Still serving after all of that.
+  EXPECT_EQ(post("/v1/completions", ok).status, 200);
+  EXPECT_EQ(get("/health").status, 200);
+}
+
+TEST(ServerTest, UnknownRouteIs404) {
+  expect_error(get("/v1/nothing"), 404, "", "GET unknown");
+  expect_error(post("/v2/completions", std::string("{}")), 404, "", "POST unknown");
+}
+
+TEST(ServerTest, ApiKey) {
+  Server s(ServerOptions{"127.0.0.1", 0, "tiny", "sekret", 8, false});
+  const int port = s.start();
+  s.set_model(env().model);
+  const std::string body = completion("Hi", 2).dump();
+  expect_error(post("/v1/completions", body, port), 401, "", "no key");
+  expect_error(post("/v1/completions", body, port, "wrong"), 401, "", "wrong key");
+  expect_error(get("/v1/models", port), 401, "", "models without key");
+  expect_error(get("/metrics", port), 401, "", "metrics without key");
+  EXPECT_EQ(get("/health", port).status, 200);
+  EXPECT_EQ(post("/v1/completions", body, port, "sekret").status, 200);
+  EXPECT_EQ(get("/v1/models", port, "sekret").status, 200);
+}
+
+TEST(ServerTest, StopStringsCutTheTextAndFreeTheRequest) {
+  const std::string full = post("/v1/completions", completion("The quick brown fox", 48)).j["choices"][0]["text"];
+  // A two-byte ASCII stop string from the second half of the text.
+  size_t k = full.size() / 2;
+  while (k + 1 < full.size() && (static_cast<unsigned char>(full[k]) >= 0x80 || static_cast<unsigned char>(full[k + 1]) >= 0x80))
+    ++k;
+  ASSERT_LT(k + 1, full.size()) << "no ASCII pair in the tiny model's text: " << full;
+  const std::string stop = full.substr(k, 2);
+  const std::string want = full.substr(0, full.find(stop));
+
+  json req = completion("The quick brown fox", 48);
+  req["stop"] = json::array({"\x01never", stop});
+  Reply r = post("/v1/completions", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j["choices"][0]["text"], want) << "stop " << json(stop).dump();
+  EXPECT_EQ(r.j["choices"][0]["finish_reason"], "stop");
+  EXPECT_LT(r.j["usage"]["completion_tokens"].get<int>(), 48);
+
+  req["stream"] = true;
+  Reply s = post("/v1/completions", req.dump());
+  std::string text, finish;
+  for (const std::string& e : sse_events(s.body)) {
+    if (e == "[DONE]") continue;
+    json c = json::parse(e);
+    text += c["choices"][0]["text"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(text, want);
+  EXPECT_EQ(finish, "stop");
+  expect_idle();  // the cut requests were cancelled in the engine
+  EXPECT_GE(metrics()["blockspec:request_success_total{finished_reason=\"stop\"}"], 2);
+}
+
+TEST(ServerTest, StopMatcherHoldsBackPrefixesAcrossPushes) {
+  StopMatcher m({"END", "xyz"});
+  EXPECT_EQ(m.push("abc E"), "abc ");  // "E" may start "END"
+  EXPECT_EQ(m.push("N"), "");
+  EXPECT_EQ(m.push("Dtail"), "");
+  EXPECT_TRUE(m.stopped());
+  StopMatcher n({"END"});
+  EXPECT_EQ(n.push("EN"), "");
+  EXPECT_EQ(n.push("o"), "ENo");
+  EXPECT_EQ(n.push("E"), "");
+  EXPECT_EQ(n.finish(), "E");
+  EXPECT_FALSE(n.stopped());
+}
+
+TEST(ServerTest, ClientDisconnectMidStreamCancelsTheRequest) {
+  const double aborted_before = metrics()["blockspec:request_success_total{finished_reason=\"abort\"}"];
+  json req = completion("A long story:", 480);
+  req["stream"] = true;
+  const std::string body = req.dump();
+  const std::string http = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(env().port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(send(fd, http.data(), http.size(), 0), static_cast<ssize_t>(http.size()));
+  std::string got;
+  char buf[4096];
+  while (got.find("\"text\"") == std::string::npos) {  // the first token chunk
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_NE(got.find("200 OK"), std::string::npos) << got;
+  close(fd);
+  expect_idle();
+  EXPECT_EQ(metrics()["blockspec:request_success_total{finished_reason=\"abort\"}"], aborted_before + 1);
+}
+
+TEST(ServerTest, MetricsParseAndCount) {
+  post("/v1/completions", completion("metrics", 3));
+  Reply r = get("/metrics");
+  ASSERT_EQ(r.status, 200);
+  auto m = parse_metrics(r.body);
+  for (const char* name :
+       {"blockspec:num_requests_running", "blockspec:num_requests_waiting", "blockspec:kv_cache_usage_perc",
+        "blockspec:kv_cache_pages_used", "blockspec:prompt_tokens_total", "blockspec:generation_tokens_total",
+        "blockspec:time_to_first_token_seconds_count", "blockspec:time_per_output_token_seconds_sum",
+        "blockspec:e2e_request_latency_seconds_count", "blockspec:spec_decode_num_drafts_total",
+        "blockspec:spec_decode_num_draft_tokens_total", "blockspec:spec_decode_num_accepted_tokens_total"})
+    EXPECT_TRUE(m.count(name)) << name << " missing from\n" << r.body;
+  EXPECT_GE(m["blockspec:generation_tokens_total"], 3);
+  EXPECT_GE(m["blockspec:prompt_tokens_total"], 1);
+  EXPECT_GE(m["blockspec:request_success_total{finished_reason=\"length\"}"], 1);
+  EXPECT_GE(m["blockspec:e2e_request_latency_seconds_count"], 1);
+  // Buckets are cumulative and end at _count.
+  std::vector<double> buckets;
+  std::istringstream is(r.body);
+  for (std::string l; std::getline(is, l);)
+    if (l.rfind("blockspec:time_to_first_token_seconds_bucket", 0) == 0) buckets.push_back(std::stod(l.substr(l.rfind(' ') + 1)));
+  ASSERT_GE(buckets.size(), 2u);
+  for (size_t i = 1; i < buckets.size(); ++i) EXPECT_LE(buckets[i - 1], buckets[i]);
+  EXPECT_EQ(buckets.back(), m["blockspec:time_to_first_token_seconds_count"]);
+  EXPECT_NE(r.body.find("# TYPE blockspec:e2e_request_latency_seconds histogram"), std::string::npos);
+}
+
+TEST(ServerTest, EightConcurrentClients) {
+  std::vector<std::thread> ts;
+  std::vector<Reply> replies(8);
+  std::vector<std::string> stream_texts(8);
+  for (int i = 0; i < 8; ++i) {
+    ts.emplace_back([i, &replies] {
+      json req = completion("Client " + std::to_string(i) + " says", 20);
+      if (i % 2) {
+        req["stream"] = true;
+        replies[i] = post("/v1/completions", req.dump());
+      } else {
+        replies[i] = post("/v1/completions", req);
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int i = 0; i < 8; ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_EQ(replies[i].status, 200) << replies[i].body;
+    if (i % 2) {
+      auto evs = sse_events(replies[i].body);
+      ASSERT_FALSE(evs.empty());
+      EXPECT_EQ(evs.back(), "[DONE]");
+    } else {
+      EXPECT_EQ(replies[i].j["usage"]["completion_tokens"], 20);
+      EXPECT_EQ(replies[i].j["choices"][0]["finish_reason"], "length");
+    }
+  }
+  expect_idle();
+}
+
+}  // namespace
+}  // namespace blockspec

@@ -26,8 +26,8 @@ code fits in f32). The HF reference logits come from the same architecture with 
 run in float32 (eager attention, one thread).
 
 golden.safetensors per fixture: p{i}.input_ids (I32 [T]), p{i}.logits (F32 [T, vocab]: HF on the dequantized
-model), p{i}.logits_a8 (the same with the engine's int8 activation quantization simulated before each quantized
-linear),
+model), p{i}.logits_a8 (only with W8A8 modules: the engine's int8 activation quantization simulated before each
+W8A8 linear; GPTQ and W4A16 / W8A16 modules run weight-only),
 ref.<module>.weight (F32, the reference dequantization of layer 0's k_proj) and ref.<module>.weight.rows16
 (F32, the first 16 rows of layer 0's down_proj).
 """
@@ -417,11 +417,14 @@ def make_fixture(spec):
         logits = model(input_ids=torch.tensor([ids])).logits[0].float()
         golden[f"p{i}.input_ids"] = torch.tensor(ids, dtype=torch.int32)
         golden[f"p{i}.logits"] = logits.contiguous()
-    # The same model with the engine's activation quantization simulated before every quantized linear
-    # (kernels/quant_layout.h: per row and group of 128, scale = max|x| / 127, code = round_half_even(
-    # x * (127 / max|x|)) in [-127, 127]): the reference for the native W4A8 / W8A8 path.
-    if spec["base"] != "tiny":  # the FP fixtures are weight-only: activations stay f32
-        hooks = [model.get_submodule(mod).register_forward_pre_hook(fake_quant_acts) for mod in refs]
+    # The same model with the engine's activation quantization simulated before every W8A8 linear (the
+    # compressed-tensors groups with input_activations; kernels/quant_layout.h: per row and group of 128,
+    # scale = max|x| / 127, code = round_half_even(x * (127 / max|x|)) in [-127, 127]): the reference for the
+    # native W8A8 path. Weight-only modules (GPTQ, W4A16 / W8A16, FP) keep f32 activations; a fixture without
+    # W8A8 modules has no logits_a8.
+    a8 = [mod for mod in refs if spec["kind"] == "ct" and spec["groups"][group_for(spec, mod)][3] is not None]
+    if a8:
+        hooks = [model.get_submodule(mod).register_forward_pre_hook(fake_quant_acts) for mod in a8]
         for i, ids in enumerate(prompts):
             golden[f"p{i}.logits_a8"] = model(input_ids=torch.tensor([ids])).logits[0].float().contiguous()
         for h in hooks:
@@ -460,8 +463,8 @@ embeddings; llama: 1 layer, untied). Dense tensors are bf16; every linear except
 compressed-tensors tensors come from the library's own compressors (scales from its calculate_qparams); GPTQ
 tensors are packed from the formulas of shared/docs/quant_formats.md §2 and cross-checked against
 compressed_tensors' unpack_from_int32. `golden.safetensors`: p{{i}}.input_ids, p{{i}}.logits (HF, f32, on the
-dequantized model), p{{i}}.logits_a8 (the same with the engine's per-row/group-of-128 int8 activation quantization
-simulated before each quantized linear), ref.<module>.weight (reference dequantization of layer 0 k_proj, f32) and
+dequantized model), p{{i}}.logits_a8 (only fixtures with W8A8 modules: the same with the engine's per-row /
+group-of-128 int8 activation quantization simulated before each W8A8 linear), ref.<module>.weight (reference dequantization of layer 0 k_proj, f32) and
 ref.<module>.weight.rows16 (first 16 rows of layer 0 down_proj).
 """
 

@@ -56,6 +56,7 @@ struct Module {
   int bits = 4;
   int64_t N = 0, K = 0;
   bool per_channel = false;  // one scale per row (GPTQ group_size -1, CT strategy channel)
+  bool act_int8 = false;     // W8A8: dynamic int8 input activations (CT int-quantized); else weight-only
   std::string codes_name, scale_name;
   std::string desc;  // "gptq int4 g128" ... for storage_type()
   // Float formats (compressed-tensors float-quantized FP8, nvfp4- / mxfp4-pack-quantized): the native form
@@ -111,6 +112,10 @@ class QuantCheckpointSource : public WeightSource {
   bool has_native(const std::string& n) const override {
     const Module* m = module_of(n);
     return m != nullptr && m->fp == WeightFormat::kF32;
+  }
+  bool native_act_int8(const std::string& n) const override {
+    const Module* m = module_of(n);
+    return m != nullptr && m->act_int8;
   }
 
   void load_native(const std::string& n, int64_t r0, int64_t r1, int8_t* codes, float* scales) const override {
@@ -301,7 +306,7 @@ class QuantCheckpointSource : public WeightSource {
     }
     m.codes_name = qw.name;
     m.scale_name = sc.name;
-    m.desc = str_cat(cf, " int", b, m.per_channel ? " per-channel" : " g128");
+    m.desc = str_cat(cf, " int", b, m.per_channel ? " per-channel" : " g128", " w", b, "a16");
     return m;
   }
 
@@ -407,6 +412,7 @@ class QuantCheckpointSource : public WeightSource {
           fail(in, ": input activations (", ia->type, ia->num_bits, ", ", ia->symmetric ? "sym" : "asym", ", ",
                ia->strategy, ", dynamic=", ia->dynamic, ") are not supported: only dynamic symmetric int8");
       }
+      m.act_int8 = grp->input_activations.has_value();
       if (ckpt_.has(mod + ".input_scale")) fail(in, ": static input_scale present: static activation scales are not supported");
       m.codes_name = w.name;
     }
@@ -415,7 +421,8 @@ class QuantCheckpointSource : public WeightSource {
     const Shape swant{m.N, channel ? 1 : (m.K + 127) / 128};
     need_shape(mod, sc, swant, channel ? "strategy channel" : "strategy group, group_size 128");
     m.scale_name = sc.name;
-    m.desc = str_cat("compressed-tensors ", fmt, " int", m.bits, channel ? " per-channel" : " g128");
+    m.desc = str_cat("compressed-tensors ", fmt, " int", m.bits, channel ? " per-channel" : " g128",
+                     m.act_int8 ? " w8a8" : str_cat(" w", m.bits, "a16"));
     return m;
   }
 

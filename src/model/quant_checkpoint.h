@@ -10,6 +10,9 @@
 // its exact dequantization float(code) * scale (an f32 product of an f16/bf16
 // scale and a <= 8-bit code is exact). Everything else (embeddings, norms,
 // biases, modules left dense by "ignore") is served as stored.
+// native_act_int8() is true only for compressed-tensors modules with dynamic
+// int8 input_activations (W8A8); GPTQ and the rest run weight-only (W4A16 /
+// W8A16: QuantTensor::act_int8 = false).
 //
 // Every module is validated when the source opens; what is malformed or not
 // supported yet (asymmetric, desc_act / act-order, MXFP8, marlin,

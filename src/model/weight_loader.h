@@ -58,16 +58,20 @@ struct WeightLoader {
     // Large matrices (embeddings, lm_head, MLP) convert in row chunks so they
     // never exist whole in f32 next to their converted copy.
     constexpr int64_t kStreamElems = int64_t(4) << 20;
-    QuantTensor q = native(name) ? make_weight_from_codes(ctx, shape[0], shape[1], f,
-                                                          [&](int64_t r0, int64_t r1, int8_t* c, float* s) {
-                                                            src.load_native(name, r0, r1, c, s);
-                                                          })
+    const bool nat = native(name);
+    QuantTensor q = nat ? make_weight_from_codes(ctx, shape[0], shape[1], f,
+                                                 [&](int64_t r0, int64_t r1, int8_t* c, float* s) {
+                                                   src.load_native(name, r0, r1, c, s);
+                                                 })
                     : shape[0] * shape[1] > kStreamElems
                         ? make_weight_streamed(ctx, shape[0], shape[1], f,
                                                [&](int64_t r0, int64_t r1, float* out) {
                                                  src.load_rows(name, r0, r1, out);
                                                })
                         : make_weight(ctx, src.load(name), f);
+    // Stored codes run as the checkpoint does (weight-only unless it quantizes activations);
+    // conversions (--weights q8 / q4 of other formats) keep make_weight's default, W8A8 / W4A8.
+    if (nat) q.act_int8 = src.native_act_int8(name);
     src.release(name);
     formats_used[weight_format_name(f)]++;
     tick();
@@ -77,18 +81,20 @@ struct WeightLoader {
   LinearGroup group(const std::vector<std::pair<std::string, Shape>>& parts, const std::vector<std::string>& biases) {
     LinearGroup g;
     std::vector<WeightFormat> fmts;
-    int n_native = 0;
+    int n_native = 0, n_act_int8 = 0;
     for (const auto& [name, shape] : parts) {
       check(name, shape);
       fmts.push_back(opts.format.value_or(src.natural_format(name)));
       n_native += native(name) ? 1 : 0;
+      n_act_int8 += native(name) && src.native_act_int8(name) ? 1 : 0;
       g.part_rows.push_back(shape[0]);
       g.rows += shape[0];
     }
     const int64_t K = parts[0].second[1];
     const bool same = std::all_of(fmts.begin(), fmts.end(), [&](WeightFormat f) { return f == fmts[0]; });
-    if (same && n_native == static_cast<int>(parts.size())) {
-      // All parts stored as codes of one format: fuse their codes.
+    const int n_parts = static_cast<int>(parts.size());
+    if (same && n_native == n_parts && (n_act_int8 == 0 || n_act_int8 == n_parts)) {
+      // All parts stored as codes of one format and activation mode: fuse their codes.
       const int64_t G = (K + 127) / 128;  // scale groups of 128 inputs
       auto rows = [&](int64_t r0, int64_t r1, int8_t* c, float* s) {
         int64_t base = 0;
@@ -99,6 +105,7 @@ struct WeightLoader {
         }
       };
       g.mats.push_back(make_weight_from_codes(ctx, g.rows, K, fmts[0], rows));
+      g.mats.back().act_int8 = n_act_int8 > 0;
       formats_used[weight_format_name(fmts[0])] += static_cast<int>(parts.size());
       for (const auto& p : parts) {
         src.release(p.first);

@@ -39,6 +39,10 @@ class WeightSource {
   // stored, so the loader packs them without re-quantizing.
   virtual bool has_native(const std::string& hf_name) const { return false; }
   virtual void load_native(const std::string& hf_name, int64_t r0, int64_t r1, int8_t* codes, float* scales) const;
+  // When has_native(name): whether the checkpoint also quantizes the module's
+  // activations (compressed-tensors W8A8 with dynamic int8 input_activations:
+  // QuantTensor::act_int8) or is weight-only (GPTQ, W4A16 / W8A16).
+  virtual bool native_act_int8(const std::string& hf_name) const { return false; }
 };
 
 // DIR with config.json + safetensors, a .gguf file, or a DIR holding exactly

@@ -127,6 +127,7 @@ void parse_sampling(const json& j, GenRequest& r, bool chat) {
   if (const json* v = field(j, "seed")) {
     if (!v->is_number_integer()) bad("seed", str_cat("'seed' must be an integer, found ", type_name(*v)));
     s.seed = v->is_number_unsigned() ? v->get<uint64_t>() : static_cast<uint64_t>(v->get<int64_t>());
+    r.has_seed = true;
   }
   const char* max_name = chat && field(j, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   if (const json* v = field(j, max_name)) {

@@ -45,6 +45,7 @@ struct GenRequest {
   std::vector<std::string> stop;
   bool stream = false, include_usage = false;
   bool skip_special_tokens = true;
+  bool has_seed = false;  // no seed: the server draws one (unseeded requests differ, as with OpenAI)
 };
 
 GenRequest parse_completion_request(const nlohmann::json& j);

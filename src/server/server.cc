@@ -67,6 +67,14 @@ std::string Server::Impl::new_id(const char* prefix) {
   return buf;
 }
 
+uint64_t Server::Impl::random_seed() {
+  // splitmix64 of (salt + counter): distinct per request and per server run.
+  uint64_t z = id_salt + 0x9e3779b97f4a7c15ull * (next_seed.fetch_add(1) + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 std::vector<int32_t> prompt_ids_for(const ServedModel& m, const GenRequest& r) {
   if (r.chat) {
     if (!m.chat_template)
@@ -205,6 +213,9 @@ int Server::start() {
   s.http.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
   s.http.set_payload_max_length(64u << 20);
   s.http.set_read_timeout(30, 0);
+  // SSE chunks are small writes: without TCP_NODELAY, Nagle + the client's
+  // delayed ACK hold each one back up to ~40 ms and tokens arrive in bursts.
+  s.http.set_tcp_nodelay(true);
   s.routes();
   if (s.opts.port == 0) {
     s.bound_port = s.http.bind_to_any_port(s.opts.host);

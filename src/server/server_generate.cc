@@ -84,6 +84,7 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
   r.params.prompt = prompt_ids_for(*m, r);
   resolve_max_tokens(r, static_cast<int64_t>(r.params.prompt.size()), m->engine->max_model_len());
   check_token_ids(r.params.stop_token_ids, m->engine->model_config().vocab_size, "stop_token_ids");
+  if (!r.has_seed) r.params.sampling.seed = random_seed();
 
   Reply reply{new_id(chat ? "chatcmpl" : "cmpl"), chat ? "chat.completion" : "text_completion", opts.served_model_name,
               std::time(nullptr), chat};

@@ -29,13 +29,14 @@ struct Server::Impl {
   bool stopped = false;
   std::shared_ptr<ServedModel> model;
   ServerCounters counters;
-  std::atomic<uint64_t> next_id{0};
+  std::atomic<uint64_t> next_id{0}, next_seed{0};
   uint64_t id_salt = 0;  // random per server, so ids differ across restarts
   std::time_t created = 0;
 
   std::shared_ptr<ServedModel> model_or_503();  // throws ApiError 503 while loading
   void count_finished(const std::string& reason);
   std::string new_id(const char* prefix);
+  uint64_t random_seed();  // for requests without "seed"
 
   void routes();
   void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat);

@@ -303,11 +303,58 @@ def gptq_quantize(w, bits, group_size, v2):
             "scales": scales.to(torch.float16), "g_idx": g_idx}, ref
 
 
+def gptq_quantize_general(w, bits, group_size, v2, sym, perm):
+    """GPTQ storage of RTN codes with the §4.1 quantizer, asymmetric or not, with act-order groups: perm (a
+    permutation of the K input columns, or None) makes group g the columns perm[g*G:(g+1)*G] and
+    g_idx[perm[i]] = i // G (§4.3, desc_act without static groups). v1 zeros are written as GPTQModel does: the
+    packed words minus 0x11111111 / 0x01010101 (whole-word, so a z = 0 field borrows from the next one).
+    Returns (tensors, reference dequantization W[n, k] = s[g_idx[k], n] * (q[k, n] - z[g_idx[k], n]) in f32)."""
+    N, K = w.shape
+    G = K if group_size == -1 else group_size
+    maxq = 2 ** bits - 1
+    ng = -(-K // G)
+    order = torch.arange(K) if perm is None else perm
+    g_idx = torch.empty(K, dtype=torch.int32)
+    g_idx[order] = (torch.arange(K) // G).to(torch.int32)
+    wt = w.t().contiguous()  # [K, N]
+    scales = torch.empty(ng, N)
+    zeros = torch.empty(ng, N, dtype=torch.int64)
+    codes = torch.empty(K, N, dtype=torch.int64)
+    for g in range(ng):
+        cols = order[g * G:(g + 1) * G]
+        x = wt[cols]
+        xmin = torch.minimum(x.amin(0), torch.zeros(N))
+        xmax = torch.maximum(x.amax(0), torch.zeros(N))
+        if sym:
+            xmax = torch.maximum(xmin.abs(), xmax)
+            xmin = torch.where(xmin < 0, -xmax, xmin)
+        both0 = (xmin == 0) & (xmax == 0)
+        xmin, xmax = torch.where(both0, -1.0, xmin), torch.where(both0, 1.0, xmax)
+        s = ((xmax - xmin) / maxq).to(torch.float16).float()  # stored f16; codes use the stored scale
+        z = torch.full((N,), (maxq + 1) // 2, dtype=torch.int64) if sym else torch.round(-xmin / s).long()
+        scales[g], zeros[g] = s, z
+        codes[cols] = torch.clamp(torch.round(x / s) + z, 0, maxq).long()
+    qweight = pack_along(codes.numpy(), bits, 0)
+    qzeros = pack_along(zeros.numpy().astype(np.uint32), bits, 1)
+    if not v2:
+        qzeros = (qzeros.view(np.uint32) - np.uint32(0x11111111 if bits == 4 else 0x01010101)).view(np.int32)
+    assert sym or (zeros == 0).any(), "the asymmetric fixtures must exercise z = 0 (the v1 borrow)"
+    gi = g_idx.long()
+    ref = (scales[gi] * (codes - zeros[gi]).float()).t().contiguous()  # [N, K]
+    un = unpack_from_int32(torch.from_numpy(qweight).t().contiguous(), bits, torch.Size([N, K]))
+    assert torch.equal(un.long(), (codes - 2 ** (bits - 1)).t()), "GPTQ packing disagrees with compressed_tensors"
+    return {"qweight": torch.from_numpy(qweight), "qzeros": torch.from_numpy(qzeros),
+            "scales": scales.to(torch.float16), "g_idx": g_idx}, ref
+
+
 def check_worked_examples():
     w = [15, 0, 10, 6, 8, 8, 12, 7]
     assert pack_along(np.array(w).reshape(8, 1), 4, 0)[0, 0] == 2089314831  # 0x7C886A0F, §2.6
     assert pack_along(np.full((1, 8), 7), 4, 1)[0, 0] == 0x77777777
     assert pack_along(np.array([[1, 0x80, 0xFF, 0x7F]]).T, 8, 0)[0, 0] == 2147450881
+    # §2.3: v2 zeros [0,5,3,15,1,2,8,4] -> 0x4821F350; whole-word v1 -> 0x3710E23F.
+    z = pack_along(np.array([[0, 5, 3, 15, 1, 2, 8, 4]], dtype=np.uint32), 4, 1).view(np.uint32)[0, 0]
+    assert z == 0x4821F350 and np.uint32(z - np.uint32(0x11111111)) == 0x3710E23F
 
 
 # ---------------------------------------------------------------------------------------------
@@ -318,6 +365,13 @@ W8A8_INPUTS = QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy=
                                observer=None)
 
 FIXTURES = [
+    # GPTQ variants the engine serves as exact f32 dequantizations (tiny base, fixture budget): asymmetric v1
+    # (whole-word z - 1, with forced z = 0 groups so the borrow happens), and asymmetric v2 8-bit with act-order
+    # (desc_act, g_idx from a random column permutation per module).
+    dict(name="tiny-gptq-asym-w4g32", base="tiny", kind="gptq", bits=4, group=32, v2=False, sym=False,
+         cfg_file="config"),
+    dict(name="tiny-gptqv2-asym-actorder-w8g64", base="tiny", kind="gptq", bits=8, group=64, v2=True, sym=False,
+         desc_act=True, cfg_file="config"),
     dict(name="qwen3-gptq-w4g128", base="qwen3", kind="gptq", bits=4, group=128, v2=False, cfg_file="config"),
     dict(name="qwen3-gptqv2-w8ch", base="qwen3", kind="gptq", bits=8, group=-1, v2=True, cfg_file="quantize_config"),
     dict(name="qwen3-ct-w4g128", base="qwen3", kind="ct",
@@ -376,7 +430,15 @@ def make_fixture(spec):
     for mod in linear_names(model):
         w = model.get_submodule(mod).weight.detach().clone()
         del sd[mod + ".weight"]
-        if spec["kind"] == "gptq":
+        if spec["kind"] == "gptq" and spec["base"] == "tiny":
+            sym = spec.get("sym", True)
+            perm = torch.randperm(w.shape[1], generator=torch.Generator().manual_seed(len(refs))) \
+                if spec.get("desc_act") else None
+            if not sym:  # a few all-nonnegative groups (group 0 of rows 0-3): zero point 0 (the v1 borrow case)
+                g0 = torch.arange(spec["group"]) if perm is None else perm[:spec["group"]]
+                w[0:4, g0] = w[0:4, g0].abs()
+            tensors, ref = gptq_quantize_general(w, spec["bits"], spec["group"], spec["v2"], sym, perm)
+        elif spec["kind"] == "gptq":
             tensors, ref = gptq_quantize(w, spec["bits"], spec["group"], spec["v2"])
         else:
             targets, args, gfmt, ia = spec["groups"][group_for(spec, mod)]
@@ -394,8 +456,8 @@ def make_fixture(spec):
         refs[mod] = ref
         model.get_submodule(mod).weight.copy_(ref)  # the HF reference runs the dequantized weights
     if spec["kind"] == "gptq":
-        qcfg = {"bits": spec["bits"], "group_size": spec["group"], "damp_percent": 0.01, "desc_act": False,
-                "static_groups": False, "sym": True, "true_sequential": True, "model_name_or_path": None,
+        qcfg = {"bits": spec["bits"], "group_size": spec["group"], "damp_percent": 0.01,
+                "desc_act": spec.get("desc_act", False), "static_groups": False, "sym": spec.get("sym", True), "true_sequential": True, "model_name_or_path": None,
                 "model_file_base_name": "model", "quant_method": "gptq",
                 "checkpoint_format": "gptq_v2" if spec["v2"] else "gptq"}
     else:
@@ -458,6 +520,8 @@ embeddings; llama: 1 layer, untied). Dense tensors are bf16; every linear except
 | tiny-ct-fp8 | compressed-tensors float-quantized FP8 E4M3 weights (weight-only): q/k/v per channel, o_proj per tensor, MLP block [128, 128]; tiny base (vocab 128, hidden 64, intermediate 256, 2 heads / 1 KV head of 32, 1 layer, tied) | config.json |
 | tiny-ct-nvfp4 | compressed-tensors nvfp4-pack-quantized (NVFP4A16: E2M1, fp8 scale per 16, f32 weight_global_scale divisor), tiny base | config.json |
 | tiny-ct-mxfp4 | compressed-tensors mxfp4-pack-quantized (MXFP4A16: E2M1, E8M0 u8 scale per 32), tiny base | config.json |
+| tiny-gptq-asym-w4g32 | GPTQ v1 int4 **asymmetric** group 32 (qzeros = z packed minus 0x11111111 whole-word, GPTQModel; some z = 0), tiny base; loads as exact f32 | config.json |
+| tiny-gptqv2-asym-actorder-w8g64 | GPTQ `gptq_v2` int8 asymmetric group 64, **desc_act** with g_idx from a random column permutation per module, tiny base; loads as exact f32 | config.json |
 | llama-ct-mixed | compressed-tensors mixed-precision: attention (regex target) pack-quantized int4 g128, MLP ("Linear") int-quantized int8 per channel with dynamic per-token int8 inputs (W8A8), lm_head ignored (dense) | config.json |
 
 compressed-tensors tensors come from the library's own compressors (scales from its calculate_qparams); GPTQ
@@ -478,8 +542,8 @@ def main():
     total += (OUT / "README.md").stat().st_size
     print(f"total {total} bytes")
     # Budget 1.5 MB for the integer fixtures, raised to 1.75 MB for the three FP8 / NVFP4 / MXFP4 fixtures
-    # (each < 150 KB on the smaller "tiny" base).
-    assert total < 1_750_000, total
+    # (each < 150 KB on the smaller "tiny" base), and to 2 MB for the two tiny GPTQ asym / act-order ones.
+    assert total < 1_950_000, total
 
 
 if __name__ == "__main__":

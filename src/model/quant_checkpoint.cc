@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -57,6 +58,10 @@ struct Module {
   int64_t N = 0, K = 0;
   bool per_channel = false;  // one scale per row (GPTQ group_size -1, CT strategy channel)
   bool act_int8 = false;     // W8A8: dynamic int8 input activations (CT int-quantized); else weight-only
+  // GPTQ served as its exact f32 dequantization (asymmetric, act-order g_idx, group size not 128 / -1):
+  bool dense = false, v1 = false;
+  int64_t group = 128;                 // GPTQ group_size (K when -1)
+  std::string zeros_name, gidx_name;  // GPTQ qzeros, g_idx ("" when absent: k // group)
   std::string codes_name, scale_name;
   std::string desc;  // "gptq int4 g128" ... for storage_type()
   // Float formats (compressed-tensors float-quantized FP8, nvfp4- / mxfp4-pack-quantized): the native form
@@ -88,6 +93,11 @@ class QuantCheckpointSource : public WeightSource {
                n, " is ", dtype_name(e.dtype), ", no weight_packed / int8 weight)");
       }
     }
+    int n_dense = 0;
+    for (const auto& [name, m] : mods_) n_dense += m.dense ? 1 : 0;
+    if (n_dense > 0)
+      std::fprintf(stderr, "note: %s: %d GPTQ modules (asymmetric, act-order or group_size != 128) load as their exact "
+                   "f32 dequantization s * (q - z), weight-only\n", path().c_str(), n_dense);
   }
 
   const std::string& path() const override { return ckpt_.path(); }
@@ -104,14 +114,14 @@ class QuantCheckpointSource : public WeightSource {
   WeightFormat natural_format(const std::string& n) const override {
     // FP modules: exact f32 dequantization until the loader can take a native FP QuantTensor (load_fp_native).
     if (const Module* m = module_of(n)) {
-      if (m->fp != WeightFormat::kF32) return WeightFormat::kF32;
+      if (m->fp != WeightFormat::kF32 || m->dense) return WeightFormat::kF32;
       return m->bits == 4 ? WeightFormat::kQ4_G128 : WeightFormat::kQ8_G128;
     }
     return ckpt_.entry(n).dtype == DType::kBF16 ? WeightFormat::kBF16 : WeightFormat::kF32;
   }
   bool has_native(const std::string& n) const override {
     const Module* m = module_of(n);
-    return m != nullptr && m->fp == WeightFormat::kF32;
+    return m != nullptr && m->fp == WeightFormat::kF32 && !m->dense;
   }
   bool native_act_int8(const std::string& n) const override {
     const Module* m = module_of(n);
@@ -120,7 +130,7 @@ class QuantCheckpointSource : public WeightSource {
 
   void load_native(const std::string& n, int64_t r0, int64_t r1, int8_t* codes, float* scales) const override {
     const Module* m = module_of(n);
-    BS_ASSERT(m != nullptr && m->fp == WeightFormat::kF32 && 0 <= r0 && r0 <= r1 && r1 <= m->N);
+    BS_ASSERT(m != nullptr && m->fp == WeightFormat::kF32 && !m->dense && 0 <= r0 && r0 <= r1 && r1 <= m->N);
     const int64_t N = m->N, K = m->K, G = (K + 127) / 128;  // == q_groups(K): 128 is a multiple of 8
     const Tensor c = ckpt_.tensor(m->codes_name), s = ckpt_.tensor(m->scale_name);
     const int b = m->bits, pf = 32 / b, zero = 1 << (b - 1);
@@ -182,6 +192,29 @@ class QuantCheckpointSource : public WeightSource {
     }
     return q;
   }
+  // Rows [r0, r1) of a dense-served GPTQ module: W[n, k] = s[g, n] * float(q[k, n] - z[g, n]), g = g_idx[k]
+  // (k // group when absent), the reference formula of quant_formats.md §2.1, exact in f32.
+  void gptq_dense_rows(const Module& m, int64_t r0, int64_t r1, float* out) const {
+    const int64_t N = m.N, K = m.K;
+    const int b = m.bits, pf = 32 / b;
+    const Tensor c = ckpt_.tensor(m.codes_name), s = ckpt_.tensor(m.scale_name), zt = ckpt_.tensor(m.zeros_name);
+    std::vector<int32_t> gidx(K);
+    if (m.gidx_name.empty()) {
+      for (int64_t k = 0; k < K; ++k) gidx[k] = static_cast<int32_t>(k / m.group);
+    } else {
+      const Tensor gt = ckpt_.tensor(m.gidx_name);
+      for (int64_t k = 0; k < K; ++k) gidx[k] = elem<int32_t>(gt, k);
+    }
+    for (int64_t kw = 0; kw < K / pf; ++kw)
+      for (int64_t r = r0; r < r1; ++r) {
+        const uint32_t w = elem<uint32_t>(c, kw * N + r);
+        for (int j = 0; j < pf; ++j) {
+          const int64_t k = kw * pf + j, gi = gidx[k];
+          const int q = static_cast<int>(packed_field(w, b, j)) - gptq_zero(zt, N, b, m.v1, gi, r);
+          out[(r - r0) * K + k] = float_elem(s, gi * N + r) * static_cast<float>(q);
+        }
+      }
+  }
   QuantTensor fp_native(const std::string& n) const {
     const Module* m = module_of(n);
     if (m == nullptr || m->fp == WeightFormat::kF32) fail(path(), ": \"", n, "\" is not stored as FP8 / NVFP4 / MXFP4");
@@ -203,6 +236,7 @@ class QuantCheckpointSource : public WeightSource {
   void load_rows(const std::string& n, int64_t r0, int64_t r1, float* out) const override {
     const Module* m = module_of(n);
     if (m == nullptr) return WeightSource::load_rows(n, r0, r1, out);
+    if (m->dense) return gptq_dense_rows(*m, r0, r1, out);
     if (m->fp != WeightFormat::kF32) {
       const QuantTensor q = fp_rows(*m, r0, r1);
       const FpWeights f = fp_weights(q);
@@ -244,6 +278,16 @@ class QuantCheckpointSource : public WeightSource {
   }
 
   // ---- GPTQ (quant_formats.md §2) ----
+  // Zero point of group gi, column n, with the checkpoint's convention: v1 ("gptq") stores z - 1 by whole-word
+  // subtraction (GPTQModel), so adding 0x11111111 / 0x01010101 to the word restores every field exactly (a
+  // per-field +1 would misread the field after a z = 0); v2 stores z.
+  int gptq_zero(const Tensor& zt, int64_t N, int b, bool v1, int64_t gi, int64_t n) const {
+    const int pf = 32 / b;
+    uint32_t w = elem<uint32_t>(zt, gi * (N / pf) + n / pf);
+    if (v1) w += b == 4 ? 0x11111111u : 0x01010101u;
+    return static_cast<int>(packed_field(w, b, n % pf));
+  }
+
   Module gptq_module(const std::string& mod) const {
     if (qc_.method != QuantMethod::kGptq)
       fail(where(mod), ": has a GPTQ qweight but quant_method is compressed-tensors");
@@ -252,12 +296,10 @@ class QuantCheckpointSource : public WeightSource {
     if (cf != "gptq" && cf != "gptq_v2")
       fail(where(mod), ": GPTQ checkpoint_format \"", cf, "\" is not supported (only gptq and gptq_v2; marlin / gptq_p "
            "are pre-permuted layouts)");
-    if (!g.sym) fail(where(mod), ": asymmetric GPTQ (sym=false) is not supported yet; only sym=true");
-    if (g.desc_act) fail(where(mod), ": GPTQ desc_act=true (act-order) is not supported yet");
     if (g.has_dynamic) fail(where(mod), ": GPTQModel per-module \"dynamic\" overrides are not supported yet");
     if (g.bits != 4 && g.bits != 8) fail(where(mod), ": GPTQ bits=", g.bits, " is not supported (4 or 8)");
-    if (g.group_size != 128 && g.group_size != -1)
-      fail(where(mod), ": GPTQ group_size ", g.group_size, " is not supported (128 or -1; the engine's groups are 128)");
+    if (g.group_size != -1 && g.group_size <= 0)
+      fail(where(mod), ": GPTQ group_size ", g.group_size, " is not valid (a positive size or -1)");
     Module m;
     m.kind = Kind::kGptq;
     m.bits = g.bits;
@@ -269,7 +311,7 @@ class QuantCheckpointSource : public WeightSource {
            shape_str(qw.shape));
     m.K = qw.shape[0] * pf;
     m.N = qw.shape[1];
-    const int64_t ng = m.per_channel ? 1 : (m.K + 127) / 128;
+    const int64_t G = m.per_channel ? m.K : g.group_size, ng = (m.K + G - 1) / G;
     const std::string gwhy = "group_size " + std::to_string(g.group_size) + ", K=" + std::to_string(m.K);
     const SafetensorsEntry& sc = need(mod, "scales", "GPTQ scales");
     need_float(mod, sc);
@@ -278,35 +320,50 @@ class QuantCheckpointSource : public WeightSource {
     if (m.N % pf != 0) fail(where(mod), ": N=", m.N, " is not a multiple of ", pf, " (qzeros pack ", pf, " per word)");
     if (qz.dtype != DType::kI32) fail(where(mod), ": qzeros has dtype ", dtype_name(qz.dtype), ", expected I32");
     need_shape(mod, qz, {ng, m.N / pf}, gwhy);
-    // Symmetric zero points must all be 2^(b-1); v1 stores z - 1, decoded per
-    // field with +1 as vLLM's gptq_gemm does.
+    // Symmetric zero points must all be 2^(b-1).
     const bool v1 = cf == "gptq";
-    const Tensor zt = ckpt_.tensor(qz.name);
-    for (int64_t i = 0; i < zt.numel(); ++i)
-      for (int j = 0; j < pf; ++j) {
-        const int64_t z = static_cast<int64_t>(packed_field(elem<uint32_t>(zt, i), b, j)) + (v1 ? 1 : 0);
-        if (z != (1 << (b - 1)))
-          fail(where(mod), ": zero point of group ", i / (m.N / pf), " column ", (i % (m.N / pf)) * pf + j, " is ", z,
-               " (", cf, " stores ", v1 ? "z-1" : "z", "), expected ", (1 << (b - 1)),
-               " for sym=true; asymmetric zero points are not supported yet");
-      }
+    if (g.sym) {
+      const Tensor zt = ckpt_.tensor(qz.name);
+      for (int64_t gi = 0; gi < ng; ++gi)
+        for (int64_t n = 0; n < m.N; ++n)
+          if (const int z = gptq_zero(zt, m.N, b, v1, gi, n); z != (1 << (b - 1)))
+            fail(where(mod), ": zero point of group ", gi, " column ", n, " is ", z, " (", cf, " stores ",
+                 v1 ? "z-1" : "z", "), expected ", (1 << (b - 1)), " for sym=true");
+    }
+    // g_idx: the group of each input row. Without desc_act it must be k // group_size (vLLM ignores it then);
+    // with desc_act it may be any map into [0, ng) (act-order), and is required.
+    bool trivial = true;
     if (ckpt_.has(mod + ".g_idx")) {
       const SafetensorsEntry& gi = ckpt_.entry(mod + ".g_idx");
       if (gi.dtype != DType::kI32) fail(where(mod), ": g_idx has dtype ", dtype_name(gi.dtype), ", expected I32");
-      need_shape(mod, gi, {m.K}, "one group index per input");
+      if (gi.shape != Shape{m.K})
+        fail(where(mod), ": g_idx has shape ", shape_str(gi.shape), ", expected [", m.K, "] (one group index per input)");
       const Tensor gt = ckpt_.tensor(gi.name);
       for (int64_t k = 0; k < m.K; ++k) {
         const int32_t v = elem<int32_t>(gt, k);
         if (v < 0 || v >= ng) fail(where(mod), ": g_idx[", k, "] = ", v, " is out of range [0, ", ng, ")");
-        const int64_t want = m.per_channel ? 0 : k / 128;
-        if (v != want)
-          fail(where(mod), ": g_idx[", k, "] = ", v, ", expected ", want, " (k // group_size): a non-trivial g_idx with "
-               "desc_act=false is ignored by vLLM; refusing rather than guessing");
+        if (v != k / G) {
+          if (!g.desc_act)
+            fail(where(mod), ": g_idx[", k, "] = ", v, ", expected ", k / G, " (k // group_size): a non-trivial g_idx "
+                 "with desc_act=false is ignored by vLLM; refusing rather than guessing");
+          trivial = false;
+        }
       }
+      m.gidx_name = gi.name;
+    } else if (g.desc_act) {
+      fail(where(mod), ": desc_act=true but g_idx is missing (the act-order group of each input)");
     }
     m.codes_name = qw.name;
     m.scale_name = sc.name;
-    m.desc = str_cat(cf, " int", b, m.per_channel ? " per-channel" : " g128", " w", b, "a16");
+    m.zeros_name = qz.name;
+    m.v1 = v1;
+    m.group = G;
+    // Native q4 / q8 codes when they map exactly onto the engine's symmetric groups of 128; otherwise
+    // (asymmetric zero points, act-order groups, other group sizes) the exact dequantization s * (q - z),
+    // which fits f32 exactly (an f16 scale times an integer of <= 9 bits), served as a dense f32 weight.
+    m.dense = !g.sym || !trivial || !(m.per_channel || G == 128);
+    m.desc = str_cat(cf, " int", b, m.per_channel ? " per-channel" : str_cat(" g", G), g.sym ? "" : " asym",
+                     trivial ? "" : " act-order", m.dense ? " (dequantized to f32)" : str_cat(" w", b, "a16"));
     return m;
   }
 

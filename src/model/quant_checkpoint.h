@@ -13,9 +13,14 @@
 // native_act_int8() is true only for compressed-tensors modules with dynamic
 // int8 input_activations (W8A8); GPTQ and the rest run weight-only (W4A16 /
 // W8A16: QuantTensor::act_int8 = false).
+// GPTQ modules whose codes do not map onto those symmetric groups of 128 --
+// asymmetric (sym=false; v1 zeros restored by whole-word addition, as
+// GPTQModel does), act-order (desc_act with a non-trivial g_idx) or another
+// group_size -- are served as their exact dequantization s * (q - z) (exact in
+// f32), natural format f32, with one note on stderr per checkpoint.
 //
 // Every module is validated when the source opens; what is malformed or not
-// supported yet (asymmetric, desc_act / act-order, MXFP8, marlin,
+// supported yet (compressed-tensors asymmetric / actorder group, MXFP8, marlin,
 // other bit widths or group sizes) fails with one line naming the module.
 #pragma once
 #include <memory>

@@ -163,6 +163,55 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantGolden, ::testing::ValuesIn(kCases), [](c
   return n;
 });
 
+// ---- GPTQ asymmetric (v1 whole-word z - 1, v2) and act-order (desc_act, permuted g_idx) ----
+// Served as the exact dequantization s[g_idx[k], n] * (q - z[g_idx[k], n]) (f32, weight-only): the loaded
+// weights equal the reference bit for bit and the logits match HF on the dequantized model to summation order.
+class GptqDenseGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GptqDenseGolden, ExactF32DequantizationAndLogits) {
+  const std::string name = GetParam();
+  SafetensorsFile g(fixture(name) + "/golden.safetensors");
+  auto qc = load_quant_config(fixture(name));
+  ASSERT_TRUE(qc.has_value());
+  auto src = open_quant_checkpoint(fixture(name), *qc);
+  const std::string k0 = "model.layers.0.self_attn.k_proj.weight", d0 = "model.layers.0.mlp.down_proj.weight";
+  EXPECT_EQ(src->natural_format(k0), WeightFormat::kF32);
+  EXPECT_FALSE(src->has_native(k0));
+  EXPECT_NE(src->storage_type(k0).find(qc->gptq.sym ? "" : " asym"), std::string::npos) << src->storage_type(k0);
+  // down_proj (K = 256, 4 groups of 64) has a non-trivial g_idx; k_proj (K = 64, one group) cannot.
+  if (qc->gptq.desc_act) EXPECT_NE(src->storage_type(d0).find("act-order"), std::string::npos) << src->storage_type(d0);
+  Tensor ref_d = g.tensor("ref." + d0 + ".rows16");
+  std::vector<float> rows(ref_d.numel());
+  src->load_rows(d0, 0, ref_d.dim(0), rows.data());
+  EXPECT_EQ(0, std::memcmp(rows.data(), ref_d.data(), ref_d.nbytes())) << "down_proj rows differ from s * (q - z)";
+  for (const std::string& isa : available_isas()) {
+    ModelOptions mo;
+    mo.isa = isa;
+    auto model = Transformer::load(fixture(name), mo);
+    const LayerWeights& l = model->weights().layers[0];
+    ASSERT_EQ(l.attn_qkv.mats.size(), 1u);
+    EXPECT_EQ(l.attn_qkv.mats[0].format, WeightFormat::kF32);
+    EXPECT_EQ(l.ffn_down.format, WeightFormat::kF32);
+    const ModelConfig& cfg = model->config();
+    const int64_t H = cfg.hidden_size, nq = cfg.n_heads * cfg.head_dim, nkv = cfg.n_kv_heads * cfg.head_dim;
+    Tensor ref_k = g.tensor("ref." + k0);
+    ASSERT_EQ(ref_k.shape(), (Shape{nkv, H}));
+    Tensor qkv = dequantize_weight(l.attn_qkv.mats[0]);
+    EXPECT_EQ(0, std::memcmp(qkv.ptr<float>() + nq * H, ref_k.data(), ref_k.nbytes())) << "k_proj differs";
+    const double e = worst_logit_err(*model, g);
+    EXPECT_LE(e, kTolF32) << isa;
+    std::printf("[quant golden] %-32s isa=%-6s exact f32: %.3g (tol %.3g)\n", name.c_str(), isa.c_str(), e, kTolF32);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, GptqDenseGolden,
+                         ::testing::Values("tiny-gptq-asym-w4g32", "tiny-gptqv2-asym-actorder-w8g64"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
 // ---- compressed-tensors FP8 (float-quantized) / NVFP4 / MXFP4 (weight-only) ----
 // The stored codes and scales load as kFP8_E4M3 / kNVFP4 / kMXFP4 QuantTensors (load_fp_native) whose
 // dequantization equals compressed_tensors' dequantize in f32 bit for bit; the model (natural format f32:

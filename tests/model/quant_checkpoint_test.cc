@@ -142,10 +142,46 @@ TEST_F(QuantBroken, GptqV1ZerosReadAsV2) {
   expect_error({kFirst, "is 7", "gptq_v2", "expected 8"});
 }
 
+// Asymmetric / act-order GPTQ (served as exact f32): bad g_idx and missing g_idx name the module.
+const std::string kAct = "tiny-gptqv2-asym-actorder-w8g64";
+const std::string kTinyDown = "model.layers.0.mlp.down_proj";  // K = 256, group 64: 4 groups
+
+TEST_F(QuantBroken, GptqActOrderIntactLoads) {
+  use(kAct);
+  EXPECT_EQ(load_error(), "");
+  use("tiny-gptq-asym-w4g32");
+  EXPECT_EQ(load_error(), "");
+}
+
+TEST_F(QuantBroken, GptqActOrderGIdxOutOfRange) {
+  use(kAct);
+  writable(kTinyDown + ".g_idx").mutable_ptr<int32_t>()[17] = 4;
+  expect_error({kTinyDown, "g_idx[17] = 4 is out of range [0, 4)"});
+  use(kAct);
+  writable(kTinyDown + ".g_idx").mutable_ptr<int32_t>()[3] = -1;
+  expect_error({kTinyDown, "g_idx[3] = -1 is out of range"});
+}
+
+TEST_F(QuantBroken, GptqActOrderGIdxWrongLength) {
+  use(kAct);
+  writable(kTinyDown + ".g_idx") = Tensor(DType::kI32, {255});
+  expect_error({kTinyDown, "g_idx has shape [255], expected [256]"});
+}
+
+TEST_F(QuantBroken, GptqActOrderGIdxMissing) {
+  use(kAct);
+  erase(kTinyDown + ".g_idx");
+  expect_error({kTinyDown, "desc_act=true but g_idx is missing"});
+}
+
+TEST_F(QuantBroken, GptqActOrderGIdxWithoutDescAct) {
+  use(kAct);
+  edit("config.json", "\"desc_act\": true", "\"desc_act\": false");
+  expect_error({"desc_act=false", "g_idx["});
+}
+
 TEST_F(QuantBroken, GptqUnsupportedFeatures) {
   const std::pair<std::string, std::string> cases[][2] = {
-      {{"\"sym\": true", "\"sym\": false"}, {"asymmetric", ""}},
-      {{"\"desc_act\": false", "\"desc_act\": true"}, {"desc_act=true", ""}},
       {{"\"bits\": 4", "\"bits\": 3"}, {"bits=3", ""}},
       {{"\"group_size\": 128", "\"group_size\": 64"}, {"group_size 64", ""}},
       {{"\"checkpoint_format\": \"gptq\"", "\"checkpoint_format\": \"marlin\""}, {"marlin", ""}},

@@ -16,18 +16,30 @@ namespace blockspec {
 
 namespace {
 
+// Rows of the tokens [j0, j1) that share one page (or the whole contiguous
+// buffer): token j, kv head h is row (j - first) * n_kv_heads + h.
 struct RowAddr {
   const uint8_t* codes;
   const float* scales;
   int64_t code_stride, scale_stride;  // per (token, kv head) row
   bool per_row_scales;
+  int64_t first, j1;  // token of row 0; first token past this run
   const void* code(int64_t row) const { return codes + row * code_stride; }
   const float* scale(int64_t row) const { return per_row_scales ? scales + row * scale_stride : scales; }
 };
 
-RowAddr addr_of(const KvView& v, int64_t d) {
+// The run of rows from token j0 to the end of its page (or n_ctx): paged
+// views are looked up once per page, not per row.
+RowAddr rows_at(const KvView& v, int64_t d, int64_t j0, int64_t n_ctx) {
   const int64_t spr = kv_scales_per_row(v.dtype, d);
-  return {static_cast<const uint8_t*>(v.codes), v.scales, d * kv_code_bytes(v.dtype), spr, spr > 0};
+  RowAddr a{static_cast<const uint8_t*>(v.codes), v.scales, d * kv_code_bytes(v.dtype), spr, spr > 0, 0, n_ctx};
+  if (v.pages == nullptr) return a;
+  const uint8_t* base = v.pages[j0 / v.page_tokens];
+  a.first = j0 - j0 % v.page_tokens;
+  a.j1 = std::min(n_ctx, a.first + v.page_tokens);
+  a.codes = base + v.code_offset;
+  if (a.per_row_scales) a.scales = reinterpret_cast<const float*>(base + v.scale_offset);
+  return a;
 }
 
 void attend_heads_kv(const OpContext& ctx, const float* q, const KvView& k, const KvView& v, const AttentionShape& s,
@@ -37,24 +49,31 @@ void attend_heads_kv(const OpContext& ctx, const float* q, const KvView& k, cons
   const int64_t n_ctx = s.start + t + 1;  // causal: keys 0..start+t
   const KvRowKernels& kk = ctx.k->kv.row[static_cast<int>(k.dtype)];
   const KvRowKernels& vk = ctx.k->kv.row[static_cast<int>(v.dtype)];
-  const RowAddr ka = addr_of(k, D), va = addr_of(v, D);
   scores.resize(n_h * n_ctx);  // [n_h, n_ctx]
   std::vector<float> mx(n_h, -INFINITY);
-  for (int64_t j = 0; j < n_ctx; ++j) {
-    const int64_t r = j * s.n_kv_heads + kvh;
-    for (int64_t i = 0; i < n_h; ++i) {
-      float d = kk.dot(q + (t * s.n_heads + h0 + i) * D, ka.code(r), ka.scale(r), D);
-      d = attention_score(d, s);
-      scores[i * n_ctx + j] = d;
-      mx[i] = std::max(mx[i], d);
+  for (int64_t j0 = 0; j0 < n_ctx;) {
+    const RowAddr ka = rows_at(k, D, j0, n_ctx);
+    for (int64_t j = j0; j < ka.j1; ++j) {
+      const int64_t r = (j - ka.first) * s.n_kv_heads + kvh;
+      for (int64_t i = 0; i < n_h; ++i) {
+        float d = kk.dot(q + (t * s.n_heads + h0 + i) * D, ka.code(r), ka.scale(r), D);
+        d = attention_score(d, s);
+        scores[i * n_ctx + j] = d;
+        mx[i] = std::max(mx[i], d);
+      }
     }
+    j0 = ka.j1;
   }
   softmax_rows(scores.data(), mx.data(), n_h, n_ctx, s.round_bf16);
   for (int64_t i = 0; i < n_h; ++i) std::memset(out + (t * s.n_heads + h0 + i) * D, 0, D * sizeof(float));
-  for (int64_t j = 0; j < n_ctx; ++j) {
-    const int64_t r = j * s.n_kv_heads + kvh;
-    for (int64_t i = 0; i < n_h; ++i)
-      vk.axpy(scores[i * n_ctx + j], va.code(r), va.scale(r), out + (t * s.n_heads + h0 + i) * D, D);
+  for (int64_t j0 = 0; j0 < n_ctx;) {
+    const RowAddr va = rows_at(v, D, j0, n_ctx);
+    for (int64_t j = j0; j < va.j1; ++j) {
+      const int64_t r = (j - va.first) * s.n_kv_heads + kvh;
+      for (int64_t i = 0; i < n_h; ++i)
+        vk.axpy(scores[i * n_ctx + j], va.code(r), va.scale(r), out + (t * s.n_heads + h0 + i) * D, D);
+    }
+    j0 = va.j1;
   }
   if (s.round_bf16)
     for (int64_t i = 0; i < n_h; ++i) round_to_bf16(out + (t * s.n_heads + h0 + i) * D, D);

@@ -34,14 +34,23 @@ constexpr std::array<float, 256> make_fp8_e4m3_table() {
 // E4M3FN code -> f32 (0x7f, 0xff: NaN); immutable, built at compile time.
 inline constexpr std::array<float, 256> kFp8E4M3Table = detail::make_fp8_e4m3_table();
 
-// One layer's K or V in the cache.
+// One layer's K or V in the cache, contiguous or paged.
+// Contiguous (pages == nullptr):
 //   codes:  [>= start+n_tokens, n_kv_heads, head_dim] of kv_code_bytes(dtype) each
 //   scales: [>= start+n_tokens, n_kv_heads, kv_scales_per_row] f32 (int8 dtypes),
 //           or -> the layer scale (fp8_e4m3), or unused (f32, bf16)
+// Paged (pages != nullptr; codes unused): token j lives in page pages[j / page_tokens]
+// at slot i = j % page_tokens, its rows at
+//   codes:  pages[..] + code_offset,  [page_tokens, n_kv_heads, head_dim]
+//   scales: pages[..] + scale_offset, [page_tokens, n_kv_heads, kv_scales_per_row] f32
+//           (int8 dtypes; fp8_e4m3 reads the layer scale through `scales` as above)
 struct KvView {
   KvDType dtype;
   const void* codes;
   const float* scales;
+  const uint8_t* const* pages = nullptr;  // [>= ceil((start+n_tokens) / page_tokens)] page base addresses
+  int64_t page_tokens = 0;
+  int64_t code_offset = 0, scale_offset = 0;  // bytes from a page's base
 };
 
 // attention_causal with K and V read from compressed rows. Same operations

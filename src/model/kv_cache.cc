@@ -1,49 +1,113 @@
 #include "model/kv_cache.h"
 
+#include <utility>
+
 namespace blockspec {
 
-namespace {
-// f32 codes are stored as bytes; keep them float-aligned.
-std::vector<std::vector<uint8_t>> layer_buffers(int64_t n_layers, int64_t bytes) {
-  return std::vector<std::vector<uint8_t>>(n_layers, std::vector<uint8_t>(bytes));
-}
-}  // namespace
-
 KvCache::KvCache(int64_t n_layers, int64_t capacity, int64_t n_kv_heads, int64_t head_dim, KvDType dtype)
-    : n_layers_(n_layers), capacity_(capacity), n_kv_heads_(n_kv_heads), head_dim_(head_dim), dtype_(dtype) {
-  const int64_t rows = capacity * n_kv_heads;
-  k_codes_ = layer_buffers(n_layers, rows * head_dim * kv_code_bytes(dtype));
-  v_codes_ = layer_buffers(n_layers, rows * head_dim * kv_code_bytes(dtype));
-  const int64_t spr = kv_scales_per_row(dtype, head_dim);
-  k_scales_.assign(n_layers, std::vector<float>(rows * spr));
-  v_scales_.assign(n_layers, std::vector<float>(rows * spr));
+    : own_pool_(std::make_unique<KvPool>(n_layers, n_kv_heads, head_dim, dtype, std::max<int64_t>(1, capacity),
+                                         capacity > 0 ? 1 : 0)),
+      pool_(own_pool_.get()) {
+  BS_ASSERT(capacity >= 0);
+  const bool ok = reserve(capacity);  // the private pool has exactly the page this needs
+  BS_ASSERT(ok);
   // fp8_e4m3: no calibrated scales are loaded yet, so every layer uses 1.0
   // (vLLM's default without checkpoint k_scale / v_scale); see docs/kv_cache.md.
   k_layer_scale_.assign(n_layers, 1.0f);
   v_layer_scale_.assign(n_layers, 1.0f);
 }
 
+KvCache::KvCache(KvPool& pool) : pool_(&pool) {
+  k_layer_scale_.assign(pool.n_layers(), 1.0f);
+  v_layer_scale_.assign(pool.n_layers(), 1.0f);
+}
+
+KvCache::KvCache(KvCache&& o) noexcept
+    : own_pool_(std::move(o.own_pool_)), pool_(o.pool_), pages_(std::move(o.pages_)),
+      page_ptrs_(std::move(o.page_ptrs_)), size_(std::exchange(o.size_, 0)),
+      k_layer_scale_(std::move(o.k_layer_scale_)), v_layer_scale_(std::move(o.v_layer_scale_)) {
+  o.pages_.clear();
+  o.page_ptrs_.clear();
+}
+
+KvCache& KvCache::operator=(KvCache&& o) noexcept {
+  if (this != &o) {
+    release();  // our pages go back to our pool before we take o's
+    own_pool_ = std::move(o.own_pool_);
+    pool_ = o.pool_;
+    pages_ = std::move(o.pages_);
+    page_ptrs_ = std::move(o.page_ptrs_);
+    size_ = std::exchange(o.size_, 0);
+    k_layer_scale_ = std::move(o.k_layer_scale_);
+    v_layer_scale_ = std::move(o.v_layer_scale_);
+    o.pages_.clear();
+    o.page_ptrs_.clear();
+  }
+  return *this;
+}
+
+bool KvCache::reserve(int64_t n_tokens) {
+  const int64_t pt = pool_->page_tokens();
+  const int64_t need = (n_tokens + pt - 1) / pt - n_pages();
+  if (need <= 0) return true;
+  if (pool_->pages_free() < need) return false;
+  for (int64_t i = 0; i < need; ++i) {
+    const int64_t p = pool_->allocate();
+    pages_.push_back(p);
+    page_ptrs_.push_back(pool_->page_data(p));
+  }
+  return true;
+}
+
+void KvCache::release() {
+  // Newest page first, so a fresh pool hands a released sequence's pages out again in order.
+  for (auto it = pages_.rbegin(); it != pages_.rend(); ++it) pool_->free(*it);
+  pages_.clear();
+  page_ptrs_.clear();
+  size_ = 0;
+}
+
+float* KvCache::f32_data(int64_t layer, bool v) {
+  BS_ASSERT(dtype() == KvDType::kF32 && n_pages() == 1 && layer >= 0 && layer < pool_->n_layers());
+  return reinterpret_cast<float*>(pool_->page_data(pages_[0]) + pool_->code_offset(layer, v));
+}
+
 void KvCache::write(int64_t layer, int64_t pos, int64_t n, const float* k, const float* v) {
-  BS_ASSERT(layer >= 0 && layer < n_layers_ && pos >= 0 && pos + n <= capacity_);
-  const int64_t cb = kv_code_bytes(dtype_) * head_dim_, spr = kv_scales_per_row(dtype_, head_dim_);
-  for (int64_t r = pos * n_kv_heads_; r < (pos + n) * n_kv_heads_; ++r) {
-    const int64_t src = (r - pos * n_kv_heads_) * head_dim_;
-    kv_quantize_row(dtype_, k + src, head_dim_, k_layer_scale_[layer], k_codes_[layer].data() + r * cb,
-                    k_scales_[layer].data() + r * spr);
-    kv_quantize_row(dtype_, v + src, head_dim_, v_layer_scale_[layer], v_codes_[layer].data() + r * cb,
-                    v_scales_[layer].data() + r * spr);
+  BS_ASSERT(layer >= 0 && layer < pool_->n_layers() && pos >= 0 && n >= 0 && pos + n <= capacity());
+  const KvDType t = dtype();
+  const int64_t nkv = pool_->n_kv_heads(), hd = pool_->head_dim(), pt = pool_->page_tokens();
+  const int64_t cb = kv_code_bytes(t) * hd, spr = kv_scales_per_row(t, hd);
+  const int64_t k_codes = pool_->code_offset(layer, false), v_codes = pool_->code_offset(layer, true);
+  const int64_t k_scales = pool_->scale_offset(layer, false), v_scales = pool_->scale_offset(layer, true);
+  for (int64_t p = pos; p < pos + n; ++p) {
+    uint8_t* base = pool_->page_data(pages_[p / pt]);
+    const int64_t r0 = p % pt * nkv;  // first (token, kv head) row of p within its page
+    for (int64_t h = 0; h < nkv; ++h) {
+      const int64_t src = ((p - pos) * nkv + h) * hd, r = r0 + h;
+      kv_quantize_row(t, k + src, hd, k_layer_scale_[layer], base + k_codes + r * cb,
+                      reinterpret_cast<float*>(base + k_scales) + r * spr);
+      kv_quantize_row(t, v + src, hd, v_layer_scale_[layer], base + v_codes + r * cb,
+                      reinterpret_cast<float*>(base + v_scales) + r * spr);
+    }
   }
 }
 
-KvView KvCache::view(const std::vector<std::vector<uint8_t>>& c, const std::vector<std::vector<float>>& s,
-                     const std::vector<float>& layer_scale, int64_t layer) const {
-  const float* scales = dtype_ == KvDType::kFP8E4M3 ? &layer_scale[layer] : s[layer].data();
-  return KvView{dtype_, c[layer].data(), scales};
+KvView KvCache::view(int64_t layer, bool v) const {
+  BS_ASSERT(layer >= 0 && layer < pool_->n_layers());
+  const std::vector<float>& ls = v ? v_layer_scale_ : k_layer_scale_;
+  KvView kv{dtype(), nullptr, dtype() == KvDType::kFP8E4M3 ? &ls[layer] : nullptr};
+  kv.pages = page_ptrs_.data();
+  kv.page_tokens = pool_->page_tokens();
+  kv.code_offset = pool_->code_offset(layer, v);
+  kv.scale_offset = pool_->scale_offset(layer, v);
+  return kv;
 }
 
 int64_t KvCache::bytes_per_token() const {
-  const int64_t per_row = head_dim_ * kv_code_bytes(dtype_) + 4 * kv_scales_per_row(dtype_, head_dim_);
-  return 2 * n_layers_ * n_kv_heads_ * per_row;
+  const KvDType t = dtype();
+  const int64_t hd = pool_->head_dim();
+  const int64_t per_row = hd * kv_code_bytes(t) + 4 * kv_scales_per_row(t, hd);
+  return 2 * pool_->n_layers() * pool_->n_kv_heads() * per_row;
 }
 
 }  // namespace blockspec

@@ -1,13 +1,23 @@
-// Contiguous per-sequence KV cache: K and V of every layer, stored in one of
-// the KV dtypes (docs/kv_cache.md) with their scales. Rows are written once,
-// when a token's K/V is computed, and attention reads them in place.
-// (Paged, multi-dtype storage comes with the server in src/kv.)
+// Per-sequence KV cache: K and V of every layer, stored in one of the KV
+// dtypes (docs/kv_cache.md) with their scales, in pages of a KvPool. Rows are
+// written once, when a token's K/V is computed, and attention reads them in
+// place through the page table.
+//
+// Two modes:
+//   - paged: KvCache(pool) starts empty; reserve() takes pages from the shared
+//     pool as the sequence grows, release() (and the destructor) returns them.
+//     The pool must outlive the cache.
+//   - contiguous: KvCache(n_layers, capacity, ...) owns a private pool of one
+//     page of `capacity` tokens, so every layer's K (and V) is one contiguous
+//     [capacity, n_kv_heads, head_dim] buffer (what k() / v() return for f32).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "base/error.h"
 #include "kernels/kv_attention.h"
+#include "model/kv_pool.h"
 
 namespace blockspec {
 
@@ -15,43 +25,58 @@ class KvCache {
  public:
   KvCache(int64_t n_layers, int64_t capacity, int64_t n_kv_heads, int64_t head_dim,
           KvDType dtype = KvDType::kF32);
+  explicit KvCache(KvPool& pool);
+  ~KvCache() { release(); }
+  KvCache(KvCache&& o) noexcept;
+  KvCache& operator=(KvCache&& o) noexcept;
+  KvCache(const KvCache&) = delete;  // pages have one owner
+  KvCache& operator=(const KvCache&) = delete;
 
-  int64_t capacity() const { return capacity_; }
+  int64_t capacity() const { return n_pages() * pool_->page_tokens(); }
   int64_t size() const { return size_; }  // committed positions
+  // May shrink (speculative rollback) without returning pages.
   void set_size(int64_t n) {
-    BS_ASSERT(n >= 0 && n <= capacity_);
+    BS_ASSERT(n >= 0 && n <= capacity());
     size_ = n;
   }
-  KvDType dtype() const { return dtype_; }
-  int64_t row_size() const { return n_kv_heads_ * head_dim_; }  // values per token and layer (K or V)
+  // Takes pages until capacity() >= n_tokens. False, taking nothing, when
+  // the pool has too few free pages.
+  bool reserve(int64_t n_tokens);
+  // Returns every page to the pool; size and capacity become 0.
+  void release();
+  int64_t n_pages() const { return static_cast<int64_t>(pages_.size()); }
+  const std::vector<int64_t>& pages() const { return pages_; }  // page table, in token order
 
-  // f32 caches only: [capacity, n_kv_heads, head_dim]
-  float* k(int64_t layer) { return f32_data(k_codes_, layer); }
-  float* v(int64_t layer) { return f32_data(v_codes_, layer); }
+  KvDType dtype() const { return pool_->dtype(); }
+  int64_t row_size() const { return pool_->n_kv_heads() * pool_->head_dim(); }  // values per token and layer
 
-  // Quantizes and stores n tokens of K and V at positions pos..pos+n-1.
+  // f32 caches held in one page (contiguous mode): [capacity, n_kv_heads, head_dim]
+  float* k(int64_t layer) { return f32_data(layer, false); }
+  float* v(int64_t layer) { return f32_data(layer, true); }
+
+  // Quantizes and stores n tokens of K and V at positions pos..pos+n-1
+  // (pos + n <= capacity()).
   //   k, v: [n, n_kv_heads, head_dim] f32
   void write(int64_t layer, int64_t pos, int64_t n, const float* k, const float* v);
-  KvView k_view(int64_t layer) const { return view(k_codes_, k_scales_, k_layer_scale_, layer); }
-  KvView v_view(int64_t layer) const { return view(v_codes_, v_scales_, v_layer_scale_, layer); }
+  // Views through the page table; valid until the next reserve / release.
+  KvView k_view(int64_t layer) const { return view(layer, false); }
+  KvView v_view(int64_t layer) const { return view(layer, true); }
 
   // Bytes held per token over all layers, K and V, codes and per-token scales
-  // (per-layer fp8 scales are not per token). f32: 8 * n_layers * row_size.
+  // (per-layer fp8 scales are not per token; page padding not counted).
+  // f32: 8 * n_layers * row_size.
   int64_t bytes_per_token() const;
 
  private:
-  float* f32_data(std::vector<std::vector<uint8_t>>& c, int64_t layer) {
-    BS_ASSERT(dtype_ == KvDType::kF32);
-    return reinterpret_cast<float*>(c[layer].data());
-  }
-  KvView view(const std::vector<std::vector<uint8_t>>& c, const std::vector<std::vector<float>>& s,
-              const std::vector<float>& layer_scale, int64_t layer) const;
+  float* f32_data(int64_t layer, bool v);
+  KvView view(int64_t layer, bool v) const;
 
-  int64_t n_layers_, capacity_, n_kv_heads_, head_dim_, size_ = 0;
-  KvDType dtype_;
-  std::vector<std::vector<uint8_t>> k_codes_, v_codes_;  // per layer [capacity, nkv, hd] codes
-  std::vector<std::vector<float>> k_scales_, v_scales_;  // per layer [capacity, nkv, scales_per_row]
-  std::vector<float> k_layer_scale_, v_layer_scale_;     // per layer (fp8_e4m3)
+  std::unique_ptr<KvPool> own_pool_;  // contiguous mode: the private one-page pool
+  KvPool* pool_;
+  std::vector<int64_t> pages_;             // [n_pages] pool page of tokens [i*page_tokens, (i+1)*page_tokens)
+  std::vector<const uint8_t*> page_ptrs_;  // [n_pages] their base addresses (KvView::pages)
+  int64_t size_ = 0;
+  std::vector<float> k_layer_scale_, v_layer_scale_;  // per layer (fp8_e4m3)
 };
 
 }  // namespace blockspec

@@ -165,16 +165,11 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
     for (const SeqChunk& ch : chunks) {
       const int64_t start = ch.cache->size();
       AttentionShape as{ch.n, start, nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd)), bf};
-      if (ch.cache->dtype() == KvDType::kF32) {
-        std::memcpy(ch.cache->k(li) + start * nkv * hd, kn.data() + row * nkv * hd, ch.n * nkv * hd * sizeof(float));
-        std::memcpy(ch.cache->v(li) + start * nkv * hd, vn.data() + row * nkv * hd, ch.n * nkv * hd * sizeof(float));
-        attention_causal(ctx, q.data() + row * nh * hd, ch.cache->k(li), ch.cache->v(li), as,
-                         att.data() + row * nh * hd);
-      } else {  // compressed rows: written once here, read in place by attention
-        ch.cache->write(li, start, ch.n, kn.data() + row * nkv * hd, vn.data() + row * nkv * hd);
-        attention_causal_kv(ctx, q.data() + row * nh * hd, ch.cache->k_view(li), ch.cache->v_view(li), as,
-                            att.data() + row * nh * hd);
-      }
+      // Every dtype (f32 too) and paged caches: rows written once here, read in
+      // place by attention through the cache's page table.
+      ch.cache->write(li, start, ch.n, kn.data() + row * nkv * hd, vn.data() + row * nkv * hd);
+      attention_causal_kv(ctx, q.data() + row * nh * hd, ch.cache->k_view(li), ch.cache->v_view(li), as,
+                          att.data() + row * nh * hd);
       row += ch.n;
     }
     linear(ctx, att.data(), l.attn_o, opt_ptr(l.attn_o_bias), tmp.data(), n);

@@ -2,9 +2,10 @@
 // saturation), the int8 row quantizers against their definitions
 // (docs/kv_cache.md), every ISA's row kernels against the scalar twins, and
 // attention on a compressed cache against attention on the f32 cache of the
-// dequantized values.
+// dequantized values; paged views (scattered pages) against contiguous ones.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -217,6 +218,70 @@ TEST_P(KvIsaTest, AttentionOnCompressedCacheMatchesDequantizedF32Cache) {
         }
         if (GetParam() == "ref" && !bf) {
           for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], out_ref[i]) << kv_dtype_name(t) << " i=" << i;
+        }
+      }
+    }
+  }
+}
+
+// Rows of n_tokens tokens copied into pages of page_tokens tokens, the pages
+// taken from a larger pool in a scrambled order; every byte of a page that
+// holds no row is 0x7f (NaN / huge / 127 in every dtype), so reading a wrong
+// row changes the result.
+struct PagedRows {
+  std::vector<std::vector<uint8_t>> pool;  // pages; some never used
+  std::vector<const uint8_t*> table;       // [n_pages] page of tokens [i*pt, (i+1)*pt)
+  int64_t code_offset = 64, scale_offset = 0;
+};
+PagedRows to_pages(KvDType t, const Row& r, int64_t n_tokens, int64_t nkv, int64_t d, int64_t pt, uint32_t seed) {
+  PagedRows p;
+  const int64_t cb = nkv * d * kv_code_bytes(t), sb = nkv * kv_scales_per_row(t, d) * 4;  // per token
+  p.scale_offset = p.code_offset + (pt * cb + 63) / 64 * 64 + 128;
+  const int64_t n_pages = (n_tokens + pt - 1) / pt, page_bytes = p.scale_offset + pt * sb + 64;
+  p.pool.assign(n_pages + 3, std::vector<uint8_t>(page_bytes, 0x7f));
+  std::vector<int64_t> order(p.pool.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+  for (int64_t i = 0; i < n_pages; ++i) p.table.push_back(p.pool[order[i]].data());
+  for (int64_t j = 0; j < n_tokens; ++j) {
+    uint8_t* base = p.pool[order[j / pt]].data();
+    std::memcpy(base + p.code_offset + j % pt * cb, r.codes.data() + j * cb, cb);
+    if (sb > 0) std::memcpy(base + p.scale_offset + j % pt * sb, r.scales.data() + j * sb / 4, sb);
+  }
+  return p;
+}
+KvView paged_view(KvDType t, const PagedRows& p, const Row& r, int64_t pt) {
+  KvView v{t, nullptr, r.scales.data()};  // fp8_e4m3: the layer scale, as a contiguous view
+  v.pages = p.table.data();
+  v.page_tokens = pt;
+  v.code_offset = p.code_offset;
+  v.scale_offset = p.scale_offset;
+  return v;
+}
+
+TEST_P(KvIsaTest, PagedViewEqualsContiguousView) {
+  const KernelTable kt = select_kernels(GetParam());
+  ThreadPool pool(3);
+  OpContext ctx{&kt, &pool};
+  struct Case { int64_t n_tokens, start, nh, nkv, d; };
+  for (Case c : {Case{3, 5, 6, 2, 17}, Case{1, 40, 4, 1, 64}, Case{5, 0, 6, 3, 130}, Case{2, 9, 2, 2, 256}}) {
+    const int64_t n_ctx = c.start + c.n_tokens, rows = n_ctx * c.nkv;
+    auto q = randv(c.n_tokens * c.nh * c.d, 31), k = randv(rows * c.d, 32, 2.f), v = randv(rows * c.d, 33);
+    for (KvDType t : kAll) {
+      const float ls = t == KvDType::kFP8E4M3 ? 0.5f : 1.0f;
+      const Row kq = quantize(t, k, rows, c.d, ls), vq = quantize(t, v, rows, c.d, ls);
+      for (bool bf : {false, true}) {
+        AttentionShape s{c.n_tokens, c.start, c.nh, c.nkv, c.d, 1.0f / std::sqrt(static_cast<float>(c.d)), bf};
+        std::vector<float> want(q.size());
+        attention_causal_kv(ctx, q.data(), KvView{t, kq.codes.data(), kq.scales.data()},
+                            KvView{t, vq.codes.data(), vq.scales.data()}, s, want.data());
+        for (int64_t pt : {1, 3, 4, 16, 64}) {
+          const PagedRows kp = to_pages(t, kq, n_ctx, c.nkv, c.d, pt, 40 + static_cast<uint32_t>(pt));
+          const PagedRows vp = to_pages(t, vq, n_ctx, c.nkv, c.d, pt, 50 + static_cast<uint32_t>(pt));
+          std::vector<float> got(q.size(), -1.f);
+          attention_causal_kv(ctx, q.data(), paged_view(t, kp, kq, pt), paged_view(t, vp, vq, pt), s, got.data());
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_EQ(got[i], want[i]) << kv_dtype_name(t) << " d=" << c.d << " page_tokens=" << pt << " i=" << i;
         }
       }
     }

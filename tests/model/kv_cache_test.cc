@@ -1,10 +1,13 @@
 // KV cache dtypes in the model: logits of prefill + decode on a compressed
 // cache stay close to the f32 cache, memory per token is what
 // docs/kv_cache.md defines, chunked prefill equals whole prefill, and "auto"
-// follows the model dtype.
+// follows the model dtype. Paged storage: the pool's bookkeeping, and paged
+// caches whose pages are scattered over the pool giving logits bit-identical
+// to contiguous caches, including speculative rollback across page boundaries.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "model/transformer.h"
 
@@ -117,6 +120,172 @@ TEST(KvCacheDtypes, AutoFollowsTheModelDtype) {
   EXPECT_EQ(load("qwen3-tiny-bf16", std::nullopt)->kv_cache_dtype(), KvDType::kBF16);
   EXPECT_EQ(load("qwen3-tiny-bf16", KvDType::kF32)->kv_cache_dtype(), KvDType::kF32);  // explicit wins
   EXPECT_EQ(ModelOptions{}.kv_cache_dtype, KvDType::kF32);  // library default: f32 (results unchanged)
+}
+
+
+// ---- paged storage ----
+
+TEST(KvPool, AllocateFreeAndExhaustion) {
+  KvPool pool(2, 2, 32, KvDType::kInt8BlockG128, 16, 3);
+  EXPECT_EQ(pool.pages_total(), 3);
+  EXPECT_EQ(pool.pages_free(), 3);
+  EXPECT_EQ(pool.allocate(), 0);  // a fresh pool hands pages out in order
+  EXPECT_EQ(pool.allocate(), 1);
+  EXPECT_EQ(pool.allocate(), 2);
+  EXPECT_EQ(pool.allocate(), -1);
+  EXPECT_EQ(pool.pages_free(), 0);
+  pool.free(1);
+  EXPECT_EQ(pool.pages_free(), 1);
+  EXPECT_THROW(pool.free(1), Error);   // double free
+  EXPECT_THROW(pool.free(3), Error);   // not a page
+  EXPECT_THROW(pool.free(-1), Error);
+  EXPECT_EQ(pool.allocate(), 1);
+  EXPECT_EQ(pool.allocate(), -1);
+  // 64-byte aligned pages and sections; sections inside the page.
+  for (int64_t p = 0; p < 3; ++p) EXPECT_EQ(reinterpret_cast<uintptr_t>(pool.page_data(p)) % 64, 0u);
+  for (int64_t l = 0; l < 2; ++l)
+    for (bool v : {false, true}) {
+      EXPECT_EQ(pool.code_offset(l, v) % 64, 0);
+      EXPECT_EQ(pool.scale_offset(l, v) % 64, 0);
+      EXPECT_LE(pool.scale_offset(l, v) + 16 * pool.scale_row_floats() * 4, pool.page_bytes());
+      EXPECT_LE(pool.code_offset(l, v) + 16 * pool.code_row_bytes(), pool.page_bytes());
+    }
+  EXPECT_THROW(KvPool(2, 2, 32, KvDType::kF32, 0, 3), Error);
+}
+
+TEST(KvPool, ReserveTakesAllOrNothingAndReleaseReturnsPages) {
+  KvPool pool(3, 2, 32, KvDType::kBF16, 4, 5);
+  KvCache a(pool), b(pool);
+  EXPECT_EQ(a.capacity(), 0);
+  EXPECT_TRUE(a.reserve(9));  // 3 pages
+  EXPECT_EQ(a.capacity(), 12);
+  EXPECT_EQ(pool.pages_free(), 2);
+  EXPECT_TRUE(a.reserve(12));  // already held
+  EXPECT_EQ(pool.pages_free(), 2);
+  EXPECT_FALSE(b.reserve(9));  // needs 3, 2 free: takes nothing
+  EXPECT_EQ(b.capacity(), 0);
+  EXPECT_EQ(pool.pages_free(), 2);
+  EXPECT_TRUE(b.reserve(8));
+  EXPECT_EQ(pool.pages_free(), 0);
+  a.set_size(10);
+  a.set_size(3);  // rollback keeps the pages
+  EXPECT_EQ(a.capacity(), 12);
+  EXPECT_THROW(a.set_size(13), Error);
+  a.release();
+  EXPECT_EQ(a.size(), 0);
+  EXPECT_EQ(a.capacity(), 0);
+  EXPECT_EQ(pool.pages_free(), 3);
+  {
+    KvCache c(pool);
+    EXPECT_TRUE(c.reserve(5));
+    KvCache d = std::move(c);  // pages move with the cache
+    EXPECT_EQ(d.capacity(), 8);
+    EXPECT_EQ(pool.pages_free(), 1);
+    d = KvCache(pool);  // assignment returns the old pages
+    EXPECT_EQ(pool.pages_free(), 3);
+    EXPECT_TRUE(d.reserve(1));
+  }  // destructor returns them
+  EXPECT_EQ(pool.pages_free(), 3);
+  // Contiguous caches are one private page; they cannot grow.
+  KvCache e(3, 10, 2, 32, KvDType::kF32);
+  EXPECT_EQ(e.capacity(), 10);
+  EXPECT_TRUE(e.reserve(10));
+  EXPECT_FALSE(e.reserve(11));
+  EXPECT_EQ(KvCache(3, 0, 2, 32).capacity(), 0);
+}
+
+TEST(KvPool, RowsLiveWhereTheLayoutSays) {
+  // Token pos's K row of layer l: page_data(page) + code_offset(l, K) + (pos % page_tokens) * code_row_bytes.
+  const int64_t L = 2, H = 2, D = 40, pt = 3;
+  KvPool pool(L, H, D, KvDType::kInt8PerTokenHead, pt, 4);
+  const int64_t spare = pool.allocate();  // so the cache's pages do not start at 0
+  KvCache c(pool);
+  ASSERT_TRUE(c.reserve(7));
+  pool.free(spare);
+  std::vector<float> k(7 * H * D), v(7 * H * D);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = std::sin(0.1f * i), v[i] = std::cos(0.3f * i);
+  c.write(1, 0, 7, k.data(), v.data());
+  for (int64_t pos = 0; pos < 7; ++pos) {
+    const uint8_t* base = pool.page_data(c.pages()[pos / pt]);
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t r = pos % pt * H + h;
+      std::vector<int8_t> codes(D);
+      float scale;
+      kv_quantize_row(KvDType::kInt8PerTokenHead, k.data() + (pos * H + h) * D, D, 1.0f, codes.data(), &scale);
+      EXPECT_EQ(std::memcmp(base + pool.code_offset(1, false) + r * D, codes.data(), D), 0) << pos;
+      EXPECT_EQ(reinterpret_cast<const float*>(base + pool.scale_offset(1, false))[r], scale) << pos;
+      kv_quantize_row(KvDType::kInt8PerTokenHead, v.data() + (pos * H + h) * D, D, 1.0f, codes.data(), &scale);
+      EXPECT_EQ(std::memcmp(base + pool.code_offset(1, true) + r * D, codes.data(), D), 0) << pos;
+      EXPECT_EQ(reinterpret_cast<const float*>(base + pool.scale_offset(1, true))[r], scale) << pos;
+    }
+  }
+  EXPECT_THROW(c.write(0, 7, 3, k.data(), v.data()), Error);  // past capacity (9)
+}
+
+// Three sequences batched: prefills of 13 / 6 / 21 tokens in one forward
+// (all logits), 5 batched decode steps, then a speculative block of 6 tokens
+// on each, rolled back to 1 / 4 / 0 accepted (set_size), and 3 more batched
+// decode steps after the rollback. Each cache reserves what every forward
+// needs first (a no-op on contiguous caches). Returns every logit.
+std::vector<float> batched_run(Transformer& m, std::vector<KvCache>& caches) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t n : {13, 6, 21}) {
+    auto p = prompt(n + 7);
+    prompts.emplace_back(p.begin() + 7, p.end());
+  }
+  std::vector<float> all, l;
+  auto step = [&](const std::vector<std::vector<int32_t>>& toks, bool all_logits) {
+    std::vector<Transformer::SeqChunk> chunks;
+    for (size_t i = 0; i < caches.size(); ++i) {
+      const auto n = static_cast<int64_t>(toks[i].size());
+      EXPECT_TRUE(caches[i].reserve(caches[i].size() + n));
+      chunks.push_back({toks[i].data(), n, &caches[i], all_logits});
+    }
+    m.forward_batch(chunks, l);
+    all.insert(all.end(), l.begin(), l.end());
+  };
+  step(prompts, true);
+  for (int32_t t : {3, 99, 7, 250, 1}) step({{t}, {t + 1}, {t + 2}}, false);
+  step({{5, 6, 7, 8, 9, 10}, {11, 12, 13, 14, 15, 16}, {17, 18, 19, 20, 21, 22}}, true);
+  const int64_t accepted[] = {1, 4, 0};
+  for (size_t i = 0; i < caches.size(); ++i) caches[i].set_size(caches[i].size() - 6 + accepted[i]);
+  for (int32_t t : {42, 43, 44}) step({{t}, {t}, {t}}, false);
+  return all;
+}
+
+TEST(KvPaged, ScatteredPagesGiveLogitsIdenticalToContiguousCaches) {
+  const int64_t kPageTokens = 4;
+  for (const DtypeCase& dc : kCases) {
+    auto m = load("qwen3-tiny-f32", dc.t);
+    const ModelConfig& c = m->config();
+    std::vector<KvCache> contiguous;
+    for (int i = 0; i < 3; ++i) contiguous.push_back(m->new_cache(48));
+    const auto want = batched_run(*m, contiguous);
+
+    KvPool pool(c.n_layers, c.n_kv_heads, c.head_dim, dc.t, kPageTokens, 64);
+    std::vector<KvCache> paged;
+    for (int i = 0; i < 3; ++i) paged.emplace_back(pool);
+    {
+      // Scatter: the caches take pages in turn with a spacer between, and
+      // the spacer's pages are freed so later growth refills the holes.
+      KvCache spacer(pool);
+      for (int64_t n = 1; n <= 3; ++n) {
+        for (auto& pc : paged) ASSERT_TRUE(pc.reserve(n * kPageTokens));
+        ASSERT_TRUE(spacer.reserve(n * kPageTokens));
+      }
+    }
+    const auto got = batched_run(*m, paged);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << kv_dtype_name(dc.t) << " i=" << i;
+    for (const auto& pc : paged) {
+      bool adjacent = true;
+      for (int64_t i = 1; i < pc.n_pages(); ++i) adjacent &= pc.pages()[i] == pc.pages()[i - 1] + 1;
+      EXPECT_FALSE(adjacent) << "pages should be scattered";
+      EXPECT_GE(pc.n_pages(), 3);
+    }
+    for (auto& pc : paged) pc.release();
+    EXPECT_EQ(pool.pages_free(), pool.pages_total());
+  }
 }
 
 }  // namespace

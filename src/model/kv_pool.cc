@@ -1,0 +1,63 @@
+#include "model/kv_pool.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "base/error.h"
+
+namespace blockspec {
+
+namespace {
+constexpr int64_t kAlign = 64;
+int64_t round_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+}  // namespace
+
+void KvPool::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+
+KvPool::KvPool(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, KvDType dtype, int64_t page_tokens,
+               int64_t n_pages)
+    : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), page_tokens_(page_tokens),
+      n_pages_(n_pages), dtype_(dtype) {
+  if (n_layers < 0 || n_kv_heads <= 0 || head_dim <= 0)
+    fail("KV pool: bad shape: n_layers ", n_layers, ", n_kv_heads ", n_kv_heads, ", head_dim ", head_dim,
+         " (expected n_layers >= 0 and positive heads / head_dim)");
+  if (page_tokens <= 0 || n_pages < 0)
+    fail("KV pool: page_tokens must be positive and n_pages non-negative, got page_tokens ", page_tokens,
+         ", n_pages ", n_pages);
+  code_section_ = round_up(page_tokens * code_row_bytes());
+  scale_section_ = round_up(page_tokens * scale_row_floats() * static_cast<int64_t>(sizeof(float)));
+  layer_bytes_ = 2 * code_section_ + 2 * scale_section_;
+  page_bytes_ = std::max<int64_t>(kAlign, n_layers * layer_bytes_);
+  if (n_pages > 0 && page_bytes_ > std::numeric_limits<int64_t>::max() / n_pages)
+    fail("KV pool: ", n_pages, " pages of ", page_bytes_, " bytes overflow; use fewer pages");
+  const int64_t total = page_bytes_ * n_pages;
+  if (total > 0) {
+    // Zeroed so no page ever holds uninitialised bytes (rows are written before attention reads them).
+    data_.reset(static_cast<uint8_t*>(std::aligned_alloc(kAlign, static_cast<size_t>(total))));
+    if (!data_) fail("KV pool: cannot allocate ", total, " bytes (", n_pages, " pages of ", page_bytes_,
+                     " bytes); lower the KV cache budget");
+    std::memset(data_.get(), 0, static_cast<size_t>(total));
+  }
+  // Pages are handed out in increasing order from a fresh pool.
+  free_.reserve(n_pages);
+  for (int64_t p = n_pages - 1; p >= 0; --p) free_.push_back(p);
+  taken_.assign(n_pages, 0);
+}
+
+int64_t KvPool::allocate() {
+  if (free_.empty()) return -1;
+  const int64_t p = free_.back();
+  free_.pop_back();
+  taken_[p] = 1;
+  return p;
+}
+
+void KvPool::free(int64_t page) {
+  BS_ASSERT(page >= 0 && page < n_pages_ && taken_[page]);  // double free or foreign page
+  taken_[page] = 0;
+  free_.push_back(page);
+}
+
+}  // namespace blockspec

@@ -1,0 +1,62 @@
+// A pool of fixed-size KV pages shared by many sequences (continuous
+// batching): one 64-byte aligned allocation of n_pages pages, each holding
+// page_tokens tokens of K and V (codes and per-token scales) for every layer.
+// A sequence's KvCache takes pages as it grows and returns them when it is
+// released. Not thread-safe: the engine allocates and frees from its one step
+// thread (attention only reads page memory, from the thread pool).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/kv_kernels.h"
+
+namespace blockspec {
+
+class KvPool {
+ public:
+  KvPool(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, KvDType dtype, int64_t page_tokens,
+         int64_t n_pages);
+
+  // A free page's index, or -1 when every page is taken. Contents are stale.
+  int64_t allocate();
+  void free(int64_t page);  // page: taken from allocate(), not yet freed
+  int64_t pages_total() const { return n_pages_; }
+  int64_t pages_free() const { return static_cast<int64_t>(free_.size()); }
+
+  // Page layout, per layer l (sections rounded up to 64 bytes):
+  //   K codes  [page_tokens, n_kv_heads, head_dim] of kv_code_bytes(dtype)
+  //   V codes  [page_tokens, n_kv_heads, head_dim]
+  //   K scales [page_tokens, n_kv_heads, kv_scales_per_row] f32 (int8 dtypes; else empty)
+  //   V scales [page_tokens, n_kv_heads, kv_scales_per_row] f32
+  // so token pos's K row of layer l starts at
+  //   page_data(page) + code_offset(l, false) + (pos % page_tokens) * code_row_bytes().
+  uint8_t* page_data(int64_t page) { return data_.get() + page * page_bytes_; }
+  const uint8_t* page_data(int64_t page) const { return data_.get() + page * page_bytes_; }
+  int64_t code_offset(int64_t layer, bool v) const { return layer * layer_bytes_ + (v ? code_section_ : 0); }
+  int64_t scale_offset(int64_t layer, bool v) const {
+    return layer * layer_bytes_ + 2 * code_section_ + (v ? scale_section_ : 0);
+  }
+  int64_t code_row_bytes() const { return n_kv_heads_ * head_dim_ * kv_code_bytes(dtype_); }  // one token, K or V
+  int64_t scale_row_floats() const { return n_kv_heads_ * kv_scales_per_row(dtype_, head_dim_); }
+  int64_t page_bytes() const { return page_bytes_; }
+
+  int64_t n_layers() const { return n_layers_; }
+  int64_t n_kv_heads() const { return n_kv_heads_; }
+  int64_t head_dim() const { return head_dim_; }
+  KvDType dtype() const { return dtype_; }
+  int64_t page_tokens() const { return page_tokens_; }
+
+ private:
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const;
+  };
+  int64_t n_layers_, n_kv_heads_, head_dim_, page_tokens_, n_pages_;
+  KvDType dtype_;
+  int64_t code_section_, scale_section_, layer_bytes_, page_bytes_;  // bytes
+  std::unique_ptr<uint8_t, FreeDeleter> data_;                        // [n_pages, page_bytes]
+  std::vector<int64_t> free_;                                         // stack of free pages
+  std::vector<uint8_t> taken_;                                        // [n_pages] 1: allocated
+};
+
+}  // namespace blockspec

@@ -9,6 +9,7 @@
 #include "base/memory_bandwidth.h"
 #include "base/timer.h"
 #include "cli/args.h"
+#include "cli/bench_serving.h"
 #include "cli/bench_spec.h"
 #include "cli/commands.h"
 #include "cli/model_files.h"
@@ -24,7 +25,7 @@ std::vector<FlagSpec> flags() {
     {"--model", "-m", true, "model directory"},
     {"--prompt-len", "", true, "prompt tokens per sequence (default 512)"},
     {"--gen-len", "", true, "generated tokens per sequence (default 64)"},
-    {"--concurrency", "-c", true, "sequences decoded together in one batch (default 1)"},
+    {"--concurrency", "-c", true, "sequences decoded together in one batch; with --url: concurrent clients (default 1)"},
     {"--repeats", "-r", true, "repetitions; medians are reported (default 3)"},
     {"--seed", "", true, "seed of the random prompt tokens (default 0)"},
     {"--json", "", false, "print one JSON object on stdout, human output on stderr"},
@@ -37,6 +38,7 @@ std::vector<FlagSpec> flags() {
     {"--num-prompts", "", true, "prompts used from --prompts (default 8)"},
   };
   own.push_back(spec_flag());
+  for (const FlagSpec& s : bench_serving_flags()) own.push_back(s);
   f.insert(f.begin(), own.begin(), own.end());
   return f;
 }
@@ -104,6 +106,12 @@ int cmd_bench(const std::vector<std::string>& argv) {
     return 0;
   }
   if (!a.positionals().empty()) fail("bench: unexpected argument \"", a.positionals()[0], "\"");
+  if (a.has("--url")) {  // serving benchmark against a running server
+    if (a.has("--model")) fail("bench: --url and --model exclude each other");
+    nlohmann::json j = bench_serving(a);
+    if (a.has("--json")) std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
   const std::string dir = a.required("--model");
   const int64_t P = a.integer("--prompt-len", 512), G = a.integer("--gen-len", 64);
   const int64_t C = a.integer("--concurrency", 1), R = a.integer("--repeats", 3);

@@ -18,6 +18,7 @@
 
 #include "base/error.h"
 #include "kernels/kernel_table.h"
+#include "kernels/quant.h"
 
 namespace blockspec {
 
@@ -116,6 +117,28 @@ void fp_linear(const OpContext& ctx, const float* x, const QuantTensor& w, const
       for (int64_t m = 0; m < M; ++m)
         for (int64_t n = n0; n < n1; ++n) y[m * N + n] += bias[n];
   });
+}
+
+QuantTensor concat_fp_rows(const std::vector<QuantTensor>& parts) {
+  if (parts.empty() || !is_fp_format(parts[0].format)) return {};
+  const QuantTensor& p0 = parts[0];
+  int64_t N = 0;
+  for (const QuantTensor& p : parts) {
+    if (p.format != p0.format || p.cols != p0.cols) return {};
+    if (p.format == WeightFormat::kNVFP4 && p.aux.ptr<float>()[0] != p0.aux.ptr<float>()[0]) return {};
+    N += p.rows;
+  }
+  QuantTensor q = fp_alloc(p0.format, N, p0.cols);  // row-major [N, .] codes and scales: rows stack
+  uint8_t* d = q.data.mutable_ptr<uint8_t>();
+  uint8_t* s = static_cast<uint8_t*>(q.scales.mutable_data());
+  for (const QuantTensor& p : parts) {
+    std::memcpy(d, p.data.data(), p.data.nbytes());
+    std::memcpy(s, p.scales.data(), p.scales.nbytes());
+    d += p.data.nbytes();
+    s += p.scales.nbytes();
+  }
+  if (p0.format == WeightFormat::kNVFP4) q.aux.mutable_ptr<float>()[0] = p0.aux.ptr<float>()[0];
+  return q;
 }
 
 }  // namespace blockspec

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "kernels/ops.h"
 #include "tensor/quant_tensor.h"
@@ -22,6 +23,12 @@ QuantTensor make_weight(const OpContext& ctx, const Tensor& w, WeightFormat fmt)
 QuantTensor make_weight_streamed(const OpContext& ctx, int64_t N, int64_t K, WeightFormat fmt,
                                  const std::function<void(int64_t, int64_t, float*)>& rows,
                                  int64_t chunk_rows = 4096);
+
+// Stacks FP8 / NVFP4 / MXFP4 weights of one format and K along the rows (N = sum of their rows), codes and
+// scales as they are, so the result dequantizes to the parts' values exactly. Returns an empty QuantTensor
+// (rows == 0) when they cannot fuse exactly: different formats or K, or NVFP4 parts with different global
+// scales.
+QuantTensor concat_fp_rows(const std::vector<QuantTensor>& parts);
 
 // The exact f32 values the weight stands for: [N, K] (for tests and checks).
 Tensor dequantize_weight(const QuantTensor& w);

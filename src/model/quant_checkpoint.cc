@@ -112,9 +112,9 @@ class QuantCheckpointSource : public WeightSource {
     return dtype_name(ckpt_.entry(n).dtype);
   }
   WeightFormat natural_format(const std::string& n) const override {
-    // FP modules: exact f32 dequantization until the loader can take a native FP QuantTensor (load_fp_native).
     if (const Module* m = module_of(n)) {
-      if (m->fp != WeightFormat::kF32 || m->dense) return WeightFormat::kF32;
+      if (m->fp != WeightFormat::kF32) return m->fp;  // FP8 / NVFP4 / MXFP4 stay compressed (fp_native)
+      if (m->dense) return WeightFormat::kF32;
       return m->bits == 4 ? WeightFormat::kQ4_G128 : WeightFormat::kQ8_G128;
     }
     return ckpt_.entry(n).dtype == DType::kBF16 ? WeightFormat::kBF16 : WeightFormat::kF32;
@@ -215,7 +215,11 @@ class QuantCheckpointSource : public WeightSource {
         }
       }
   }
-  QuantTensor fp_native(const std::string& n) const {
+  bool has_fp_native(const std::string& n) const override {
+    const Module* m = module_of(n);
+    return m != nullptr && m->fp != WeightFormat::kF32;
+  }
+  QuantTensor fp_native(const std::string& n) const override {
     const Module* m = module_of(n);
     if (m == nullptr || m->fp == WeightFormat::kF32) fail(path(), ": \"", n, "\" is not stored as FP8 / NVFP4 / MXFP4");
     return fp_rows(*m, 0, m->N);

@@ -34,10 +34,11 @@ namespace blockspec {
 std::unique_ptr<WeightSource> open_quant_checkpoint(const std::string& dir, const QuantConfig& qc);
 
 // compressed-tensors float formats (float-quantized FP8 E4M3 with per-tensor, per-channel or [128, 128]
-// block scales; nvfp4-pack-quantized; mxfp4-pack-quantized) are validated like the integer ones and served
-// as their exact dequantization (natural_format f32; bit for bit compressed-tensors' dequantize in f32).
-// load_fp_native gives the stored codes and scales as a kFP8_E4M3 / kNVFP4 / kMXFP4 QuantTensor
-// (kernels/fp_formats.h) without re-quantizing; throws if hf_name ("<module>.weight") is not such a module.
+// block scales; nvfp4-pack-quantized; mxfp4-pack-quantized) are validated like the integer ones; their
+// natural_format is kFP8_E4M3 / kNVFP4 / kMXFP4 and fp_native() / load_fp_native give the stored codes and
+// scales as a QuantTensor of it (kernels/fp_formats.h) without re-quantizing, so they load compressed;
+// load()/load_rows() give the exact dequantization (bit for bit compressed-tensors' dequantize in f32).
+// load_fp_native throws if hf_name ("<module>.weight") is not such a module.
 QuantTensor load_fp_native(const WeightSource& src, const std::string& hf_name);
 
 }  // namespace blockspec

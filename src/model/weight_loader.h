@@ -52,9 +52,20 @@ struct WeightLoader {
   bool native(const std::string& name) const {
     return src.has_native(name) && (!opts.format || *opts.format == src.natural_format(name));
   }
+  // Stored FP8 / NVFP4 / MXFP4 codes likewise load as they are (weight-only, compressed in memory).
+  bool fp_native(const std::string& name) const {
+    return src.has_fp_native(name) && (!opts.format || *opts.format == src.natural_format(name));
+  }
   QuantTensor matrix(const std::string& name, const Shape& shape) {
     check(name, shape);
     WeightFormat f = opts.format.value_or(src.natural_format(name));
+    if (fp_native(name)) {
+      QuantTensor q = src.fp_native(name);
+      src.release(name);
+      formats_used[weight_format_name(f)]++;
+      tick();
+      return q;
+    }
     // Large matrices (embeddings, lm_head, MLP) convert in row chunks so they
     // never exist whole in f32 next to their converted copy.
     constexpr int64_t kStreamElems = int64_t(4) << 20;
@@ -81,12 +92,13 @@ struct WeightLoader {
   LinearGroup group(const std::vector<std::pair<std::string, Shape>>& parts, const std::vector<std::string>& biases) {
     LinearGroup g;
     std::vector<WeightFormat> fmts;
-    int n_native = 0, n_act_int8 = 0;
+    int n_native = 0, n_act_int8 = 0, n_fp = 0;
     for (const auto& [name, shape] : parts) {
       check(name, shape);
       fmts.push_back(opts.format.value_or(src.natural_format(name)));
       n_native += native(name) ? 1 : 0;
       n_act_int8 += native(name) && src.native_act_int8(name) ? 1 : 0;
+      n_fp += fp_native(name) ? 1 : 0;
       g.part_rows.push_back(shape[0]);
       g.rows += shape[0];
     }
@@ -111,7 +123,7 @@ struct WeightLoader {
         src.release(p.first);
         tick();
       }
-    } else if (same && n_native == 0) {
+    } else if (same && n_native == 0 && n_fp == 0) {
       // Row r of the fused matrix comes from the part whose range holds r.
       auto rows = [&](int64_t r0, int64_t r1, float* out) {
         int64_t base = 0;
@@ -129,6 +141,9 @@ struct WeightLoader {
       }
     } else {
       for (const auto& [name, shape] : parts) g.mats.push_back(matrix(name, shape));
+      // Stored FP parts of one format (and, for NVFP4, one global scale) stack into one matrix exactly.
+      if (g.mats.size() > 1 && std::all_of(parts.begin(), parts.end(), [&](const auto& p) { return fp_native(p.first); }))
+        if (QuantTensor f = concat_fp_rows(g.mats); !f.empty()) g.mats = {std::move(f)};
     }
     if (!biases.empty()) {
       g.bias = Tensor(DType::kF32, {g.rows});

@@ -33,6 +33,10 @@ void WeightSource::load_rows(const std::string& n, int64_t r0, int64_t r1, float
   }
 }
 
+QuantTensor WeightSource::fp_native(const std::string& n) const {
+  fail(path(), ": \"", n, "\" is not stored as FP8 / NVFP4 / MXFP4 codes");
+}
+
 void WeightSource::load_native(const std::string& n, int64_t, int64_t, int8_t*, float*) const {
   fail(path(), ": tensor \"", n, "\" has no stored integer codes");
 }

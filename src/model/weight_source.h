@@ -43,6 +43,11 @@ class WeightSource {
   // activations (compressed-tensors W8A8 with dynamic int8 input_activations:
   // QuantTensor::act_int8) or is weight-only (GPTQ, W4A16 / W8A16).
   virtual bool native_act_int8(const std::string& hf_name) const { return false; }
+  // Float codes stored in the checkpoint (compressed-tensors FP8 / NVFP4 /
+  // MXFP4): natural_format(name) is that format and fp_native(name) gives the
+  // stored codes and scales as a QuantTensor of it, never re-quantized.
+  virtual bool has_fp_native(const std::string& hf_name) const { return false; }
+  virtual QuantTensor fp_native(const std::string& hf_name) const;
 };
 
 // DIR with config.json + safetensors, a .gguf file, or a DIR holding exactly

@@ -213,22 +213,19 @@ INSTANTIATE_TEST_SUITE_P(Formats, GptqDenseGolden,
                          });
 
 // ---- compressed-tensors FP8 (float-quantized) / NVFP4 / MXFP4 (weight-only) ----
-// The stored codes and scales load as kFP8_E4M3 / kNVFP4 / kMXFP4 QuantTensors (load_fp_native) whose
-// dequantization equals compressed_tensors' dequantize in f32 bit for bit; the model (natural format f32:
-// the exact dequantization) matches HF on the dequantized model to summation-order noise; with
-// --weights <fp format> the model runs the FP kernels on re-quantized weights (loose bound, a smoke test).
+// The stored codes and scales load as kFP8_E4M3 / kNVFP4 / kMXFP4 QuantTensors (fp_native, the model's
+// default: natural_format is the FP format, compressed in memory) whose dequantization equals
+// compressed_tensors' dequantize in f32 bit for bit; the FP kernels multiply with those exact values, so the
+// native model matches both HF on the dequantized model and our own --weights f32 run to summation order.
+// q/k/v fuse into one matrix when their format (and NVFP4 global scale) agree.
 struct FpCase {
   std::string name, fmt;
-  // --weights fmt: RTN re-quantization (per row and group of 128 / 16 / 32, embeddings included) of the
-  // dequantized weights. These tiny random models amplify weight error: measured 0.155 (fp8), 0.367 (nvfp4),
-  // 0.370 (mxfp4) of the largest logit, against 0.055 for --weights q8 and 0.63 for q4 on the same fixtures.
-  // A smoke bound for the FP kernels inside the model; the exact checks are above.
-  double tol_requant;
+  bool qkv_fused;  // the fixture's NVFP4 q/k/v have their own global scales: they stay 3 matrices
 };
 const FpCase kFpCases[] = {
-    {"tiny-ct-fp8", "fp8", 0.25},
-    {"tiny-ct-nvfp4", "nvfp4", 0.5},
-    {"tiny-ct-mxfp4", "mxfp4", 0.5},
+    {"tiny-ct-fp8", "fp8", true},
+    {"tiny-ct-nvfp4", "nvfp4", false},
+    {"tiny-ct-mxfp4", "mxfp4", true},
 };
 
 class FpGolden : public ::testing::TestWithParam<FpCase> {};
@@ -243,7 +240,8 @@ TEST_P(FpGolden, NativeCodesDequantizeBitExactly) {
     SCOPED_TRACE(m);
     const QuantTensor q = load_fp_native(*src, m + ".weight");
     EXPECT_STREQ(weight_format_name(q.format), c.fmt.c_str());
-    EXPECT_EQ(src->natural_format(m + ".weight"), WeightFormat::kF32);
+    EXPECT_STREQ(weight_format_name(src->natural_format(m + ".weight")), c.fmt.c_str());
+    EXPECT_TRUE(src->has_fp_native(m + ".weight"));
     const bool full = m.find("k_proj") != std::string::npos;
     Tensor ref = g.tensor("ref." + m + ".weight" + (full ? "" : ".rows16"));
     Tensor d = dequantize_weight(q);
@@ -268,30 +266,43 @@ TEST_P(FpGolden, NativeCodesDequantizeBitExactly) {
 TEST_P(FpGolden, LogitsMatchHfOnDequantizedModel) {
   const FpCase& c = GetParam();
   SafetensorsFile g(fixture(c.name) + "/golden.safetensors");
-  auto exact = Transformer::load(fixture(c.name), ModelOptions{});
-  const LayerWeights& l = exact->weights().layers[0];
-  ASSERT_EQ(l.attn_qkv.mats.size(), 1u);
-  EXPECT_EQ(l.attn_qkv.mats[0].format, WeightFormat::kF32);
-  // k_proj rows of the fused q/k/v matrix are the reference bit for bit.
+  ModelOptions f32;
+  f32.weights = WeightFormat::kF32;  // dequantized exactly
+  auto exact = Transformer::load(fixture(c.name), f32);
+  const double e32 = worst_logit_err(*exact, g);
+  EXPECT_LE(e32, kTolF32);
   const ModelConfig& cfg = exact->config();
   const int64_t H = cfg.hidden_size, nq = cfg.n_heads * cfg.head_dim, nkv = cfg.n_kv_heads * cfg.head_dim;
   Tensor ref_k = g.tensor("ref.model.layers.0.self_attn.k_proj.weight");
-  Tensor qkv = dequantize_weight(l.attn_qkv.mats[0]);
-  int64_t diffs = 0;
-  for (int64_t i = 0; i < nkv * H; ++i) diffs += qkv.ptr<float>()[nq * H + i] != ref_k.ptr<float>()[i];
-  EXPECT_EQ(diffs, 0);
-  const double e32 = worst_logit_err(*exact, g);
-  EXPECT_LE(e32, kTolF32);
   for (const std::string& isa : available_isas()) {
     ModelOptions mo;
     mo.isa = isa;
-    mo.weights = weight_format_from_name(c.fmt);
-    auto requant = Transformer::load(fixture(c.name), mo);
-    EXPECT_EQ(requant->weights().layers[0].ffn_down.format, *mo.weights);
-    const double er = worst_logit_err(*requant, g);
-    EXPECT_LE(er, c.tol_requant) << isa;
-    std::printf("[quant golden] %-14s exact (f32): %.3g (tol %.3g)  --weights %s isa=%-6s: %.3g (tol %.3g)\n",
-                c.name.c_str(), e32, kTolF32, c.fmt.c_str(), isa.c_str(), er, c.tol_requant);
+    auto native = Transformer::load(fixture(c.name), mo);  // no --weights: the stored FP codes
+    const LayerWeights& l = native->weights().layers[0];
+    EXPECT_NE(native->weights().format_summary.find(c.fmt), std::string::npos) << native->weights().format_summary;
+    EXPECT_STREQ(weight_format_name(l.ffn_down.format), c.fmt.c_str());
+    EXPECT_STREQ(weight_format_name(l.attn_o.format), c.fmt.c_str());
+    ASSERT_EQ(l.attn_qkv.mats.size(), c.qkv_fused ? 1u : 3u);
+    for (const QuantTensor& m : l.attn_qkv.mats) EXPECT_STREQ(weight_format_name(m.format), c.fmt.c_str());
+    // k_proj rows (of the fused matrix, or the second part) are the reference bit for bit.
+    Tensor k = dequantize_weight(c.qkv_fused ? l.attn_qkv.mats[0] : l.attn_qkv.mats[1]);
+    EXPECT_EQ(0, std::memcmp(k.ptr<float>() + (c.qkv_fused ? nq * H : 0), ref_k.data(), nkv * H * sizeof(float)));
+    const double en = worst_logit_err(*native, g);
+    EXPECT_LE(en, kTolF32) << isa;
+    // Against our own f32 run of the same exact values.
+    double vs32 = 0;
+    for (int p = 0; p < std::stoi(g.metadata().at("n_prompts")); ++p) {
+      Tensor ids = g.tensor("p" + std::to_string(p) + ".input_ids");
+      const int64_t T = ids.numel(), V = cfg.vocab_size;
+      std::vector<float> a, b;
+      KvCache ca = native->new_cache(T), cb = exact->new_cache(T);
+      native->prefill(ids.ptr<int32_t>(), T, ca, a, /*all_logits=*/true);
+      exact->prefill(ids.ptr<int32_t>(), T, cb, b, /*all_logits=*/true);
+      for (int64_t t = 0; t < T; ++t) vs32 = std::max(vs32, rel_err(&a[t * V], &b[t * V], V));
+    }
+    EXPECT_LE(vs32, kTolF32) << isa;
+    std::printf("[quant golden] %-14s native %s isa=%-6s: vs HF %.3g, vs --weights f32 %.3g (tol %.3g); "
+                "--weights f32 vs HF %.3g\n", c.name.c_str(), c.fmt.c_str(), isa.c_str(), en, vs32, kTolF32, e32);
   }
 }
 

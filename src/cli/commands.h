@@ -11,6 +11,7 @@ int cmd_inspect(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
 int cmd_eval(const std::vector<std::string>& args);
 int cmd_check(const std::vector<std::string>& args);
+int cmd_quantize(const std::vector<std::string>& args);
 int cmd_serve(const std::vector<std::string>& args);
 
 }  // namespace blockspec

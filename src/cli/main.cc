@@ -22,6 +22,7 @@ const char* kUsage =
     "  eval       perplexity, KL divergence and top-1 agreement against a reference model\n"
     "  serve      OpenAI-compatible HTTP server (completions, chat, streaming, /metrics)\n"
     "  check      pre-flight check of a DFlash / DFlash2 drafter checkpoint (and its target)\n"
+    "  quantize   RTN / GPTQ to compressed-tensors or GPTQ checkpoints (targets and drafters)\n"
     "\n"
     "Run `blockspec COMMAND --help` for the flags of a command.\n";
 
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return blockspec::cmd_bench(rest);
     if (cmd == "eval") return blockspec::cmd_eval(rest);
     if (cmd == "check") return blockspec::cmd_check(rest);
+    if (cmd == "quantize") return blockspec::cmd_quantize(rest);
     if (cmd == "serve") return blockspec::cmd_serve(rest);
     std::fprintf(stderr, "blockspec: unknown command \"%s\" (run `blockspec --help`)\n", cmd.c_str());
     return 2;

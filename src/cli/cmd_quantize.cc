@@ -1,0 +1,167 @@
+// blockspec quantize IN OUT --scheme SCHEME [--method rtn|gptq] [--format compressed-tensors|gptq] ...
+//
+// IN: an HF safetensors directory (Qwen3 / Qwen2 / Llama target, DFlash / DFlash2 drafter) or a GGUF file; OUT:
+// an HF directory (quantize/quantize.h has the module rules, quantize/writer.h the formats). Prints, per
+// quantized layer, the relative output error ||W x - Wq x|| / ||W x|| (calibration inputs when there are any,
+// else random inputs) and a suggested `blockspec eval` command.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "base/error.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/model_files.h"
+#include "formats/dflash_config.h"
+#include "quantize/quantize.h"
+#include "tokenizer/tokenizer.h"
+
+namespace blockspec {
+
+namespace {
+
+std::vector<FlagSpec> flags() {
+  return {
+      {"--scheme", "-s", true, "w8a8, w4a16, w8a16, fp8, nvfp4 or mxfp4"},
+      {"--method", "", true, "rtn or gptq (default rtn; gptq needs --calib)"},
+      {"--format", "", true, "compressed-tensors (default) or gptq (w4a16 / w8a16 only)"},
+      {"--group", "", true, "int schemes: group size 128 (default) or -1 (per channel)"},
+      {"--asym", "", false, "w4a16 / w8a16: asymmetric (zero points; GPTQ writes gptq_v2)"},
+      {"--act-order", "", false, "gptq: columns by descending Hessian diagonal (static groups, trivial g_idx)"},
+      {"--fp8-strategy", "", true, "fp8 scales: channel (default) or tensor"},
+      {"--calib", "", true, "calibration text file (.jsonl: the string fields of each line)"},
+      {"--calib-tokens", "", true, "calibration tokens (default 2048)"},
+      {"--calib-window", "", true, "tokens per calibration sequence (default 512)"},
+      {"--damp", "", true, "gptq dampening, fraction of mean diag(H) (default 0.01)"},
+      {"--ignore", "", true, "keep modules dense: glob or re:REGEX on the module name (repeatable)"},
+      {"--fc-bits", "", true, "drafter fc: 4, 8 or 16 (dense); default as the scheme"},
+      {"--quantize-lm-head", "", false, "quantize lm_head too"},
+      {"--threads", "-t", true, "worker threads (default: all cores)"},
+      {"--json", "", false, "print the report as one JSON object on stdout"},
+      {"--help", "-h", false, "show this help"},
+  };
+}
+
+std::string read_calib(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("quantize: --calib ", path, ": cannot open (", std::strerror(errno), ")");
+  std::ostringstream s;
+  s << f.rdbuf();
+  std::string text = s.str();
+  if (path.size() < 6 || path.substr(path.size() - 6) != ".jsonl") return text;
+  std::string out, line;
+  std::istringstream in(text);
+  int64_t ln = 0;
+  while (std::getline(in, line)) {
+    ++ln;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      fail("quantize: --calib ", path, ":", ln, ": invalid JSON (", e.what(), ")");
+    }
+    for (const auto& [k, v] : j.items())
+      if (v.is_string()) out += v.get<std::string>() + "\n";
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+int cmd_quantize(const std::vector<std::string>& argv_in) {
+  // --ignore may repeat: collect every value, hand the rest to Args.
+  std::vector<std::string> argv, ignore;
+  for (size_t i = 0; i < argv_in.size(); ++i) {
+    if (argv_in[i] == "--ignore") {
+      if (i + 1 >= argv_in.size()) fail("quantize: --ignore needs a value");
+      ignore.push_back(argv_in[++i]);
+    } else if (argv_in[i].rfind("--ignore=", 0) == 0) {
+      ignore.push_back(argv_in[i].substr(9));
+    } else {
+      argv.push_back(argv_in[i]);
+    }
+  }
+  Args a("quantize", flags(), argv);
+  if (a.has("--help")) {
+    std::fputs(Args::usage("quantize", "IN OUT --scheme SCHEME [--method rtn|gptq] [--calib FILE] ...", flags()).c_str(),
+               stdout);
+    return 0;
+  }
+  if (a.positionals().size() != 2) fail("quantize: expected IN OUT (an HF directory or GGUF file, and the output directory)");
+  QuantizeOptions o;
+  o.in = a.positionals()[0];
+  o.out = a.positionals()[1];
+  o.scheme = qscheme_from_name(a.required("--scheme"));
+  const std::string method = a.str("--method", "rtn");
+  if (method != "rtn" && method != "gptq") fail("--method \"", method, "\": expected rtn or gptq");
+  o.gptq = method == "gptq";
+  const std::string fmt = a.str("--format", "compressed-tensors");
+  if (fmt != "compressed-tensors" && fmt != "gptq") fail("--format \"", fmt, "\": expected compressed-tensors or gptq");
+  o.format = fmt == "gptq" ? QFormat::kGptq : QFormat::kCompressedTensors;
+  o.group = a.integer("--group", 128);
+  o.asym = a.has("--asym");
+  o.act_order = a.has("--act-order");
+  if (o.act_order && !o.gptq) fail("--act-order needs --method gptq");
+  o.fp8_strategy = a.str("--fp8-strategy", "channel");
+  o.fc_bits = static_cast<int>(a.integer("--fc-bits", 0));
+  o.quantize_lm_head = a.has("--quantize-lm-head");
+  o.ignore = ignore;
+  o.damp = a.number("--damp", 0.01);
+  o.n_threads = static_cast<int>(a.integer("--threads", 0));
+  o.calib_window = a.integer("--calib-window", 512);
+  if (o.calib_window <= 0) fail("--calib-window must be > 0");
+  const int64_t calib_tokens = a.integer("--calib-tokens", 2048);
+  if (a.has("--calib")) {
+    if (is_draft_checkpoint(o.in)) {
+      std::fprintf(stderr, "quantize: %s is a drafter: calibration is not used (RTN)\n", o.in.c_str());
+    } else {
+      const Tokenizer tok = load_tokenizer(o.in);
+      std::vector<int32_t> ids = tok.encode(read_calib(a.str("--calib")));
+      if (static_cast<int64_t>(ids.size()) < calib_tokens)
+        std::fprintf(stderr, "quantize: --calib has only %zu tokens (asked for %lld)\n", ids.size(),
+                     static_cast<long long>(calib_tokens));
+      else
+        ids.resize(calib_tokens);
+      o.calib_ids = std::move(ids);
+    }
+  } else if (o.gptq && !is_draft_checkpoint(o.in)) {
+    fail("quantize: --method gptq needs --calib FILE (calibration text)");
+  }
+  const bool json_out = a.has("--json");
+  const QuantizeReport r = quantize_model(o);
+  FILE* hout = json_out ? stderr : stdout;
+  std::fprintf(hout, "%-52s %-34s %s\n", "module", "quantization", json_out || r.calib_tokens ? "rel. output error (calib)" : "rel. output error (random x)");
+  for (const LayerReport& l : r.layers)
+    std::fprintf(hout, "%-52s %-34s %.5f%s\n", l.module.c_str(), l.how.c_str(), l.rel_err, l.on_calib ? "" : " (random x)");
+  double mean = 0;
+  for (const LayerReport& l : r.layers) mean += l.rel_err;
+  if (!r.layers.empty()) mean /= static_cast<double>(r.layers.size());
+  std::fprintf(hout, "%zu modules quantized (mean rel. error %.5f), %zu linears dense, %lld tensors copied, %.1f MB written",
+               r.layers.size(), mean, r.dense_linears.size(), static_cast<long long>(r.n_copied), r.out_bytes / 1e6);
+  if (r.calib_tokens) std::fprintf(hout, "; calibration %lld tokens, %.1f s", static_cast<long long>(r.calib_tokens), r.calib_seconds);
+  std::fprintf(hout, "; %.1f s total\n", r.total_seconds);
+  for (const std::string& n : r.notes) std::fprintf(hout, "note: %s\n", n.c_str());
+  if (!is_draft_checkpoint(o.in))
+    std::fprintf(hout, "fidelity: blockspec eval -m %s --reference %s --text FILE\n", o.out.c_str(), o.in.c_str());
+  if (json_out) {
+    nlohmann::ordered_json j;
+    j["out"] = o.out;
+    j["calib_tokens"] = r.calib_tokens;
+    j["calib_seconds"] = r.calib_seconds;
+    j["total_seconds"] = r.total_seconds;
+    j["out_bytes"] = r.out_bytes;
+    j["dense_linears"] = r.dense_linears;
+    j["notes"] = r.notes;
+    for (const LayerReport& l : r.layers)
+      j["layers"].push_back({{"module", l.module}, {"how", l.how}, {"rel_err", l.rel_err}, {"on_calib", l.on_calib}});
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
+}  // namespace blockspec

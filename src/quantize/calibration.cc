@@ -1,0 +1,175 @@
+// See calibration.h. The layer mirrors Transformer::forward_batch (model/transformer.cc) without KV cache and
+// bf16 emulation: rmsnorm -> q/k/v (+bias) -> [qwen3: per-head q/k RMSNorm] -> RoPE (NeoX) -> causal GQA
+// attention -> o_proj -> residual; rmsnorm -> gate/up -> silu(gate) * up -> down -> residual.
+#include "quantize/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+#include "formats/hf_config.h"
+
+namespace blockspec {
+
+void accumulate_hessian(const OpContext& ctx, const float* X, int64_t T, int64_t K, std::vector<double>& H) {
+  if (H.empty()) H.assign(K * K, 0.0);
+  // Row i of the lower triangle: sum_t X[t, i] * X[t, 0..i]; f32 products per 64 tokens, summed in f64.
+  ctx.pool->parallel_for_grain(K, 8, [&](int64_t i0, int64_t i1) {
+    std::vector<float> acc(K);
+    for (int64_t i = i0; i < i1; ++i) {
+      double* h = H.data() + i * K;
+      for (int64_t t0 = 0; t0 < T; t0 += 64) {
+        std::fill(acc.begin(), acc.begin() + i + 1, 0.f);
+        const int64_t t1 = std::min(T, t0 + 64);
+        for (int64_t t = t0; t < t1; ++t) {
+          const float* x = X + t * K;
+          const float xi = x[i];
+          for (int64_t j = 0; j <= i; ++j) acc[j] += xi * x[j];
+        }
+        for (int64_t j = 0; j <= i; ++j) h[j] += acc[j];
+      }
+    }
+  });
+}
+
+void finish_hessian(std::vector<double>& H, int64_t K) {
+  for (int64_t i = 0; i < K; ++i)
+    for (int64_t j = i + 1; j < K; ++j) H[i * K + j] = H[j * K + i];
+}
+
+namespace {
+
+std::vector<float> tensor_f32(const Tensor& t) {
+  std::vector<float> v(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (t.dtype() == DType::kF32) v[i] = t.ptr<float>()[i];
+    else if (t.dtype() == DType::kBF16) v[i] = bf16_to_f32(t.ptr<uint16_t>()[i]);
+    else if (t.dtype() == DType::kF16) v[i] = f16_to_f32(t.ptr<uint16_t>()[i]);
+    else fail("calibration: tensor of dtype ", dtype_name(t.dtype()), " (expected F32, BF16 or F16)");
+  }
+  return v;
+}
+
+struct Lin {
+  std::vector<float> w, b;  // [N, K], [N] or empty
+  int64_t N = 0, K = 0;
+};
+
+Lin load_lin(const WeightSource& src, const std::string& m) {
+  Lin l;
+  const Shape s = src.shape(m + ".weight");
+  l.N = s[0], l.K = s[1];
+  l.w.resize(l.N * l.K);
+  src.load_rows(m + ".weight", 0, l.N, l.w.data());
+  if (src.has(m + ".bias")) l.b = tensor_f32(src.load(m + ".bias"));
+  return l;
+}
+
+void run_lin(const OpContext& ctx, const Lin& l, const float* x, float* y, int64_t M) {
+  const Tensor w = Tensor::view(DType::kF32, {l.N, l.K}, l.w.data());
+  linear(ctx, x, w, l.b.empty() ? nullptr : l.b.data(), y, M);
+}
+
+}  // namespace
+
+void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::vector<std::vector<int32_t>>& windows,
+                      const LayerCallback& on_layer) {
+  const ModelConfig& c = src.config();
+  const int64_t H = c.hidden_size, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, I = c.intermediate_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const RopeTables rope = compute_rope(c);
+  int64_t n = 0;
+  for (const auto& w : windows) n += static_cast<int64_t>(w.size());
+  if (n == 0) fail("calibration: no tokens");
+  std::vector<float> x(n * H);  // [n, H] residual stream of every window, back to back
+  {
+    const Tensor emb = src.load("model.embed_tokens.weight");
+    int64_t row = 0;
+    for (const auto& w : windows) {
+      for (int32_t id : w)
+        if (id < 0 || id >= emb.dim(0)) fail("calibration: token id ", id, " outside the embedding table");
+      embedding_lookup(emb, w.data(), static_cast<int64_t>(w.size()), x.data() + row * H);
+      row += static_cast<int64_t>(w.size());
+    }
+    src.release("model.embed_tokens.weight");
+  }
+  std::vector<float> xn(n * H), q(n * nh * hd), k(n * nkv * hd), v(n * nkv * hd), att(n * nh * hd), tmp(n * H);
+  std::vector<float> gate(n * I), up(n * I);
+  for (int64_t li = 0; li < c.n_layers; ++li) {
+    const std::string p = "model.layers." + std::to_string(li) + ".";
+    const std::vector<float> attn_norm = tensor_f32(src.load(p + "input_layernorm.weight"));
+    const std::vector<float> ffn_norm = tensor_f32(src.load(p + "post_attention_layernorm.weight"));
+    std::vector<float> qn, kn;
+    if (c.arch == Arch::kQwen3) {
+      qn = tensor_f32(src.load(p + "self_attn.q_norm.weight"));
+      kn = tensor_f32(src.load(p + "self_attn.k_norm.weight"));
+    }
+    std::map<std::string, Lin> lin;
+    for (const char* m : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+                          "mlp.up_proj", "mlp.down_proj"})
+      lin[p + m] = load_lin(src, p + m);
+    auto L = [&](const char* m) -> Lin& { return lin[p + m]; };
+    std::vector<float> x_in = x;  // the layer input, for the second pass
+    // pass 0: original weights, Hessians; pass 1: quantized weights, the next layer's input.
+    for (int pass = 0; pass < 2; ++pass) {
+      std::vector<double> h_attn, h_o, h_mlp, h_down;
+      if (pass == 1) x = x_in;
+      rmsnorm(x.data(), attn_norm.data(), eps, n, H, xn.data());
+      if (pass == 0) accumulate_hessian(ctx, xn.data(), n, H, h_attn);
+      run_lin(ctx, L("self_attn.q_proj"), xn.data(), q.data(), n);
+      run_lin(ctx, L("self_attn.k_proj"), xn.data(), k.data(), n);
+      run_lin(ctx, L("self_attn.v_proj"), xn.data(), v.data(), n);
+      if (c.arch == Arch::kQwen3) {
+        rmsnorm(q.data(), qn.data(), eps, n * nh, hd, q.data());
+        rmsnorm(k.data(), kn.data(), eps, n * nkv, hd, k.data());
+      }
+      int64_t row = 0;
+      for (const auto& w : windows) {
+        const int64_t t = static_cast<int64_t>(w.size());
+        std::vector<int64_t> pos(t);
+        for (int64_t i = 0; i < t; ++i) pos[i] = i;
+        rope_neox(q.data() + row * nh * hd, pos.data(), t, nh, hd, rope.inv_freq.data(), rope.rotary_dim,
+                  rope.attention_scaling);
+        rope_neox(k.data() + row * nkv * hd, pos.data(), t, nkv, hd, rope.inv_freq.data(), rope.rotary_dim,
+                  rope.attention_scaling);
+        AttentionShape as{t, 0, nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+        attention_causal(ctx, q.data() + row * nh * hd, k.data() + row * nkv * hd, v.data() + row * nkv * hd, as,
+                         att.data() + row * nh * hd);
+        row += t;
+      }
+      if (pass == 0) accumulate_hessian(ctx, att.data(), n, nh * hd, h_o);
+      run_lin(ctx, L("self_attn.o_proj"), att.data(), tmp.data(), n);
+      for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
+      rmsnorm(x.data(), ffn_norm.data(), eps, n, H, xn.data());
+      if (pass == 0) accumulate_hessian(ctx, xn.data(), n, H, h_mlp);
+      run_lin(ctx, L("mlp.gate_proj"), xn.data(), gate.data(), n);
+      run_lin(ctx, L("mlp.up_proj"), xn.data(), up.data(), n);
+      silu_mul(gate.data(), up.data(), n * I);
+      if (pass == 0) accumulate_hessian(ctx, gate.data(), n, I, h_down);
+      run_lin(ctx, L("mlp.down_proj"), gate.data(), tmp.data(), n);
+      for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
+      if (pass == 1) break;
+      LayerHessians hs;
+      auto share = [&](std::vector<double>& h, int64_t K, std::initializer_list<const char*> mods) {
+        finish_hessian(h, K);
+        auto sp = std::make_shared<std::vector<double>>(std::move(h));
+        for (const char* m : mods) hs[p + m] = sp;
+      };
+      share(h_attn, H, {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"});
+      share(h_o, nh * hd, {"self_attn.o_proj"});
+      share(h_mlp, H, {"mlp.gate_proj", "mlp.up_proj"});
+      share(h_down, I, {"mlp.down_proj"});
+      std::map<std::string, std::vector<float>> repl = on_layer(li, hs);
+      hs.clear();
+      if (repl.empty()) break;  // unchanged weights: pass 0's output is the next input
+      for (auto& [m, w] : repl) {
+        auto it = lin.find(m);
+        if (it == lin.end() || static_cast<int64_t>(w.size()) != it->second.N * it->second.K)
+          fail("calibration: replacement weight for ", m, " does not match the layer");
+        it->second.w = std::move(w);
+      }
+    }
+  }
+}
+
+}  // namespace blockspec

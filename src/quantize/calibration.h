@@ -1,0 +1,38 @@
+// GPTQ calibration of a dense target (Qwen3 / Qwen2 / Llama): runs the
+// calibration windows through the model one decoder layer at a time with the
+// public kernel API (the same operations as model/transformer.cc's forward,
+// f32 activations, no KV cache: each window is one causal sequence), and
+// accumulates per linear input H = sum x x^T (the Hessian of §4.2 up to a
+// positive scale). Layer i's inputs come from layers < i already quantized
+// (AutoGPTQ's order with true_sequential off): for each layer the callback
+// gets the Hessians computed with the original weights and returns the
+// dequantized weights that the layer then runs with to feed the next one.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "model/weight_source.h"
+
+namespace blockspec {
+
+using Hessian = std::shared_ptr<std::vector<double>>;  // [K, K], symmetric, sum over tokens of x x^T
+
+// module ("model.layers.3.mlp.down_proj") -> H of its input. Modules of one input share the same H.
+using LayerHessians = std::map<std::string, Hessian>;
+// Returns module -> dequantized [N, K] weight to use from now on (modules absent keep their original weight).
+using LayerCallback = std::function<std::map<std::string, std::vector<float>>(int64_t layer, const LayerHessians&)>;
+
+// windows: token ids, each a fresh causal sequence.
+void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::vector<std::vector<int32_t>>& windows,
+                      const LayerCallback& on_layer);
+
+// H [K, K] += X^T X for X [T, K] (lower triangle accumulated, then mirrored by finish_hessian).
+void accumulate_hessian(const OpContext& ctx, const float* X, int64_t T, int64_t K, std::vector<double>& H);
+void finish_hessian(std::vector<double>& H, int64_t K);
+
+}  // namespace blockspec

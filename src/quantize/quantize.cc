@@ -1,0 +1,372 @@
+// See quantize.h.
+#include "quantize/quantize.h"
+
+#include <fnmatch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
+#include <sstream>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "formats/gguf.h"
+#include "formats/gguf_model.h"
+#include "formats/hf_config.h"
+#include "formats/quant_config.h"
+#include "formats/safetensors.h"
+#include "kernels/kernel_table.h"
+#include "quantize/calibration.h"
+#include "quantize/gptq.h"
+#include "quantize/hf_export.h"
+
+namespace blockspec {
+
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+bool matches_ignore(const std::vector<std::string>& patterns, const std::string& module) {
+  for (const std::string& p : patterns) {
+    if (p.rfind("re:", 0) == 0) {
+      std::smatch m;
+      try {
+        if (std::regex_search(module, m, std::regex(p.substr(3)), std::regex_constants::match_continuous)) return true;
+      } catch (const std::regex_error& e) {
+        fail("--ignore \"", p, "\": not a valid regex (", e.what(), ")");
+      }
+    } else if (p == module || fnmatch(p.c_str(), module.c_str(), 0) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+std::string last_part(const std::string& m) { return m.substr(m.rfind('.') + 1); }
+
+// What compressed-tensors' "Linear" class target selects in these models (model/quant_checkpoint.cc).
+bool is_linear(const std::string& m) {
+  const std::string l = last_part(m);
+  return ends_with(l, "_proj") || l == "lm_head" || l == "fc" || l == "kernel_projection" || l == "hidden_projection";
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(path, ": cannot open");
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  if (!f) fail(path, ": cannot create");
+  f << text;
+  if (!f) fail(path, ": write error");
+}
+
+std::vector<float> to_f32(const Tensor& t, const std::string& what) {
+  std::vector<float> v(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (t.dtype() == DType::kF32) v[i] = t.ptr<float>()[i];
+    else if (t.dtype() == DType::kBF16) v[i] = bf16_to_f32(t.ptr<uint16_t>()[i]);
+    else if (t.dtype() == DType::kF16) v[i] = f16_to_f32(t.ptr<uint16_t>()[i]);
+    else fail(what, ": dtype ", dtype_name(t.dtype()), " cannot be quantized (expected F32, BF16 or F16)");
+  }
+  return v;
+}
+
+// The model being quantized: tensors by HF name, raw (to copy) and as f32 (to quantize).
+struct Input {
+  bool gguf = false;
+  bool is_draft = false;
+  std::unique_ptr<SafetensorsCheckpoint> ckpt;  // HF
+  std::unique_ptr<WeightSource> src;            // GGUF (always), HF target (for calibration)
+  std::vector<std::string> names;
+
+  Tensor raw(const std::string& n) const { return gguf ? src->load(n) : ckpt->tensor(n); }
+  Shape shape(const std::string& n) const { return gguf ? src->shape(n) : ckpt->entry(n).shape; }
+  DType dtype(const std::string& n) const { return gguf ? raw(n).dtype() : ckpt->entry(n).dtype; }
+};
+
+Input open_input(const std::string& path) {
+  Input in;
+  const std::string g = gguf_path_of(path);
+  if (!g.empty()) {
+    in.gguf = true;
+    in.src = open_weight_source(g);
+    GgufFile f(g);
+    for (const auto& t : f.tensors())
+      if (auto hf = gguf_to_hf_name(t.name)) in.names.push_back(*hf);
+    std::sort(in.names.begin(), in.names.end());
+    return in;
+  }
+  if (!fs::is_directory(path)) fail(path, ": not an HF model directory or a GGUF file");
+  if (!fs::exists(path + "/config.json")) fail(path, ": no config.json (expected an HF model directory)");
+  if (auto qc = load_quant_config(path))
+    fail(path, ": already quantized (", qc->what, "); quantize a dense checkpoint");
+  in.ckpt = std::make_unique<SafetensorsCheckpoint>(path);
+  in.names = in.ckpt->names();
+  const ojson cfg = ojson::parse(read_file(path + "/config.json"));
+  if (cfg.contains("architectures") && cfg["architectures"].is_array() && !cfg["architectures"].empty() &&
+      cfg["architectures"][0].is_string())
+    in.is_draft = draft_method_of_architecture(cfg["architectures"][0].get<std::string>()) != nullptr;
+  return in;
+}
+
+bool tty() { return isatty(2) == 1; }
+
+void progress(bool on, const char* what, int64_t done, int64_t total) {
+  if (!on) return;
+  const int w = 40, f = static_cast<int>(w * std::min(done, total) / std::max<int64_t>(total, 1));
+  std::fprintf(stderr, "\r%s [%.*s%*s] %lld/%lld", what, f, "########################################", w - f, "",
+               static_cast<long long>(done), static_cast<long long>(total));
+  if (done >= total) std::fprintf(stderr, "\n");
+}
+
+// ||(W - Wq) X^T|| / ||W X^T|| from H = X^T X: sqrt(sum_n d_n^T H d_n / sum_n w_n^T H w_n) over (up to) 128
+// evenly spaced rows; without H, over 16 random N(0, 1) inputs.
+double relative_error(const float* w, const std::vector<float>& wq, int64_t N, int64_t K, const std::vector<double>* H,
+                      ThreadPool& pool) {
+  const int64_t rows = std::min<int64_t>(N, 128), step = N / rows;
+  std::vector<double> num(rows, 0.0), den(rows, 0.0);
+  if (H != nullptr) {
+    pool.parallel_for(rows, [&](int64_t a, int64_t b) {
+      std::vector<double> d(K), x(K);
+      for (int64_t r = a; r < b; ++r) {
+        const int64_t n = r * step;
+        for (int64_t k = 0; k < K; ++k) x[k] = w[n * K + k], d[k] = x[k] - wq[n * K + k];
+        double sn = 0, sd = 0;
+        for (int64_t i = 0; i < K; ++i) {
+          const double* h = H->data() + i * K;
+          double hd = 0, hx = 0;
+          for (int64_t j = 0; j < K; ++j) hd += h[j] * d[j], hx += h[j] * x[j];
+          sn += d[i] * hd, sd += x[i] * hx;
+        }
+        num[r] = sn, den[r] = sd;
+      }
+    });
+  } else {
+    std::mt19937 rng(1234);
+    std::normal_distribution<float> nd;
+    std::vector<float> xs(16 * K);
+    for (float& v : xs) v = nd(rng);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t n = r * step;
+      for (int64_t s = 0; s < 16; ++s) {
+        double a = 0, b = 0;
+        for (int64_t k = 0; k < K; ++k) a += double(w[n * K + k]) * xs[s * K + k], b += double(wq[n * K + k]) * xs[s * K + k];
+        num[r] += (a - b) * (a - b), den[r] += a * a;
+      }
+    }
+  }
+  double sn = 0, sd = 0;
+  for (int64_t r = 0; r < rows; ++r) sn += num[r], sd += den[r];
+  return sd > 0 ? std::sqrt(std::max(0.0, sn) / sd) : 0.0;
+}
+
+}  // namespace
+
+QuantizeReport quantize_model(const QuantizeOptions& o) {
+  const auto t_start = std::chrono::steady_clock::now();
+  QuantizeReport rep;
+  const bool is_float = o.scheme == QScheme::kFP8 || o.scheme == QScheme::kNVFP4 || o.scheme == QScheme::kMXFP4;
+  if (o.format == QFormat::kGptq && (is_float || o.scheme == QScheme::kW8A8))
+    fail("--format gptq: only the weight-only integer schemes w4a16 and w8a16 (", qscheme_name(o.scheme),
+         " needs --format compressed-tensors)");
+  if (o.asym && (is_float || o.scheme == QScheme::kW8A8))
+    fail("--asym: only for w4a16 and w8a16 (", qscheme_name(o.scheme), " is symmetric)");
+  if (o.group != 128 && o.group != -1) fail("--group ", o.group, ": expected 128 or -1 (per channel)");
+  if (o.fp8_strategy != "tensor" && o.fp8_strategy != "channel")
+    fail("--fp8-strategy \"", o.fp8_strategy, "\": expected tensor or channel");
+  if (o.fc_bits != 0 && o.fc_bits != 4 && o.fc_bits != 8 && o.fc_bits != 16) fail("--fc-bits ", o.fc_bits, ": expected 4, 8 or 16");
+
+  Input in = open_input(o.in);
+  ThreadPool pool(o.n_threads);
+  const KernelTable kt = select_kernels("");
+  const OpContext ctx{&kt, &pool};
+  const bool bar = o.progress && tty();
+
+  auto spec_for = [&](QScheme sch, DType wdt) {
+    QuantSpec s;
+    s.scheme = sch;
+    s.weight_dtype = wdt;
+    s.scale_dtype = o.format == QFormat::kGptq ? DType::kF16
+                    : (wdt == DType::kBF16 || wdt == DType::kF16 || wdt == DType::kF32) ? wdt
+                                                                                          : DType::kF16;
+    switch (sch) {
+      case QScheme::kW4A16: s.bits = 4, s.group = o.group, s.sym = !o.asym; break;
+      case QScheme::kW8A16: s.bits = 8, s.group = o.group, s.sym = !o.asym; break;
+      case QScheme::kW8A8: s.bits = 8, s.group = o.group; break;
+      case QScheme::kFP8: s.bits = 8, s.is_float = true, s.group = o.fp8_strategy == "tensor" ? 0 : -1; break;
+      case QScheme::kNVFP4: s.bits = 4, s.is_float = true, s.group = 16; break;
+      case QScheme::kMXFP4: s.bits = 4, s.is_float = true, s.group = 32; break;
+    }
+    return s;
+  };
+  // The drafter's fc: the scheme itself, or another integer width.
+  auto fc_scheme = [&]() -> QScheme {
+    const int bits = (o.scheme == QScheme::kW4A16 || o.scheme == QScheme::kNVFP4 || o.scheme == QScheme::kMXFP4) ? 4 : 8;
+    if (o.fc_bits == 0 || o.fc_bits == bits) return o.scheme;
+    if (is_float) fail("--fc-bits ", o.fc_bits, " with --scheme ", qscheme_name(o.scheme), ": only 16 (dense) or ", bits);
+    if (o.format == QFormat::kGptq)
+      fail("--fc-bits ", o.fc_bits, " with --format gptq: GPTQ checkpoints have one bit width (use compressed-tensors)");
+    return o.fc_bits == 4 ? QScheme::kW4A16 : (o.scheme == QScheme::kW8A8 ? QScheme::kW8A8 : QScheme::kW8A16);
+  };
+
+  // ---- which modules ----
+  std::vector<std::string> quant_mods;           // in name order
+  std::map<std::string, QuantSpec> specs;
+  for (const std::string& n : in.names) {
+    if (!ends_with(n, ".weight") || in.shape(n).size() != 2) continue;
+    const std::string m = n.substr(0, n.size() - 7);
+    if (!is_linear(m)) continue;  // embeddings, norms, codebooks
+    const std::string l = last_part(m);
+    bool q = ends_with(l, "_proj") || (l == "fc" && in.is_draft && o.fc_bits != 16) || (l == "lm_head" && o.quantize_lm_head);
+    if (q && matches_ignore(o.ignore, m)) q = false;
+    if (!q) {
+      rep.dense_linears.push_back(m);
+      continue;
+    }
+    const DType wdt = in.dtype(n);
+    specs[m] = spec_for(l == "fc" ? fc_scheme() : o.scheme, wdt);
+    quant_mods.push_back(m);
+  }
+  // Tied embeddings: HF still builds an lm_head Linear, which the class target "Linear" would select.
+  if (!in.is_draft && !o.quantize_lm_head &&
+      std::find(rep.dense_linears.begin(), rep.dense_linears.end(), "lm_head") == rep.dense_linears.end())
+    rep.dense_linears.push_back("lm_head");
+  if (quant_mods.empty()) fail(o.in, ": no module to quantize (every linear is ignored or none is a *_proj)");
+
+  // ---- quantize ----
+  std::map<std::string, QuantWeight> done;
+  int64_t n_done = 0;
+  auto quantize_one = [&](const std::string& m, const float* w, const std::vector<double>* H) {
+    const Shape s = in.shape(m + ".weight");
+    QuantWeight qw = make_params(specs.at(m), w, s[0], s[1]);
+    std::string how = specs.at(m).describe();
+    if (H != nullptr && o.gptq) {
+      GptqOptions g;
+      g.percdamp = o.damp;
+      g.act_order = o.act_order;
+      if (gptq_quantize(qw, w, *H, g, pool)) how += o.act_order ? " gptq act-order" : " gptq";
+      else how += " rtn (GPTQ: H not positive definite)";
+    } else {
+      quantize_rtn(qw, w);
+      how += " rtn";
+    }
+    const std::vector<float> deq = dequantize_all(qw);
+    rep.layers.push_back({m, how, relative_error(w, deq, s[0], s[1], H, pool), H != nullptr});
+    done.emplace(m, std::move(qw));
+    progress(bar, "quantize", ++n_done, static_cast<int64_t>(quant_mods.size()));
+    return deq;
+  };
+
+  const bool calibrate = !o.calib_ids.empty() && !in.is_draft;
+  if (o.gptq && in.is_draft) rep.notes.push_back("drafter: GPTQ calibration is not implemented for drafters; RTN used");
+  if (o.gptq && o.calib_ids.empty()) fail("--method gptq needs calibration text (--calib FILE)");
+  if (calibrate) {
+    if (!in.src) in.src = open_weight_source(o.in);
+    std::vector<std::vector<int32_t>> windows;
+    for (size_t i = 0; i < o.calib_ids.size(); i += o.calib_window)
+      windows.emplace_back(o.calib_ids.begin() + i,
+                           o.calib_ids.begin() + std::min(o.calib_ids.size(), i + static_cast<size_t>(o.calib_window)));
+    rep.calib_tokens = static_cast<int64_t>(o.calib_ids.size());
+    const auto t0 = std::chrono::steady_clock::now();
+    calibrate_layers(*in.src, ctx, windows, [&](int64_t, const LayerHessians& hs) {
+      std::map<std::string, std::vector<float>> repl;
+      for (const auto& [m, H] : hs) {
+        if (!specs.count(m)) continue;  // ignored: stays dense
+        const Shape s = in.shape(m + ".weight");
+        std::vector<float> w(s[0] * s[1]);
+        in.src->load_rows(m + ".weight", 0, s[0], w.data());
+        repl[m] = quantize_one(m, w.data(), H.get());
+      }
+      return repl;
+    });
+    rep.calib_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  for (const std::string& m : quant_mods) {
+    if (done.count(m)) continue;
+    const std::vector<float> w = to_f32(in.raw(m + ".weight"), m + ".weight");
+    quantize_one(m, w.data(), nullptr);
+  }
+  std::sort(rep.layers.begin(), rep.layers.end(), [](const LayerReport& a, const LayerReport& b) { return a.module < b.module; });
+
+  // ---- write ----
+  fs::create_directories(o.out);
+  NamedTensors tensors;
+  for (const std::string& n : in.names) {
+    const std::string m = ends_with(n, ".weight") ? n.substr(0, n.size() - 7) : "";
+    if (!m.empty() && done.count(m)) continue;
+    tensors.emplace_back(n, in.raw(n));
+    ++rep.n_copied;
+  }
+  for (const std::string& m : quant_mods) {
+    if (o.format == QFormat::kGptq) append_gptq_tensors(m, done.at(m), tensors);
+    else append_ct_tensors(m, done.at(m), tensors);
+  }
+  const std::string st = o.out + "/model.safetensors";
+  write_safetensors(st, tensors, {{"format", "pt"}});
+  rep.out_bytes = fs::file_size(st);
+
+  ojson cfg = in.gguf ? hf_config_json(in.src->config(), in.src->has("lm_head.weight"))
+                      : ojson::parse(read_file(o.in + "/config.json"));
+  ojson qc;
+  if (o.format == QFormat::kGptq) {
+    qc = gptq_quant_config(specs.at(quant_mods[0]), o.act_order, o.damp);
+    write_file(o.out + "/quantize_config.json", qc.dump(2) + "\n");
+  } else {
+    std::vector<ConfigGroup> groups;
+    for (const std::string& m : quant_mods) {
+      const QuantSpec& s = specs.at(m);
+      auto it = std::find_if(groups.begin(), groups.end(), [&](const ConfigGroup& g) {
+        return g.spec.describe() == s.describe() && g.spec.scale_dtype == s.scale_dtype;
+      });
+      if (it == groups.end()) groups.push_back({s, {}}), it = groups.end() - 1;
+      it->targets.push_back(m);
+    }
+    // One group: the class target "Linear" with every dense linear in "ignore"; several (a drafter's fc at another
+    // width): the main group keeps "Linear", the others name their modules exactly (exact beats class).
+    size_t main = 0;
+    for (size_t i = 0; i < groups.size(); ++i)
+      if (std::any_of(groups[i].targets.begin(), groups[i].targets.end(),
+                      [](const std::string& m) { return last_part(m) != "fc"; }))
+        main = i;
+    groups[main].targets = {"Linear"};
+    if (main != 0) std::swap(groups[0], groups[main]);
+    qc = ct_quant_config(groups, rep.dense_linears, o.act_order && o.gptq ? "static" : "");
+  }
+  cfg["quantization_config"] = qc;
+  write_file(o.out + "/config.json", cfg.dump(2) + "\n");
+
+  // Tokenizer and the other small files.
+  if (in.gguf) {
+    for (const std::string& note : export_gguf_tokenizer(gguf_path_of(o.in), o.out)) rep.notes.push_back(note);
+  } else {
+    for (const auto& e : fs::directory_iterator(o.in)) {
+      const std::string name = e.path().filename().string();
+      if (!e.is_regular_file() || ends_with(name, ".safetensors") || name == "model.safetensors.index.json" ||
+          name == "config.json" || name == "quantize_config.json")
+        continue;
+      fs::copy_file(e.path(), o.out + "/" + name, fs::copy_options::overwrite_existing);
+    }
+  }
+  rep.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  return rep;
+}
+
+}  // namespace blockspec

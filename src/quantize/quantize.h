@@ -1,0 +1,69 @@
+// `blockspec quantize`: an HF safetensors directory (Qwen3 / Qwen2 / Llama
+// target, or a DFlash / DFlash2 drafter) or a GGUF file in, an HF directory
+// with a GPTQ or compressed-tensors checkpoint out (quantize/writer.h).
+//
+// Module rules: every "*_proj" linear is quantized; a drafter's "fc" follows
+// fc_bits (0: the scheme's, 16: dense); norms, RoPE buffers, DFlash2 conv
+// kernels (base_kernel, kernel_projection), selector codebooks and
+// hidden_projection, embeddings and lm_head (unless quantize_lm_head) stay
+// dense, as do modules matching an `ignore` pattern ("re:<regex>" matched at
+// the start like compressed-tensors, else a glob on the module name). Every
+// tensor not quantized is copied byte for byte (same dtype). config.json keeps
+// every field and gains quantization_config (linears left dense listed in
+// "ignore").
+//
+// Methods: RTN, or GPTQ (quantize/gptq.h) with Hessians from blockspec's own
+// layer-by-layer forward over calibration token windows (quantize/
+// calibration.h; targets only: a drafter is RTN).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "quantize/quantizer.h"
+#include "quantize/writer.h"
+
+namespace blockspec {
+
+struct QuantizeOptions {
+  std::string in, out;
+  QScheme scheme = QScheme::kW4A16;
+  QFormat format = QFormat::kCompressedTensors;
+  bool gptq = false;
+  int64_t group = 128;               // int schemes: 128 or -1 (per channel)
+  bool asym = false;                 // int weight-only schemes
+  bool act_order = false;            // GPTQ: columns by descending diag(H), static groups
+  std::string fp8_strategy = "channel";  // "tensor" | "channel"
+  int fc_bits = 0;                   // drafter fc: 0 = as the scheme, 4, 8, 16 = dense
+  bool quantize_lm_head = false;
+  std::vector<std::string> ignore;   // patterns of modules kept dense
+  std::vector<int32_t> calib_ids;    // calibration tokens (GPTQ); cut into windows
+  int64_t calib_window = 512;
+  double damp = 0.01;
+  int n_threads = 0;
+  bool progress = true;              // progress bar on stderr (TTY only)
+};
+
+struct LayerReport {
+  std::string module;
+  std::string how;      // "int4 sym g128 gptq"
+  double rel_err = 0;   // ||W x - Wq x|| / ||W x|| over calibration inputs (or random inputs)
+  bool on_calib = false;
+};
+
+struct QuantizeReport {
+  std::vector<LayerReport> layers;
+  std::vector<std::string> dense_linears;  // linear modules kept dense (config "ignore")
+  int64_t n_copied = 0;                    // tensors copied byte for byte
+  int64_t calib_tokens = 0;
+  double calib_seconds = 0, total_seconds = 0;
+  uint64_t out_bytes = 0;
+  std::vector<std::string> notes;          // e.g. "drafter: RTN"
+};
+
+QuantizeReport quantize_model(const QuantizeOptions& opts);
+
+// true when `module` matches one of the --ignore patterns.
+bool matches_ignore(const std::vector<std::string>& patterns, const std::string& module);
+
+}  // namespace blockspec

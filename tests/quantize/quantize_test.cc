@@ -1,0 +1,268 @@
+// blockspec quantize: every scheme and format written from the tiny fixtures loads back through the quantized
+// loader (model/quant_checkpoint.h) to exactly the values our quantizer produced; every tensor not quantized is
+// byte-identical; drafters pass check_drafter; GPTQ beats RTN on its calibration inputs.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "base/thread_pool.h"
+#include "formats/quant_config.h"
+#include "formats/safetensors.h"
+#include "kernels/quant.h"
+#include "model/dflash_check.h"
+#include "model/transformer.h"
+#include "model/weight_source.h"
+#include "quantize/gptq.h"
+#include "quantize/quantize.h"
+
+namespace blockspec {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kSrc = BS_SOURCE_DIR;
+const std::string kTiny = kSrc + "/tests/fixtures/golden/qwen3-tiny-f32";
+
+std::string tmp_dir(const std::string& name) {
+  const std::string d = (fs::temp_directory_path() / ("bs_quantize_test_" + std::to_string(getpid()) + "_" + name)).string();
+  fs::remove_all(d);
+  return d;
+}
+
+std::vector<float> f32_of(const Tensor& t) {
+  std::vector<float> v(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i)
+    v[i] = t.dtype() == DType::kF32 ? t.ptr<float>()[i]
+           : t.dtype() == DType::kBF16 ? bf16_to_f32(t.ptr<uint16_t>()[i]) : f16_to_f32(t.ptr<uint16_t>()[i]);
+  return v;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+// The spec quantize_model uses for a module of dtype wdt (the same rules, restated).
+QuantSpec spec_of(const QuantizeOptions& o, DType wdt, bool fc = false) {
+  QuantSpec s;
+  QScheme sch = o.scheme;
+  if (fc && o.fc_bits == 4) sch = QScheme::kW4A16;
+  s.scheme = sch;
+  s.weight_dtype = wdt;
+  s.scale_dtype = o.format == QFormat::kGptq ? DType::kF16 : wdt;
+  s.bits = (sch == QScheme::kW4A16 || sch == QScheme::kNVFP4 || sch == QScheme::kMXFP4) ? 4 : 8;
+  s.is_float = sch == QScheme::kFP8 || sch == QScheme::kNVFP4 || sch == QScheme::kMXFP4;
+  s.sym = !o.asym;
+  s.group = sch == QScheme::kFP8 ? (o.fp8_strategy == "tensor" ? 0 : -1) : sch == QScheme::kNVFP4 ? 16
+            : sch == QScheme::kMXFP4 ? 32 : o.group;
+  return s;
+}
+
+struct Case {
+  QScheme scheme;
+  QFormat format;
+  std::string fp8 = "channel";
+  int64_t group = 128;
+};
+
+// Round trip: out loads through open_weight_source (quantized loader), every quantized module's exact
+// dequantization equals ours bit for bit, the rest is byte-identical.
+void check_round_trip(const std::string& in, const std::string& out, const QuantizeOptions& o, bool drafter) {
+  SafetensorsCheckpoint a(in), b(out);
+  int n_quant = 0;
+  std::unique_ptr<WeightSource> src;
+  if (!drafter) src = open_weight_source(out);
+  for (const std::string& n : a.names()) {
+    const bool stored_quantized = b.has(n) && (b.entry(n).dtype == DType::kI8 || b.entry(n).dtype == DType::kF8_E4M3);
+    if (b.has(n) && !stored_quantized) {
+      EXPECT_TRUE(same_bytes(a.tensor(n), b.tensor(n))) << n << " changed";
+      continue;
+    }
+    ASSERT_TRUE(n.size() > 7 && n.substr(n.size() - 7) == ".weight") << n << " missing from the output";
+    if (stored_quantized) EXPECT_EQ(b.entry(n).shape, a.entry(n).shape) << n;
+    const std::string m = n.substr(0, n.size() - 7);
+    const Tensor w = a.tensor(n);
+    const std::vector<float> wf = f32_of(w);
+    QuantWeight qw = make_params(spec_of(o, w.dtype(), m == "fc"), wf.data(), w.dim(0), w.dim(1));
+    quantize_rtn(qw, wf.data());
+    const std::vector<float> mine = dequantize_all(qw);
+    ++n_quant;
+    if (!src) continue;
+    const Tensor got = src->load(n);
+    ASSERT_EQ(got.dtype(), DType::kF32) << n;
+    ASSERT_EQ(got.numel(), static_cast<int64_t>(mine.size())) << n;
+    EXPECT_EQ(std::memcmp(got.data(), mine.data(), mine.size() * 4), 0) << n << ": loaded values differ";
+  }
+  EXPECT_GT(n_quant, 0);
+}
+
+class RoundTrip : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RoundTrip, TinyQwen3LoadsBackExactly) {
+  const Case c = GetParam();
+  QuantizeOptions o;
+  o.in = kTiny;
+  o.out = tmp_dir(std::string(qscheme_name(c.scheme)) + (c.format == QFormat::kGptq ? "_gptq" : "_ct") + c.fp8 +
+                  std::to_string(c.group));
+  o.scheme = c.scheme;
+  o.format = c.format;
+  o.fp8_strategy = c.fp8;
+  o.group = c.group;
+  o.progress = false;
+  o.n_threads = 1;
+  const QuantizeReport r = quantize_model(o);
+  EXPECT_EQ(r.layers.size(), 21u);
+  check_round_trip(kTiny, o.out, o, false);
+  // The engine runs it: the dequantized QuantTensor of a loaded layer equals our values too.
+  ModelOptions mo;
+  mo.n_threads = 1;
+  auto t = Transformer::load(o.out, mo);
+  SafetensorsCheckpoint a(kTiny);
+  const std::vector<float> wf = f32_of(a.tensor("model.layers.1.mlp.down_proj.weight"));
+  const Tensor w = a.tensor("model.layers.1.mlp.down_proj.weight");
+  QuantWeight qw = make_params(spec_of(o, w.dtype()), wf.data(), w.dim(0), w.dim(1));
+  quantize_rtn(qw, wf.data());
+  const std::vector<float> mine = dequantize_all(qw);
+  const Tensor got = dequantize_weight(t->weights().layers[1].ffn_down);
+  ASSERT_EQ(got.numel(), static_cast<int64_t>(mine.size()));
+  EXPECT_EQ(std::memcmp(got.ptr<float>(), mine.data(), mine.size() * 4), 0);
+  fs::remove_all(o.out);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schemes, RoundTrip,
+    ::testing::Values(Case{QScheme::kW4A16, QFormat::kCompressedTensors}, Case{QScheme::kW8A16, QFormat::kCompressedTensors},
+                      Case{QScheme::kW8A8, QFormat::kCompressedTensors}, Case{QScheme::kFP8, QFormat::kCompressedTensors},
+                      Case{QScheme::kFP8, QFormat::kCompressedTensors, "tensor"},
+                      Case{QScheme::kNVFP4, QFormat::kCompressedTensors}, Case{QScheme::kMXFP4, QFormat::kCompressedTensors},
+                      Case{QScheme::kW4A16, QFormat::kGptq}, Case{QScheme::kW8A16, QFormat::kGptq},
+                      Case{QScheme::kW4A16, QFormat::kCompressedTensors, "channel", -1},
+                      Case{QScheme::kW8A16, QFormat::kGptq, "channel", -1}));
+
+TEST(Quantize, ConfigKeepsEveryFieldAndListsDenseLinears) {
+  QuantizeOptions o;
+  o.in = kTiny;
+  o.out = tmp_dir("cfg");
+  o.scheme = QScheme::kW4A16;
+  o.ignore = {"re:.*layers\\.0\\.mlp\\.", "*.o_proj"};
+  o.progress = false;
+  const QuantizeReport r = quantize_model(o);
+  EXPECT_EQ(r.layers.size(), 21u - 3u - 3u);
+  auto read = [](const std::string& p) {
+    std::ifstream f(p);
+    return nlohmann::json::parse(f);
+  };
+  nlohmann::json in = read(kTiny + "/config.json"), out = read(o.out + "/config.json");
+  ASSERT_TRUE(out.contains("quantization_config"));
+  const nlohmann::json qc = out["quantization_config"];
+  out.erase("quantization_config");
+  EXPECT_EQ(in, out);
+  EXPECT_EQ(qc["quant_method"], "compressed-tensors");
+  EXPECT_EQ(qc["format"], "pack-quantized");
+  std::vector<std::string> ign = qc["ignore"];
+  EXPECT_EQ(ign.size(), 7u);  // 3 MLP of layer 0, 3 o_proj, lm_head (tied)
+  EXPECT_NE(std::find(ign.begin(), ign.end(), "lm_head"), ign.end());
+  EXPECT_NE(std::find(ign.begin(), ign.end(), "model.layers.2.self_attn.o_proj"), ign.end());
+  check_round_trip(kTiny, o.out, o, false);
+  EXPECT_TRUE(fs::exists(o.out + "/tokenizer.json"));
+  fs::remove_all(o.out);
+}
+
+TEST(Quantize, DrafterPassesCheckAndKeepsDenseBytes) {
+  for (const char* d : {"dflash", "dflash2"})
+    for (QScheme s : {QScheme::kW4A16, QScheme::kW8A8, QScheme::kNVFP4, QScheme::kFP8})
+      for (int fc : {0, 16}) {
+        QuantizeOptions o;
+        o.in = kSrc + "/tests/fixtures/dflash/" + d;
+        o.out = tmp_dir(std::string(d) + qscheme_name(s) + std::to_string(fc));
+        o.scheme = s;
+        o.fc_bits = fc;
+        o.progress = false;
+        const QuantizeReport r = quantize_model(o);
+        SCOPED_TRACE(std::string(d) + " " + qscheme_name(s) + " fc " + std::to_string(fc));
+        const auto problems = check_drafter(o.out, nullptr);
+        for (const auto& p : problems) ADD_FAILURE() << p.name << ": " << p.message;
+        check_round_trip(o.in, o.out, o, true);
+        SafetensorsCheckpoint b(o.out);
+        const bool fc_dense = b.has("fc.weight") && b.entry("fc.weight").dtype != DType::kI8 &&
+                              b.entry("fc.weight").dtype != DType::kF8_E4M3;
+        EXPECT_EQ(fc_dense, fc == 16);
+        if (std::string(d) == "dflash2") {  // conv kernels, codebooks and the selector projection stay dense
+          for (const std::string& n : b.names())
+            if (n.find("kernel_projection") != std::string::npos || n.find("hidden_projection") != std::string::npos)
+              EXPECT_TRUE(n.size() > 7 && n.substr(n.size() - 7) == ".weight") << n;
+        }
+        fs::remove_all(o.out);
+      }
+}
+
+TEST(Quantize, DrafterFcAtAnotherWidth) {
+  QuantizeOptions o;
+  o.in = kSrc + "/tests/fixtures/dflash/dflash";
+  o.out = tmp_dir("fc4");
+  o.scheme = QScheme::kW8A8;
+  o.fc_bits = 4;
+  o.progress = false;
+  quantize_model(o);
+  EXPECT_TRUE(check_drafter(o.out, nullptr).empty());
+  SafetensorsCheckpoint b(o.out);
+  EXPECT_EQ(b.entry("fc.weight_packed").dtype, DType::kI32);
+  EXPECT_EQ(b.entry("layers.0.mlp.down_proj.weight").dtype, DType::kI8);
+  check_round_trip(o.in, o.out, o, true);
+  fs::remove_all(o.out);
+}
+
+// GPTQ: on its own calibration inputs the layer output error is below RTN's, and the result loads back.
+TEST(Quantize, GptqBeatsRtnOnCalibration) {
+  std::mt19937 rng(7);
+  std::vector<int32_t> ids(384);
+  for (int32_t& t : ids) t = static_cast<int32_t>(rng() % 500);
+  double err[2] = {0, 0};
+  for (int g = 0; g < 2; ++g) {
+    QuantizeOptions o;
+    o.in = kTiny;
+    o.out = tmp_dir(g ? "gptq" : "rtncal");
+    o.scheme = QScheme::kW4A16;
+    o.gptq = g == 1;
+    o.calib_ids = ids;
+    o.calib_window = 128;
+    o.progress = false;
+    const QuantizeReport r = quantize_model(o);
+    EXPECT_EQ(r.calib_tokens, 384);
+    for (const LayerReport& l : r.layers) {
+      EXPECT_TRUE(l.on_calib) << l.module;
+      err[g] += l.rel_err;
+    }
+    auto src = open_weight_source(o.out);  // loads
+    EXPECT_TRUE(src->has_native("model.layers.0.mlp.down_proj.weight"));
+    fs::remove_all(o.out);
+  }
+  EXPECT_LT(err[1], err[0] * 0.9) << "gptq " << err[1] << " vs rtn " << err[0];
+}
+
+// The solver itself: with H = I (no correlation) GPTQ is RTN; act-order keeps static groups (same scales).
+TEST(Gptq, IdentityHessianIsRtn) {
+  const int64_t N = 16, K = 256;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  std::vector<float> w(N * K);
+  for (float& v : w) v = nd(rng);
+  std::vector<double> H(K * K, 0.0);
+  for (int64_t i = 0; i < K; ++i) H[i * K + i] = 1.0 + (i % 7);  // diagonal: no error propagation
+  QuantSpec s;
+  for (bool ao : {false, true}) {
+    QuantWeight a = make_params(s, w.data(), N, K), b = a;
+    quantize_rtn(a, w.data());
+    ThreadPool pool(1);
+    GptqOptions g;
+    g.act_order = ao;
+    ASSERT_TRUE(gptq_quantize(b, w.data(), H, g, pool));
+    EXPECT_EQ(a.q, b.q);
+    EXPECT_EQ(a.scale, b.scale);
+  }
+}
+
+}  // namespace
+}  // namespace blockspec

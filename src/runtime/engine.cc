@@ -50,11 +50,22 @@ Engine::Engine(std::unique_ptr<Transformer> model, const EngineOptions& opts) : 
   max_model_len_ = I.max_model_len;
   // KV budget in pages of kPageTokens tokens.
   const int64_t per_token = I.model->kv_bytes_per_token();
-  I.pages_total = opts.kv_cache_mb > 0 ? opts.kv_cache_mb * (int64_t(1) << 20) / (per_token * kPageTokens)
-                                       : opts.max_num_seqs * ((I.max_model_len + kPageTokens - 1) / kPageTokens);
+  // Default: room for max_num_seqs full-length sequences, but at most 2 GiB
+  // of KV (and at least one full-length sequence).
+  const int64_t page_bytes = per_token * kPageTokens;
+  const int64_t full = opts.max_num_seqs * ((I.max_model_len + kPageTokens - 1) / kPageTokens);
+  I.pages_total = opts.kv_cache_mb > 0
+                      ? opts.kv_cache_mb * (int64_t(1) << 20) / page_bytes
+                      : std::max((I.max_model_len + kPageTokens - 1) / kPageTokens,
+                                 std::min(full, (int64_t(2) << 30) / page_bytes));
   if (I.pages_total * kPageTokens < I.max_model_len)
     fail("the KV cache budget (", I.pages_total * kPageTokens, " tokens) is smaller than --max-model-len ",
          I.max_model_len, "; raise the KV memory or lower --max-model-len");
+  {
+    const ModelConfig& mc = I.model->config();
+    I.pool = std::make_unique<KvPool>(mc.n_layers, mc.n_kv_heads, mc.head_dim, I.model->kv_cache_dtype(), kPageTokens,
+                                      I.pages_total);
+  }
   if (opts.spec) {
     I.spec = opts.spec;
     I.drafter = load_drafter(*I.spec, *I.model);

@@ -3,6 +3,7 @@
 #pragma once
 #include <unordered_map>
 
+#include "model/kv_pool.h"
 #include "runtime/engine.h"
 #include "runtime/k_selector.h"
 
@@ -43,6 +44,7 @@ struct Sequence {
 
 struct Engine::Impl {
   std::unique_ptr<Transformer> model;
+  std::unique_ptr<KvPool> pool;  // engine thread only; declared first so every cache dies before it
   EngineOptions opts;
   int64_t max_model_len = 0;
   std::shared_ptr<DraftModel> drafter;

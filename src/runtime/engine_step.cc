@@ -92,7 +92,9 @@ void Engine::Impl::admit() {
     if (std::find(cancels.begin(), cancels.end(), s->id) != cancels.end()) finish(*s, "abort");
   for (auto& s : admitted) {
     const int64_t cap = reserve_tokens(s->params);
-    s->cache = std::make_unique<KvCache>(model->new_cache(cap));
+    s->cache = std::make_unique<KvCache>(*pool);
+    // The page accounting above reserved exactly these pages for this request.
+    if (!s->cache->reserve(cap)) fail("engine: KV pool out of pages despite accounting (", cap, " tokens)");
     if (spec) {
       s->proposer = new_proposer(*spec, drafter, cap);
       s->proposer->reset();

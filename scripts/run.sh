@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Set-up, build, and the main job: answer a question with the real SmolLM2-135M-Instruct.
-#   scripts/run.sh [QUESTION]
+# Set-up, build, and the main job: serve the real Qwen2.5-Coder-1.5B-Instruct
+# (OpenAI-compatible API on 127.0.0.1:8000) with n-gram speculative decoding.
+#   scripts/run.sh [extra serve flags...]
+#   BLOCKSPEC_RUN_MODEL=smollm2 scripts/run.sh   # the small model instead (94 MB)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh build
-scripts/fetch_models.sh smollm2
-MODEL="${BLOCKSPEC_MODEL:-${BLOCKSPEC_CACHE:-$HOME/.cache/blockspec}/models/smollm2.gguf}"
-QUESTION="${1:-What is speculative decoding, in two sentences?}"
-# SmolLM2's chat format (ChatML).
-PROMPT="<|im_start|>user
-$QUESTION<|im_end|>
-<|im_start|>assistant
-"
-build/blockspec generate -m "$MODEL" -p "$PROMPT" -n 128 --temp 0.7 --top-p 0.9 --seed 1
+NAME="${BLOCKSPEC_RUN_MODEL:-qwen2.5-coder-1.5b}"
+scripts/fetch_models.sh "$NAME"
+MODEL="${BLOCKSPEC_MODEL:-${BLOCKSPEC_CACHE:-$HOME/.cache/blockspec}/models/$NAME.gguf}"
+echo "serving $MODEL on http://127.0.0.1:8000 (model name \"$NAME\"); Ctrl-C stops it" >&2
+exec build/blockspec serve "$MODEL" --served-model-name "$NAME" --host 127.0.0.1 --port 8000 \
+  --max-num-seqs 8 --max-model-len 4096 \
+  --speculative-config '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":3}' "$@"

@@ -21,7 +21,8 @@ using CodeRowsFn = std::function<void(int64_t r0, int64_t r1, int8_t* codes, flo
 // (chunks start on 64-row panel boundaries), with corr = 128 * sum of codes
 // per (row, group). Q8 accepts every int8 code, -128 included; Q4 accepts
 // [-8, 7]. Throws Error naming the row, input and code if one is out of range,
-// or if a scale is not finite.
+// or if a scale is not finite. The result has act_int8 = true (W8A8 / W4A8);
+// importers of weight-only checkpoints set it to false (model/weight_loader.h).
 QuantTensor make_weight_from_codes(const OpContext& ctx, int64_t N, int64_t K, WeightFormat fmt,
                                    const CodeRowsFn& rows, int64_t chunk_rows = 4096);
 

@@ -63,7 +63,8 @@ std::vector<std::string> export_gguf_tokenizer(const std::string& gguf, const st
     return {str_cat("tokenizer: GGUF tokenizer.ggml.pre \"", d.pre, "\" has no known split regex; no tokenizer.json "
                     "written: pass the GGUF itself where a tokenizer is needed")};
   ojson added = ojson::array();
-  ojson vocab = ojson::object();
+  // A plain (sorted) json object: ordered_json looks keys up linearly, quadratic over a 150k-token vocab.
+  nlohmann::json vocab = nlohmann::json::object();
   for (size_t i = 0; i < d.tokens.size(); ++i) {
     vocab[d.tokens[i]] = static_cast<int64_t>(i);
     const int32_t t = i < d.token_types.size() ? d.token_types[i] : 1;
@@ -99,7 +100,7 @@ std::vector<std::string> export_gguf_tokenizer(const std::string& gguf, const st
   model["fuse_unk"] = false;
   model["byte_fallback"] = false;
   model["ignore_merges"] = false;
-  model["vocab"] = vocab;
+  model["vocab"] = "@@VOCAB@@";  // spliced in below as text
   model["merges"] = d.merges;
   ojson tj;
   tj["version"] = "1.0";
@@ -113,7 +114,11 @@ std::vector<std::string> export_gguf_tokenizer(const std::string& gguf, const st
   tj["model"] = model;
   {
     std::ofstream o(dir + "/tokenizer.json", std::ios::binary);
-    o << tj.dump(2) << "\n";
+    std::string text = tj.dump(2);
+    const size_t at = text.find("\"@@VOCAB@@\"");
+    BS_ASSERT(at != std::string::npos);
+    text.replace(at, 11, vocab.dump());
+    o << text << "\n";
     if (!o) fail(dir, "/tokenizer.json: write error");
   }
   ojson tc;

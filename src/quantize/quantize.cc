@@ -243,6 +243,11 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
     }
     const DType wdt = in.dtype(n);
     specs[m] = spec_for(l == "fc" ? fc_scheme() : o.scheme, wdt);
+    const int64_t K = in.shape(n)[1], G = specs[m].group;
+    if (G > 0 && K % G != 0)
+      rep.notes.push_back(str_cat(m, ": K=", K, " is not a multiple of the group size ", G,
+                                  ": the last group is partial; blockspec loads it, compressed-tensors / vLLM do not "
+                                  "(use --group -1 or --ignore for checkpoints meant for them)"));
     quant_mods.push_back(m);
   }
   // Tied embeddings: HF still builds an lm_head Linear, which the class target "Linear" would select.

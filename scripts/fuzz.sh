@@ -3,6 +3,7 @@
 #   scripts/fuzz.sh TARGET SECONDS WORKDIR
 # e.g. scripts/fuzz.sh safetensors_header 20 build/fuzz  (CTest: fuzz_safetensors)
 #      scripts/fuzz.sh gguf_header 20 build/fuzz         (CTest: fuzz_gguf)
+#      scripts/fuzz.sh openai_request 20 build/fuzz      (CTest: fuzz_openai_request)
 # Needs clang++ with libFuzzer (Debian 12: apt-get install clang libclang-rt-14-dev)
 # and the nlohmann-json3-dev headers. Exits non-zero on any crash, sanitizer
 # report or leak; the crashing input is left in WORKDIR/TARGET/artifacts/.
@@ -39,7 +40,8 @@ flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,addre
 # (every target's parser lives there). They go into an archive, so the linker
 # takes only the objects a target uses. Each is compiled once per change
 # (make-style check on mtime).
-sources=("$root"/src/base/*.cc "$root"/src/tensor/*.cc "$root"/src/formats/*.cc)
+sources=("$root"/src/base/*.cc "$root"/src/tensor/*.cc "$root"/src/formats/*.cc
+         "$root"/src/server/openai_request.cc)
 objs=()
 pids=()
 jobs=${JOBS:-2}
@@ -78,6 +80,15 @@ fi
 # seeds truncations).
 if [[ $target == gguf_header && -d $root/tests/fixtures/gguf ]]; then
   for f in "$root"/tests/fixtures/gguf/*.gguf; do cp "$f" "$out/corpus/full_$(basename "$f")"; done
+fi
+
+# OpenAI request bodies: one valid request per endpoint shape.
+if [[ $target == openai_request ]]; then
+  printf '%s' '{"model":"m","prompt":"Hello","max_tokens":8,"temperature":0.7,"top_p":0.9,"top_k":40,"seed":1,"stop":["\n","END"],"stream":true,"stream_options":{"include_usage":true}}' > "$out/corpus/completion.json"
+  printf '%s' '{"prompt":[[1,2,3]],"max_tokens":2,"stop_token_ids":[5],"ignore_eos":true,"presence_penalty":0.5,"frequency_penalty":-0.5,"n":1,"logprobs":null}' > "$out/corpus/completion_ids.json"
+  printf '%s' '{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"}]},{"role":"assistant","content":null}],"max_completion_tokens":16,"chat_template_kwargs":{"enable_thinking":false,"x":[1,{"y":2}]}}' > "$out/corpus/chat.json"
+  printf '%s' '{"messages":[{"role":"user","content":"Hi"}],"add_generation_prompt":true}' > "$out/corpus/tokenize.json"
+  printf '%s' '{"tokens":[1,2,3]}' > "$out/corpus/detokenize.json"
 fi
 
 echo "fuzz.sh: running $bin for ${seconds}s" >&2

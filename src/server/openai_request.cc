@@ -250,8 +250,9 @@ json parse_body(const std::string& body) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    // nlohmann rejects ill-formed UTF-8 and lone surrogates in strings here.
+  } catch (const json::exception& e) {
+    // parse_error: bad syntax, ill-formed UTF-8, lone surrogates;
+    // out_of_range: a number beyond double (1e999), found by fuzz_openai_request.
     bad("", str_cat("the request body is not valid JSON (or not valid UTF-8): ", e.what()));
   }
   if (!j.is_object()) bad("", "the request body must be a JSON object");

@@ -373,6 +373,7 @@ TEST(ServerTest, BadRequestsAre400WithAnOpenAIErrorBody) {
       {"not an object", "/v1/completions", "[1,2]", ""},
       {"invalid UTF-8", "/v1/completions", "{\"prompt\": \"a\xff\xfe b\", \"max_tokens\": 2}", ""},
       {"lone surrogate", "/v1/completions", "{\"prompt\": \"\\ud800\", \"max_tokens\": 2}", ""},
+      {"number overflow", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 1e999}", ""},
       {"temperature string", "/v1/completions", with("temperature", "hot"), "temperature"},
       {"temperature negative", "/v1/completions", with("temperature", -1), "temperature"},
       {"max_tokens string", "/v1/completions", with("max_tokens", "5"), "max_tokens"},

@@ -8,28 +8,12 @@
 
 #include "base/error.h"
 #include "formats/hf_config.h"
+#include "quantize/linalg.h"
 
 namespace blockspec {
 
 void accumulate_hessian(const OpContext& ctx, const float* X, int64_t T, int64_t K, std::vector<double>& H) {
-  if (H.empty()) H.assign(K * K, 0.0);
-  // Row i of the lower triangle: sum_t X[t, i] * X[t, 0..i]; f32 products per 64 tokens, summed in f64.
-  ctx.pool->parallel_for_grain(K, 8, [&](int64_t i0, int64_t i1) {
-    std::vector<float> acc(K);
-    for (int64_t i = i0; i < i1; ++i) {
-      double* h = H.data() + i * K;
-      for (int64_t t0 = 0; t0 < T; t0 += 64) {
-        std::fill(acc.begin(), acc.begin() + i + 1, 0.f);
-        const int64_t t1 = std::min(T, t0 + 64);
-        for (int64_t t = t0; t < t1; ++t) {
-          const float* x = X + t * K;
-          const float xi = x[i];
-          for (int64_t j = 0; j <= i; ++j) acc[j] += xi * x[j];
-        }
-        for (int64_t j = 0; j <= i; ++j) h[j] += acc[j];
-      }
-    }
-  });
+  accumulate_xtx(X, T, K, H, *ctx.pool);
 }
 
 void finish_hessian(std::vector<double>& H, int64_t K) {
@@ -73,7 +57,7 @@ void run_lin(const OpContext& ctx, const Lin& l, const float* x, float* y, int64
 }  // namespace
 
 void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::vector<std::vector<int32_t>>& windows,
-                      const LayerCallback& on_layer) {
+                      const LayerCallback& on_layer, const std::function<bool(const std::string&)>& needs) {
   const ModelConfig& c = src.config();
   const int64_t H = c.hidden_size, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, I = c.intermediate_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -110,12 +94,20 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
       lin[p + m] = load_lin(src, p + m);
     auto L = [&](const char* m) -> Lin& { return lin[p + m]; };
     std::vector<float> x_in = x;  // the layer input, for the second pass
+    auto want = [&](std::initializer_list<const char*> mods) {
+      for (const char* m : mods)
+        if (needs(p + m)) return true;
+      return false;
+    };
+    const bool w_attn = want({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}),
+               w_o = want({"self_attn.o_proj"}), w_mlp = want({"mlp.gate_proj", "mlp.up_proj"}),
+               w_down = want({"mlp.down_proj"});
     // pass 0: original weights, Hessians; pass 1: quantized weights, the next layer's input.
     for (int pass = 0; pass < 2; ++pass) {
       std::vector<double> h_attn, h_o, h_mlp, h_down;
       if (pass == 1) x = x_in;
       rmsnorm(x.data(), attn_norm.data(), eps, n, H, xn.data());
-      if (pass == 0) accumulate_hessian(ctx, xn.data(), n, H, h_attn);
+      if (pass == 0 && w_attn) accumulate_hessian(ctx, xn.data(), n, H, h_attn);
       run_lin(ctx, L("self_attn.q_proj"), xn.data(), q.data(), n);
       run_lin(ctx, L("self_attn.k_proj"), xn.data(), k.data(), n);
       run_lin(ctx, L("self_attn.v_proj"), xn.data(), v.data(), n);
@@ -137,20 +129,21 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
                          att.data() + row * nh * hd);
         row += t;
       }
-      if (pass == 0) accumulate_hessian(ctx, att.data(), n, nh * hd, h_o);
+      if (pass == 0 && w_o) accumulate_hessian(ctx, att.data(), n, nh * hd, h_o);
       run_lin(ctx, L("self_attn.o_proj"), att.data(), tmp.data(), n);
       for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
       rmsnorm(x.data(), ffn_norm.data(), eps, n, H, xn.data());
-      if (pass == 0) accumulate_hessian(ctx, xn.data(), n, H, h_mlp);
+      if (pass == 0 && w_mlp) accumulate_hessian(ctx, xn.data(), n, H, h_mlp);
       run_lin(ctx, L("mlp.gate_proj"), xn.data(), gate.data(), n);
       run_lin(ctx, L("mlp.up_proj"), xn.data(), up.data(), n);
       silu_mul(gate.data(), up.data(), n * I);
-      if (pass == 0) accumulate_hessian(ctx, gate.data(), n, I, h_down);
+      if (pass == 0 && w_down) accumulate_hessian(ctx, gate.data(), n, I, h_down);
       run_lin(ctx, L("mlp.down_proj"), gate.data(), tmp.data(), n);
       for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
       if (pass == 1) break;
       LayerHessians hs;
       auto share = [&](std::vector<double>& h, int64_t K, std::initializer_list<const char*> mods) {
+        if (h.empty()) return;  // not needed
         finish_hessian(h, K);
         auto sp = std::make_shared<std::vector<double>>(std::move(h));
         for (const char* m : mods) hs[p + m] = sp;

@@ -28,8 +28,9 @@ using LayerHessians = std::map<std::string, Hessian>;
 using LayerCallback = std::function<std::map<std::string, std::vector<float>>(int64_t layer, const LayerHessians&)>;
 
 // windows: token ids, each a fresh causal sequence.
+// needs(module): whether a module wants its Hessian (an input none of whose modules does is not accumulated).
 void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::vector<std::vector<int32_t>>& windows,
-                      const LayerCallback& on_layer);
+                      const LayerCallback& on_layer, const std::function<bool(const std::string&)>& needs);
 
 // H [K, K] += X^T X for X [T, K] (lower triangle accumulated, then mirrored by finish_hessian).
 void accumulate_hessian(const OpContext& ctx, const float* X, int64_t T, int64_t K, std::vector<double>& H);

@@ -1,37 +1,14 @@
 // See gptq.h.
 #include "quantize/gptq.h"
 
+#include "quantize/linalg.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 namespace blockspec {
 
-namespace {
-
-// In-place lower Cholesky factor of the symmetric A [K, K] (row-major, lower triangle used; the upper triangle
-// is left as is). Returns false if A is not positive definite.
-bool cholesky_lower(std::vector<double>& A, int64_t K, ThreadPool& pool) {
-  for (int64_t j = 0; j < K; ++j) {
-    double* Lj = A.data() + j * K;
-    double d = Lj[j];
-    for (int64_t k = 0; k < j; ++k) d -= Lj[k] * Lj[k];
-    if (!(d > 0.0)) return false;
-    const double ljj = std::sqrt(d);
-    Lj[j] = ljj;
-    pool.parallel_for_grain(K - j - 1, 16, [&](int64_t a, int64_t b) {
-      for (int64_t i = j + 1 + a; i < j + 1 + b; ++i) {
-        double* Li = A.data() + i * K;
-        double s = Li[j];
-        for (int64_t k = 0; k < j; ++k) s -= Li[k] * Lj[k];
-        Li[j] = s / ljj;
-      }
-    });
-  }
-  return true;
-}
-
-}  // namespace
 
 bool gptq_quantize(QuantWeight& qw, const float* w, const std::vector<double>& H0, const GptqOptions& opts,
                    ThreadPool& pool) {
@@ -50,31 +27,21 @@ bool gptq_quantize(QuantWeight& qw, const float* w, const std::vector<double>& H
   mean /= static_cast<double>(K);
   // Hr = J P^T H P J (permuted, then reversed) so that its lower Cholesky factor L gives H_perm = U' U'^T with
   // U' = J L J upper, and U = U'^-1 = J L^-1 J.
-  std::vector<double> A(K * K);
+  std::vector<float> A(K * K, 0.f);
   for (int64_t i = 0; i < K; ++i)
-    for (int64_t j = 0; j <= i; ++j) A[i * K + j] = H[perm[K - 1 - i] * K + perm[K - 1 - j]];
-  for (int64_t i = 0; i < K; ++i) A[i * K + i] += opts.percdamp * mean;
+    for (int64_t j = 0; j <= i; ++j) A[i * K + j] = static_cast<float>(H[perm[K - 1 - i] * K + perm[K - 1 - j]]);
+  for (int64_t i = 0; i < K; ++i) A[i * K + i] += static_cast<float>(opts.percdamp * mean);
   if (!cholesky_lower(A, K, pool)) return false;
-  // X = L^-1 (lower), stored transposed: Xt[c][i] = X[i][c], columns solved independently.
-  std::vector<double> Xt(K * K, 0.0);
-  pool.parallel_for(K, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      double* x = Xt.data() + c * K;
-      x[c] = 1.0 / A[c * K + c];
-      for (int64_t i = c + 1; i < K; ++i) {
-        const double* Li = A.data() + i * K;
-        double s = 0.0;
-        for (int64_t k = c; k < i; ++k) s -= Li[k] * x[k];
-        x[i] = s / Li[i];
-      }
-    }
-  });
-  // U[i][j] = X[K-1-i][K-1-j] = Xt[K-1-j][K-1-i], upper (j >= i). Stored as f32 for the update loops.
+  std::vector<float> Xt;  // Xt[c][i] = (L^-1)[i][c]
+  invert_lower_transposed(A, K, Xt, pool);
+  A.clear();
+  A.shrink_to_fit();
+  // U[i][j] = X[K-1-i][K-1-j] = Xt[K-1-j][K-1-i], upper (j >= i).
   std::vector<float> U(K * K, 0.f);
   for (int64_t i = 0; i < K; ++i)
-    for (int64_t j = i; j < K; ++j) U[i * K + j] = static_cast<float>(Xt[(K - 1 - j) * K + (K - 1 - i)]);
+    for (int64_t j = i; j < K; ++j) U[i * K + j] = Xt[(K - 1 - j) * K + (K - 1 - i)];
   Xt.clear();
-  A.clear();
+  Xt.shrink_to_fit();
 
   std::vector<float> Wt(K * N);  // [K, N]: permuted column c of W as a contiguous row
   for (int64_t c = 0; c < K; ++c)
@@ -93,20 +60,12 @@ bool gptq_quantize(QuantWeight& qw, const float* w, const std::vector<double>& H
         qw.q[n * K + kc] = q;
         e[n] = (wc[n] - qw.dequantize_code(n, kc, q)) / d;
       }
-      for (int64_t j = c + 1; j < i2; ++j) {
-        const float u = U[c * K + j];
-        float* wj = Wt.data() + j * N;
-        for (int64_t n = 0; n < N; ++n) wj[n] -= e[n] * u;
-      }
+      for (int64_t j = c + 1; j < i2; ++j) axpy_sub(Wt.data() + j * N, e, U[c * K + j], N);
     }
     pool.parallel_for(K - i2, [&](int64_t a, int64_t b) {
       for (int64_t j = i2 + a; j < i2 + b; ++j) {
         float* wj = Wt.data() + j * N;
-        for (int64_t c = i1; c < i2; ++c) {
-          const float u = U[c * K + j];
-          const float* e = Err.data() + (c - i1) * N;
-          for (int64_t n = 0; n < N; ++n) wj[n] -= e[n] * u;
-        }
+        for (int64_t c = i1; c < i2; ++c) axpy_sub(wj, Err.data() + (c - i1) * N, U[c * K + j], N);
       }
     });
   }

@@ -232,6 +232,7 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
   // ---- which modules ----
   std::vector<std::string> quant_mods;           // in name order
   std::map<std::string, QuantSpec> specs;
+  std::vector<std::string> partial;  // K not a multiple of the group size
   for (const std::string& n : in.names) {
     if (!ends_with(n, ".weight") || in.shape(n).size() != 2) continue;
     const std::string m = n.substr(0, n.size() - 7);
@@ -246,12 +247,14 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
     const DType wdt = in.dtype(n);
     specs[m] = spec_for(l == "fc" ? fc_scheme() : o.scheme, wdt);
     const int64_t K = in.shape(n)[1], G = specs[m].group;
-    if (G > 0 && K % G != 0)
-      rep.notes.push_back(str_cat(m, ": K=", K, " is not a multiple of the group size ", G,
-                                  ": the last group is partial; blockspec loads it, compressed-tensors / vLLM do not "
-                                  "(use --group -1 or --ignore for checkpoints meant for them)"));
+    if (G > 0 && K % G != 0) partial.push_back(m);
     quant_mods.push_back(m);
   }
+  if (!partial.empty())
+    rep.notes.push_back(str_cat(partial.size(), " module(s) (", partial[0], partial.size() > 1 ? ", ..." : "",
+                                ") have K not a multiple of the group size: the last group is partial; blockspec loads "
+                                "it, compressed-tensors / vLLM do not (use --group -1 or --ignore for checkpoints "
+                                "meant for them)"));
   // Tied embeddings: HF still builds an lm_head Linear, which the class target "Linear" would select.
   if (!in.is_draft && !o.quantize_lm_head &&
       std::find(rep.dense_linears.begin(), rep.dense_linears.end(), "lm_head") == rep.dense_linears.end())

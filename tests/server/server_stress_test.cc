@@ -1,0 +1,175 @@
+// Load and disconnects: 8 concurrent clients x 100 requests each, a mix of
+// streaming and non-streaming completions, with random clients hanging up
+// mid-stream. Zero 5xx (zero non-200 for well-formed requests), every
+// request that finishes returns exactly the text the same request gets
+// alone (greedy), and afterwards the engine holds no request and no KV page.
+// CI runs this binary again in an AddressSanitizer build (scripts/test.sh).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "model/transformer.h"
+#include "server/generation.h"
+#include "server/server.h"
+
+namespace blockspec {
+namespace {
+
+using json = nlohmann::json;
+const std::string kModelDir = std::string(BS_SOURCE_DIR) + "/tests/fixtures/golden/qwen3-tiny-f32";
+const std::string kTemplate = std::string(BS_SOURCE_DIR) + "/tests/fixtures/chat/qwen3.jinja";
+
+// A raw HTTP/1.1 POST on a fresh connection; returns the socket.
+int open_post(int port, const std::string& path, const std::string& body) {
+  const std::string http = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                           "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      send(fd, http.data(), http.size(), 0) != static_cast<ssize_t>(http.size())) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Concatenated "text" of the SSE chunks in a raw chunked HTTP response.
+std::string sse_text(const std::string& raw, bool* done) {
+  std::string text;
+  *done = raw.find("data: [DONE]") != std::string::npos;
+  size_t pos = 0;
+  while ((pos = raw.find("data: {", pos)) != std::string::npos) {
+    const size_t end = raw.find("\n\n", pos);
+    if (end == std::string::npos) break;
+    json j = json::parse(raw.substr(pos + 6, end - pos - 6), nullptr, false);
+    if (j.is_object() && j.contains("choices") && !j["choices"].empty() && j["choices"][0]["text"].is_string())
+      text += j["choices"][0]["text"].get<std::string>();
+    pos = end;
+  }
+  return text;
+}
+
+TEST(ServerStress, EightClientsHundredRequestsWithDisconnects) {
+  ModelOptions mo;
+  mo.n_threads = 1;
+  EngineOptions eo;
+  eo.max_num_seqs = 8;
+  auto model = make_served_model(std::make_unique<Engine>(Transformer::load(kModelDir, mo), eo),
+                                 Tokenizer::from_file(kModelDir + "/tokenizer.json"),
+                                 read_chat_assets(kModelDir, kTemplate), kModelDir);
+  Server server(ServerOptions{"127.0.0.1", 0, "tiny", "", 32, false});
+  const int port = server.start();
+  server.set_model(model);
+
+  constexpr int kPrompts = 8, kClients = 8, kPerClient = 100;
+  static constexpr int kMaxTokens = 6;
+  auto request = [](int p, bool stream) {
+    json j = {{"model", "tiny"},        {"prompt", "Stress prompt number " + std::to_string(p) + ":"},
+              {"max_tokens", kMaxTokens}, {"temperature", 0},
+              {"ignore_eos", true},       {"stream", stream}};
+    return j.dump();
+  };
+  // What each prompt gives alone.
+  std::vector<std::string> expect(kPrompts);
+  {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(120, 0);
+    for (int p = 0; p < kPrompts; ++p) {
+      auto r = c.Post("/v1/completions", request(p, false), "application/json");
+      ASSERT_TRUE(r && r->status == 200);
+      expect[p] = json::parse(r->body)["choices"][0]["text"].get<std::string>();
+    }
+  }
+  std::atomic<int> non200{0}, wrong{0}, finished{0}, dropped{0}, io_errors{0};
+  std::vector<std::thread> ts;
+  for (int c = 0; c < kClients; ++c) {
+    ts.emplace_back([&, c] {
+      std::mt19937 rng(1234 + c);
+      httplib::Client cli("127.0.0.1", port);
+      cli.set_read_timeout(300, 0);
+      for (int i = 0; i < kPerClient; ++i) {
+        const int p = static_cast<int>(rng() % kPrompts);
+        const int kind = static_cast<int>(rng() % 4);  // 0: JSON, 1-2: stream to the end, 3: hang up mid-stream
+        if (kind == 0) {
+          auto r = cli.Post("/v1/completions", request(p, false), "application/json");
+          if (!r) {
+            ++io_errors;
+            continue;
+          }
+          if (r->status != 200) {
+            ++non200;
+            continue;
+          }
+          if (json::parse(r->body)["choices"][0]["text"].get<std::string>() != expect[p]) ++wrong;
+          ++finished;
+          continue;
+        }
+        const int fd = open_post(port, "/v1/completions", request(p, true));
+        if (fd < 0) {
+          ++io_errors;
+          continue;
+        }
+        std::string raw;
+        char buf[4096];
+        for (;;) {
+          const ssize_t n = recv(fd, buf, sizeof buf, 0);
+          if (n <= 0) break;
+          raw.append(buf, static_cast<size_t>(n));
+          if (kind == 3 && raw.find("\"text\"") != std::string::npos) break;  // first token: hang up
+        }
+        close(fd);
+        if (raw.rfind("HTTP/1.1 200", 0) != 0) {
+          ++non200;
+          continue;
+        }
+        if (kind == 3) {
+          ++dropped;
+          continue;
+        }
+        bool done = false;
+        const std::string text = sse_text(raw, &done);
+        if (!done || text != expect[p]) ++wrong;
+        ++finished;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  std::printf("stress: %d finished, %d dropped mid-stream, %d non-200, %d wrong, %d I/O errors\n", finished.load(),
+              dropped.load(), non200.load(), wrong.load(), io_errors.load());
+  EXPECT_EQ(non200.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(io_errors.load(), 0);
+  EXPECT_EQ(finished.load() + dropped.load(), kClients * kPerClient);
+  EXPECT_GT(dropped.load(), 0);
+  // Afterwards: nothing running or waiting, no KV page held, the server healthy.
+  EngineMetrics m;
+  for (int i = 0; i < 400; ++i) {
+    m = model->engine->metrics();
+    if (m.running == 0 && m.waiting == 0 && m.kv_pages_used == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(m.running, 0);
+  EXPECT_EQ(m.waiting, 0);
+  EXPECT_EQ(m.kv_pages_used, 0);
+  httplib::Client c("127.0.0.1", port);
+  auto h = c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+}
+
+}  // namespace
+}  // namespace blockspec

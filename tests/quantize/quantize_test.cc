@@ -16,6 +16,8 @@
 #include "model/dflash_check.h"
 #include "model/transformer.h"
 #include "model/weight_source.h"
+#include "kernels/kernel_table.h"
+#include "quantize/calibration.h"
 #include "quantize/gptq.h"
 #include "quantize/quantize.h"
 
@@ -261,6 +263,55 @@ TEST(Gptq, IdentityHessianIsRtn) {
     ASSERT_TRUE(gptq_quantize(b, w.data(), H, g, pool));
     EXPECT_EQ(a.q, b.q);
     EXPECT_EQ(a.scale, b.scale);
+  }
+}
+
+}  // namespace
+}  // namespace blockspec
+
+namespace blockspec {
+namespace {
+
+// The calibration forward is the engine's: layer 1's attention-input Hessian equals the one built from the
+// engine's hidden states after layer 0 (Transformer taps), for Qwen3 and for a Qwen2 GGUF (q/k/v biases).
+TEST(Calibration, MatchesEngineForward) {
+  for (const std::string path : {kTiny, kSrc + "/tests/fixtures/gguf/tiny_qwen2.gguf"}) {
+    SCOPED_TRACE(path);
+    auto src = open_weight_source(path);
+    const ModelConfig& c = src->config();
+    ModelOptions mo;
+    mo.n_threads = 1;
+    mo.weights = WeightFormat::kF32;
+    auto t = Transformer::load(path, mo);
+    t->set_tap_layers({0});
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 40; ++i) ids.push_back((i * 37 + 11) % static_cast<int>(std::min<int64_t>(c.vocab_size, 200)));
+    KvCache cache = t->new_cache(64);
+    std::vector<float> logits, taps;
+    t->prefill(ids.data(), static_cast<int64_t>(ids.size()), cache, logits, false, &taps);
+    const int64_t H = c.hidden_size, n = static_cast<int64_t>(ids.size());
+    const Tensor nw = src->load("model.layers.1.input_layernorm.weight");
+    std::vector<float> norm(H);
+    for (int64_t i = 0; i < H; ++i) norm[i] = f32_of(nw)[i];
+    std::vector<float> xn(n * H);
+    rmsnorm(taps.data(), norm.data(), static_cast<float>(c.rms_norm_eps), n, H, xn.data());
+    ThreadPool pool(1);
+    const KernelTable kt = select_kernels("");
+    const OpContext ctx{&kt, &pool};
+    std::vector<double> want;
+    accumulate_hessian(ctx, xn.data(), n, H, want);
+    finish_hessian(want, H);
+    bool seen = false;
+    calibrate_layers(*src, ctx, {ids}, [&](int64_t li, const LayerHessians& hs) -> std::map<std::string, std::vector<float>> {
+      if (li != 1) return {};
+      const std::vector<double>& got = *hs.at("model.layers.1.self_attn.q_proj");
+      double err = 0, ref = 0;
+      for (int64_t i = 0; i < H * H; ++i) err = std::max(err, std::fabs(got[i] - want[i])), ref = std::max(ref, std::fabs(want[i]));
+      EXPECT_LE(err, 1e-3 * ref);
+      seen = true;
+      return {};
+    }, [](const std::string&) { return true; });
+    EXPECT_TRUE(seen);
   }
 }
 

@@ -80,6 +80,21 @@ std::vector<std::string> export_gguf_tokenizer(const std::string& gguf, const st
       added.push_back(a);
     }
   }
+  // blockspec's tokenizer.json reader (and byte-level BPE) needs a token for every byte: GPT-2's byte-to-unicode
+  // map (printable bytes as themselves, the rest as U+0100 + n in order).
+  {
+    int extra = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool self = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      const uint32_t cp = self ? static_cast<uint32_t>(b) : 256u + static_cast<uint32_t>(extra++);
+      std::string u;
+      if (cp < 0x80) u = std::string(1, static_cast<char>(cp));
+      else u = {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+      if (!vocab.contains(u))
+        return {str_cat("tokenizer: the GGUF vocab has no token for byte ", b, "; no tokenizer.json written (blockspec's "
+                        "byte-level BPE reader needs all 256): pass the GGUF itself where a tokenizer is needed")};
+    }
+  }
   ojson pre = ojson::array();
   for (const std::string& re : res) {
     ojson s;

@@ -53,6 +53,8 @@ std::map<std::string, double> spec_counters(const std::string& text) {
     const size_t sp = line.rfind(' ');
     if (colon == std::string::npos || sp == std::string::npos || sp < colon) continue;
     std::string name = line.substr(colon + 1, sp - colon - 1);
+    const size_t brace = name.find('{');  // labels (model_name, position) are summed over
+    if (brace != std::string::npos) name.erase(brace);
     if (name.rfind("spec_decode_", 0) != 0) continue;
     try {
       out[name] += std::stod(line.substr(sp + 1));

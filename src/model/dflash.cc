@@ -40,7 +40,6 @@ void DraftModel::forward(DraftCache& cache, const float* feats, int64_t n_ctx, i
   const ModelConfig& b = cfg_.base;
   const int64_t H = b.hidden_size, hd = b.head_dim, nh = b.n_heads, nkv = b.n_kv_heads;
   const int64_t nq = nh * hd, nk = nkv * hd, wr = nq + 2 * nk, F = b.intermediate_size;
-  const int64_t T = cfg_.n_taps(), Ht = target_.config().hidden_size;
   const int64_t nb = k + 1, m = n_ctx, P0 = cache.size(), P = P0 + m;
   const bool d2 = cfg_.method == DraftMethod::kDFlash2;
   const int64_t kt = cfg_.conv_kernel_size, gs = cfg_.conv_group_size, G = d2 ? H / gs : 0;
@@ -57,7 +56,6 @@ void DraftModel::forward(DraftCache& cache, const float* feats, int64_t n_ctx, i
     linear(ctx, feats, w_.fc, nullptr, c.data(), m);
     rmsnorm(c.data(), w_.hidden_norm.ptr<float>(), eps, m, H, c.data());
   }
-  (void)T, (void)Ht;
   // Block input: target embedding rows of [anchor, MASK x k] x input_embedding_scale.
   std::vector<int32_t> ids(nb, cfg_.mask_token_id);
   ids[0] = anchor;
@@ -208,14 +206,12 @@ void DraftModel::select(const float* hidden, const float* logits, int64_t k, int
                         const std::vector<double>& u, Selection& out) {
   if (cfg_.method != DraftMethod::kDFlash2) fail("select: the drafter has no candidate selector");
   const int64_t V = target_.config().vocab_size, C = cfg_.selector_top_k, r = cfg_.selector_rank;
-  const int64_t H = cfg_.base.hidden_size;
   if (temperature > 0 && static_cast<int64_t>(u.size()) < k) fail("select: need one uniform per slot");
   out.tokens.assign(k, 0), out.cand.assign(k * C, 0), out.scores.assign(k * C, 0.f);
   out.q.assign(temperature > 0 ? k * C : 0, 0.f);
   std::vector<float> g(k * r);  // [k, r] hidden_projection of each slot
   OpContext ctx = target_.op_context();
   linear(ctx, hidden, w_.hidden_projection, nullptr, g.data(), k);
-  (void)H;
   std::vector<int32_t> idx(V);
   std::vector<float> pred(r), succ(C * r);
   int32_t prev = anchor;

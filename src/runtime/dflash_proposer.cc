@@ -34,13 +34,12 @@ void DFlashProposer::propose(const std::vector<int32_t>& seq, int64_t k, const S
   if (k <= 0 || seq.empty()) return;
   if (static_cast<int64_t>(seq.size()) != cache_.size() + n_pending_ + 1)
     fail("dflash: the sequence is not one token (the anchor) ahead of the committed context");
-  const int64_t H = c.base.hidden_size, V = model_->config().base.vocab_size;
+  const int64_t H = c.base.hidden_size;
   model_->forward(cache_, pending_.data(), n_pending_, seq.back(), k, hidden_);
   pending_.clear();
   n_pending_ = 0;
   model_->logits(hidden_.data() + H, k, logits_);  // slots 1..k
   const int64_t Vt = static_cast<int64_t>(logits_.size()) / k;
-  (void)V;
   const bool sample = sp.temperature > 0 && !greedy_only_;
   if (c.method == DraftMethod::kDFlash2) {
     std::vector<double> u(k);

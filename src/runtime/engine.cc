@@ -29,10 +29,6 @@ Histogram make_hist(std::vector<double> bounds) {
   return h;
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 }  // namespace
 
 Engine::Engine(std::unique_ptr<Transformer> model, const EngineOptions& opts) : impl_(std::make_unique<Impl>()) {
@@ -137,9 +133,8 @@ EngineMetrics Engine::metrics() const {
 }
 
 void Engine::Impl::finish(Sequence& s, const std::string& reason, const std::string& error) {
-  if (s.done || s.finished_reported) return;
+  if (s.done) return;
   s.done = true;
-  s.finished_reported = true;
   TokenEvent ev;
   ev.finished = true;
   ev.finish_reason = reason;

@@ -1,6 +1,7 @@
 // Engine internals shared by engine.cc (API, threads, metrics) and
 // engine_step.cc (one batched step). Private to the runtime layer.
 #pragma once
+#include <chrono>
 #include <unordered_map>
 
 #include "model/kv_pool.h"
@@ -14,6 +15,10 @@ namespace blockspec {
 // it is admitted, so a running request never waits for memory and nothing is
 // ever preempted; requests that do not fit wait in FIFO order.
 constexpr int64_t kPageTokens = 16;
+
+inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 struct Sequence {
   uint64_t id = 0;
@@ -29,13 +34,14 @@ struct Sequence {
   SpecStats stats;
   std::unordered_map<int32_t, int32_t> counts;  // generated token -> occurrences (penalties)
   double t_submit = 0, t_first = 0;
-  bool done = false;
-  bool finished_reported = false;
+  bool done = false;          // finished and reported; dropped from running at the next step
+  std::string end_reason;     // set by emit() when a stop token or max_tokens ends the request
   // This step:
   Draft draft;
   std::vector<float> taps;
   std::vector<int32_t> block;
   std::vector<int32_t> out;  // tokens to report
+  std::vector<float> adjusted, probs;  // [V] scratch of pick(): penalized logits, sampling probabilities
 
   int64_t prompt_len() const { return static_cast<int64_t>(params.prompt.size()); }
   bool prefilling() const { return n_prefilled < prompt_len(); }

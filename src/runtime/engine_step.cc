@@ -12,28 +12,20 @@
 
 namespace blockspec {
 
-namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
-
 int64_t Engine::Impl::reserve_tokens(const RequestParams& p) const {
   return static_cast<int64_t>(p.prompt.size()) + p.max_tokens + (spec ? spec->num_speculative_tokens + 1 : 0);
 }
 
 int32_t Engine::Impl::pick(Sequence& s, const float* row) {
   const int64_t V = model->config().vocab_size;
-  std::vector<float> adj;
   if (s.penalized()) {  // OpenAI: logit -= presence * [count > 0] + frequency * count
-    adj.assign(row, row + V);
-    for (const auto& [t, c] : s.counts) adj[t] -= s.params.presence_penalty + s.params.frequency_penalty * c;
-    row = adj.data();
+    s.adjusted.assign(row, row + V);
+    for (const auto& [t, c] : s.counts) s.adjusted[t] -= s.params.presence_penalty + s.params.frequency_penalty * c;
+    row = s.adjusted.data();
   }
   if (s.params.sampling.temperature <= 0) return argmax(row, V);
-  std::vector<float> probs;
-  sampling_probs(row, V, s.params.sampling, probs);
-  return sample_from_probs(probs.data(), V, s.rng);
+  sampling_probs(row, V, s.params.sampling, s.probs);
+  return sample_from_probs(s.probs.data(), V, s.rng);
 }
 
 bool Engine::Impl::emit(Sequence& s, int32_t t) {
@@ -50,14 +42,12 @@ bool Engine::Impl::emit(Sequence& s, int32_t t) {
   const auto& stops = s.params.stop_token_ids;
   if ((!s.params.ignore_eos && std::find(eos.begin(), eos.end(), t) != eos.end()) ||
       std::find(stops.begin(), stops.end(), t) != stops.end()) {
-    s.done = true;  // finish() reports it after this step's tokens
+    s.end_reason = "stop";  // finish() reports it after this step's tokens
     s.draft.clear();
-    s.out.push_back(-1);  // marker: finished by a stop token
     return false;
   }
   if (s.n_generated >= s.params.max_tokens) {
-    s.done = true;
-    s.out.push_back(-2);  // marker: finished by length
+    s.end_reason = "length";
     return false;
   }
   return true;
@@ -213,21 +203,13 @@ void Engine::Impl::step() {
     // Report this step's tokens (and the end, if reached).
     if (!s.out.empty()) {
       TokenEvent ev;
-      std::string reason;
-      for (int32_t t : s.out) {
-        if (t == -1) reason = "stop";
-        else if (t == -2) reason = "length";
-        else ev.tokens.push_back(t);
-      }
+      ev.tokens = s.out;
       new_tokens += static_cast<int64_t>(ev.tokens.size());
       ev.prompt_tokens = s.prompt_len();
       ev.completion_tokens = s.n_generated;
-      if (!ev.tokens.empty() && s.on_event) s.on_event(ev);
-      if (!reason.empty()) {
-        s.done = false;  // let finish() run its bookkeeping once
-        finish(s, reason);
-      }
+      if (s.on_event) s.on_event(ev);
     }
+    if (!s.end_reason.empty()) finish(s, s.end_reason);
   }
   std::lock_guard<std::mutex> g(mu);
   m.generation_tokens += static_cast<uint64_t>(new_tokens);

@@ -66,7 +66,9 @@ TEST_P(DFlashGolden, MatchesReference) {
   mo.n_threads = 2;
   auto target = Transformer::load(fixture("target"), mo);
   auto dm = DraftModel::load(fixture(D), *target, DraftOptions{c.weights, false});
-  if (D == "dflash-w8" && !c.weights) EXPECT_NE(dm->weights().format_summary.find("q8"), std::string::npos);
+  if (D == "dflash-w8" && !c.weights) {
+    EXPECT_NE(dm->weights().format_summary.find("q8"), std::string::npos);
+  }
   const DraftConfig& dc = dm->config();
   target->set_tap_layers(dc.target_layer_ids);
   SafetensorsFile g(fixture("golden.safetensors"));

@@ -7,8 +7,7 @@
 
 namespace blockspec {
 
-GenerateResult generate(Transformer& model, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
-                        const std::function<void(int32_t)>& on_token) {
+void validate_generate(const Transformer& model, const std::vector<int32_t>& prompt, const GenerateOptions& opts) {
   const ModelConfig& c = model.config();
   if (prompt.empty()) fail("the prompt is empty: at least one token is needed");
   if (opts.max_new_tokens < 0) fail("max_new_tokens must be >= 0, found ", opts.max_new_tokens);
@@ -19,6 +18,14 @@ GenerateResult generate(Transformer& model, const std::vector<int32_t>& prompt, 
   if (total > c.max_position_embeddings)
     fail("prompt (", prompt.size(), " tokens) + max_new_tokens (", opts.max_new_tokens,
          ") exceeds max_position_embeddings ", c.max_position_embeddings);
+  validate_sampling(opts.sampling);
+}
+
+GenerateResult generate(Transformer& model, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
+                        const std::function<void(int32_t)>& on_token) {
+  const ModelConfig& c = model.config();
+  validate_generate(model, prompt, opts);
+  const int64_t total = static_cast<int64_t>(prompt.size()) + opts.max_new_tokens;
   const std::vector<int32_t>& eos = opts.eos_ids.empty() ? c.eos_token_ids : opts.eos_ids;
 
   GenerateResult r;

@@ -28,6 +28,11 @@ struct GenerateResult {
   double decode_tok_s() const { return decode_seconds > 0 ? decode_steps / decode_seconds : 0; }
 };
 
+// Checks a request against the model (non-empty prompt of in-vocabulary ids,
+// prompt + max_new_tokens within max_position_embeddings, sampling params);
+// throws Error naming what is wrong. Shared by generate and the speculative loop.
+void validate_generate(const Transformer& model, const std::vector<int32_t>& prompt, const GenerateOptions& opts);
+
 // on_token is called with each new token as soon as it is chosen.
 GenerateResult generate(Transformer& model, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
                         const std::function<void(int32_t)>& on_token = {});

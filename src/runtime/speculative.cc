@@ -109,18 +109,10 @@ SpecResult generate_speculative(Transformer& model, Proposer& proposer, int64_t 
                                 const KSelector* ksel) {
   const ModelConfig& c = model.config();
   const int64_t V = c.vocab_size;
-  if (prompt.empty()) fail("the prompt is empty: at least one token is needed");
-  if (opts.max_new_tokens < 0) fail("max_new_tokens must be >= 0, found ", opts.max_new_tokens);
+  validate_generate(model, prompt, opts);
   if (K < 0) fail("num_speculative_tokens must be >= 0, found ", K);
-  for (size_t i = 0; i < prompt.size(); ++i)
-    if (prompt[i] < 0 || prompt[i] >= V)
-      fail("prompt token ", i, " has id ", prompt[i], ", outside the model vocabulary of ", V);
   const int64_t P0 = static_cast<int64_t>(prompt.size());
   const int64_t total = P0 + opts.max_new_tokens;
-  if (total > c.max_position_embeddings)
-    fail("prompt (", P0, " tokens) + max_new_tokens (", opts.max_new_tokens, ") exceeds max_position_embeddings ",
-         c.max_position_embeddings);
-  validate_sampling(opts.sampling);
   const std::vector<int32_t>& eos = opts.eos_ids.empty() ? c.eos_token_ids : opts.eos_ids;
   const bool greedy = opts.sampling.temperature <= 0;
   const bool taps = !proposer.tap_layers().empty();

@@ -51,28 +51,29 @@ void attend_heads_kv(const OpContext& ctx, const float* q, const KvView& k, cons
   const KvRowKernels& vk = ctx.k->kv.row[static_cast<int>(v.dtype)];
   scores.resize(n_h * n_ctx);  // [n_h, n_ctx]
   std::vector<float> mx(n_h, -INFINITY);
+  // One call per page run: each K / V row is read once for all n_h heads.
+  const float* qh = q + (t * s.n_heads + h0) * D;  // [n_h, D]
+  float* oh = out + (t * s.n_heads + h0) * D;       // [n_h, D]
   for (int64_t j0 = 0; j0 < n_ctx;) {
     const RowAddr ka = rows_at(k, D, j0, n_ctx);
-    for (int64_t j = j0; j < ka.j1; ++j) {
-      const int64_t r = (j - ka.first) * s.n_kv_heads + kvh;
-      for (int64_t i = 0; i < n_h; ++i) {
-        float d = kk.dot(q + (t * s.n_heads + h0 + i) * D, ka.code(r), ka.scale(r), D);
-        d = attention_score(d, s);
+    const int64_t r0 = (j0 - ka.first) * s.n_kv_heads + kvh;
+    kk.dot_rows(qh, n_h, ka.code(r0), ka.code_stride * s.n_kv_heads, ka.scale(r0),
+                ka.per_row_scales ? ka.scale_stride * s.n_kv_heads : 0, ka.j1 - j0, D, scores.data() + j0, n_ctx);
+    for (int64_t i = 0; i < n_h; ++i)
+      for (int64_t j = j0; j < ka.j1; ++j) {
+        const float d = attention_score(scores[i * n_ctx + j], s);
         scores[i * n_ctx + j] = d;
         mx[i] = std::max(mx[i], d);
       }
-    }
     j0 = ka.j1;
   }
   softmax_rows(scores.data(), mx.data(), n_h, n_ctx, s.round_bf16);
-  for (int64_t i = 0; i < n_h; ++i) std::memset(out + (t * s.n_heads + h0 + i) * D, 0, D * sizeof(float));
+  std::memset(oh, 0, n_h * D * sizeof(float));
   for (int64_t j0 = 0; j0 < n_ctx;) {
     const RowAddr va = rows_at(v, D, j0, n_ctx);
-    for (int64_t j = j0; j < va.j1; ++j) {
-      const int64_t r = (j - va.first) * s.n_kv_heads + kvh;
-      for (int64_t i = 0; i < n_h; ++i)
-        vk.axpy(scores[i * n_ctx + j], va.code(r), va.scale(r), out + (t * s.n_heads + h0 + i) * D, D);
-    }
+    const int64_t r0 = (j0 - va.first) * s.n_kv_heads + kvh;
+    vk.axpy_rows(scores.data() + j0, n_ctx, n_h, va.code(r0), va.code_stride * s.n_kv_heads, va.scale(r0),
+                 va.per_row_scales ? va.scale_stride * s.n_kv_heads : 0, va.j1 - j0, oh, D);
     j0 = va.j1;
   }
   if (s.round_bf16)

@@ -120,28 +120,59 @@ void kv_dequantize_row(KvDType t, const void* codes, const float* scales, int64_
   }
 }
 
+namespace {
+
+// dot_rows / axpy_rows as loops over one ISA's single-row kernels (ref and
+// AVX2): the definition the optimised AVX-512 versions must reproduce.
+template <float (*Dot)(const float*, const void*, const float*, int64_t)>
+void dot_rows_loop(const float* q, int64_t n_h, const void* codes, int64_t code_stride, const float* scales,
+                   int64_t scale_stride, int64_t n_rows, int64_t d, float* out, int64_t out_stride) {
+  for (int64_t r = 0; r < n_rows; ++r)
+    for (int64_t i = 0; i < n_h; ++i)
+      out[i * out_stride + r] =
+          Dot(q + i * d, static_cast<const uint8_t*>(codes) + r * code_stride, scales + r * scale_stride, d);
+}
+
+template <void (*Axpy)(float, const void*, const float*, float*, int64_t)>
+void axpy_rows_loop(const float* p, int64_t p_stride, int64_t n_h, const void* codes, int64_t code_stride,
+                    const float* scales, int64_t scale_stride, int64_t n_rows, float* y, int64_t d) {
+  for (int64_t r = 0; r < n_rows; ++r)
+    for (int64_t i = 0; i < n_h; ++i)
+      Axpy(p[i * p_stride + r], static_cast<const uint8_t*>(codes) + r * code_stride, scales + r * scale_stride,
+           y + i * d, d);
+}
+
+}  // namespace
+
+#define BS_KV_ROW_LOOP(name) \
+  KvRowKernels{kv_dot_##name, kv_axpy_##name, dot_rows_loop<kv_dot_##name>, axpy_rows_loop<kv_axpy_##name>}
+#define BS_KV_ROW_FAST(name) \
+  KvRowKernels{kv_dot_##name, kv_axpy_##name, kv_dot_rows_##name, kv_axpy_rows_##name}
+
 KvKernelTable select_kv_kernels(const std::string& isa) {
   KvKernelTable t;
-  t.row[static_cast<int>(KvDType::kF32)] = {kv_dot_f32_ref, kv_axpy_f32_ref};
-  t.row[static_cast<int>(KvDType::kBF16)] = {kv_dot_bf16_ref, kv_axpy_bf16_ref};
-  t.row[static_cast<int>(KvDType::kFP8E4M3)] = {kv_dot_fp8_ref, kv_axpy_fp8_ref};
-  t.row[static_cast<int>(KvDType::kInt8PerTokenHead)] = {kv_dot_i8pth_ref, kv_axpy_i8pth_ref};
-  t.row[static_cast<int>(KvDType::kInt8BlockG128)] = {kv_dot_i8g128_ref, kv_axpy_i8g128_ref};
+  t.row[static_cast<int>(KvDType::kF32)] = BS_KV_ROW_LOOP(f32_ref);
+  t.row[static_cast<int>(KvDType::kBF16)] = BS_KV_ROW_LOOP(bf16_ref);
+  t.row[static_cast<int>(KvDType::kFP8E4M3)] = BS_KV_ROW_LOOP(fp8_ref);
+  t.row[static_cast<int>(KvDType::kInt8PerTokenHead)] = BS_KV_ROW_LOOP(i8pth_ref);
+  t.row[static_cast<int>(KvDType::kInt8BlockG128)] = BS_KV_ROW_LOOP(i8g128_ref);
   if (isa == "avx2") {
-    t.row[static_cast<int>(KvDType::kF32)] = {kv_dot_f32_avx2, kv_axpy_f32_avx2};
-    t.row[static_cast<int>(KvDType::kBF16)] = {kv_dot_bf16_avx2, kv_axpy_bf16_avx2};
-    t.row[static_cast<int>(KvDType::kFP8E4M3)] = {kv_dot_fp8_avx2, kv_axpy_fp8_avx2};
-    t.row[static_cast<int>(KvDType::kInt8PerTokenHead)] = {kv_dot_i8pth_avx2, kv_axpy_i8pth_avx2};
-    t.row[static_cast<int>(KvDType::kInt8BlockG128)] = {kv_dot_i8g128_avx2, kv_axpy_i8g128_avx2};
+    t.row[static_cast<int>(KvDType::kF32)] = BS_KV_ROW_LOOP(f32_avx2);
+    t.row[static_cast<int>(KvDType::kBF16)] = BS_KV_ROW_LOOP(bf16_avx2);
+    t.row[static_cast<int>(KvDType::kFP8E4M3)] = BS_KV_ROW_LOOP(fp8_avx2);
+    t.row[static_cast<int>(KvDType::kInt8PerTokenHead)] = BS_KV_ROW_LOOP(i8pth_avx2);
+    t.row[static_cast<int>(KvDType::kInt8BlockG128)] = BS_KV_ROW_LOOP(i8g128_avx2);
   }
   if (isa == "avx512") {
-    t.row[static_cast<int>(KvDType::kF32)] = {kv_dot_f32_avx512, kv_axpy_f32_avx512};
-    t.row[static_cast<int>(KvDType::kBF16)] = {kv_dot_bf16_avx512, kv_axpy_bf16_avx512};
-    t.row[static_cast<int>(KvDType::kFP8E4M3)] = {kv_dot_fp8_avx512, kv_axpy_fp8_avx512};
-    t.row[static_cast<int>(KvDType::kInt8PerTokenHead)] = {kv_dot_i8pth_avx512, kv_axpy_i8pth_avx512};
-    t.row[static_cast<int>(KvDType::kInt8BlockG128)] = {kv_dot_i8g128_avx512, kv_axpy_i8g128_avx512};
+    t.row[static_cast<int>(KvDType::kF32)] = BS_KV_ROW_FAST(f32_avx512);
+    t.row[static_cast<int>(KvDType::kBF16)] = BS_KV_ROW_FAST(bf16_avx512);
+    t.row[static_cast<int>(KvDType::kFP8E4M3)] = BS_KV_ROW_FAST(fp8_avx512);
+    t.row[static_cast<int>(KvDType::kInt8PerTokenHead)] = BS_KV_ROW_FAST(i8pth_avx512);
+    t.row[static_cast<int>(KvDType::kInt8BlockG128)] = BS_KV_ROW_FAST(i8g128_avx512);
   }
   return t;
 }
+#undef BS_KV_ROW_LOOP
+#undef BS_KV_ROW_FAST
 
 }  // namespace blockspec

@@ -31,6 +31,16 @@ struct KvRowKernels {
   float (*dot)(const float* q, const void* codes, const float* scales, int64_t d) = nullptr;
   // y[i] += a * deq(row)[i], exactly like KernelTable::axpy of the dequantized row.
   void (*axpy)(float a, const void* codes, const float* scales, float* y, int64_t d) = nullptr;
+  // A run of n_rows rows, row r at (const uint8_t*)codes + r * code_stride and
+  // scales + r * scale_stride, against n_h query vectors q [n_h, d]:
+  //   out[i * out_stride + r] = dot(q + i * d, row r)
+  // with exactly dot's arithmetic per output (one row read serves all heads).
+  void (*dot_rows)(const float* q, int64_t n_h, const void* codes, int64_t code_stride, const float* scales,
+                   int64_t scale_stride, int64_t n_rows, int64_t d, float* out, int64_t out_stride) = nullptr;
+  // y [n_h, d]: for r = 0 .. n_rows - 1 in order, y[i, :] += p[i * p_stride + r] * row r,
+  // exactly the FMA chain of repeated axpy calls (accumulators stay in registers).
+  void (*axpy_rows)(const float* p, int64_t p_stride, int64_t n_h, const void* codes, int64_t code_stride,
+                    const float* scales, int64_t scale_stride, int64_t n_rows, float* y, int64_t d) = nullptr;
 };
 
 struct KvKernelTable {

@@ -296,5 +296,40 @@ TEST(KvDTypes, NamesRoundTrip) {
   EXPECT_EQ(kv_dtype_names(), "f32, bf16, fp8_e4m3, int8_per_token_head, int8_block_g128");
 }
 
+// dot_rows / axpy_rows (one call per page run, all heads of a KV group) are
+// defined as loops over dot / axpy: bit for bit, on every ISA and dtype.
+TEST_P(KvIsaTest, MultiRowKernelsEqualSingleRowLoops) {
+  const KernelTable kt = select_kernels(GetParam());
+  for (KvDType t : kAll) {
+    const auto& kr = kt.kv.row[static_cast<int>(t)];
+    for (int64_t d : {17, 64, 128, 130}) {
+      for (int64_t n_h : {1, 3, 6, 8, 9, 16}) {
+        for (int64_t n_rows : {1, 5, 16}) {
+          const int64_t nkv = 3;  // rows of one kv head are nkv rows apart
+          const float ls = t == KvDType::kFP8E4M3 ? 0.5f : 1.0f;
+          const Row r = quantize(t, randv(n_rows * nkv * d, 61, 2.f), n_rows * nkv, d, ls);
+          const int64_t cs = nkv * d * kv_code_bytes(t), spr = kv_scales_per_row(t, d);
+          const int64_t ss = spr > 0 ? nkv * spr : 0;
+          const auto q = randv(n_h * d, 62);
+          const int64_t os = n_rows + 2;
+          std::vector<float> got(n_h * os, -7.f), want(n_h * os, -7.f);
+          kr.dot_rows(q.data(), n_h, r.codes.data(), cs, r.scales.data(), ss, n_rows, d, got.data(), os);
+          for (int64_t j = 0; j < n_rows; ++j)
+            for (int64_t i = 0; i < n_h; ++i)
+              want[i * os + j] = kr.dot(q.data() + i * d, r.codes.data() + j * cs, r.scales.data() + j * ss, d);
+          ASSERT_EQ(got, want) << kv_dtype_name(t) << " d=" << d << " n_h=" << n_h << " rows=" << n_rows;
+          const auto p = randv(n_h * os, 63);
+          auto y = randv(n_h * d, 64), yw = y;
+          kr.axpy_rows(p.data(), os, n_h, r.codes.data(), cs, r.scales.data(), ss, n_rows, y.data(), d);
+          for (int64_t j = 0; j < n_rows; ++j)
+            for (int64_t i = 0; i < n_h; ++i)
+              kr.axpy(p[i * os + j], r.codes.data() + j * cs, r.scales.data() + j * ss, yw.data() + i * d, d);
+          ASSERT_EQ(y, yw) << kv_dtype_name(t) << " d=" << d << " n_h=" << n_h << " rows=" << n_rows;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace blockspec

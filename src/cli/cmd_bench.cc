@@ -198,6 +198,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   j["weights"] = model->weights().format_summary;
   j["threads"] = model->n_threads();
   j["isa"] = model->kernels().isa;
+  j["activations"] = model->bf16_activations() ? "bf16" : "f32";
   j["concurrency"] = C;
   j["prompt_tokens"] = P;
   j["gen_tokens"] = G;

@@ -182,6 +182,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
   j["top1_agreement"] = stats.top1_agreement();
   j["threads"] = model->n_threads();
   j["isa"] = model->kernels().isa;
+  j["activations"] = model->bf16_activations() ? "bf16" : "f32";
   j["seconds"] = seconds;
   std::fprintf(stderr,
                "\n%s (weights %s, kv %s)\n  vs reference %s (weights %s, kv %s)\n"

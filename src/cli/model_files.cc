@@ -42,6 +42,9 @@ std::vector<FlagSpec> model_flags() {
       {"--threads", "-t", true, "worker threads (default: all cores)"},
       {"--isa", "", true, "kernel ISA: auto, ref, avx2, avx512 (default: $BLOCKSPEC_ISA or auto)"},
       {"--weights", "", true, "weight format: f32, bf16, q8, q4, fp8, nvfp4, mxfp4 (default: each tensor's stored format)"},
+      {"--activations", "", true,
+       "activation precision: f32 (default) or bf16 (round activations to bf16 where transformers does for a "
+       "bf16 model; bf16 weights then run on AVX-512 BF16 dot products where the CPU has them)"},
       {"--kv-cache-dtype", "", true,
        "KV cache dtype: auto, f32, bf16, fp8_e4m3, int8_per_token_head, int8_block_g128 (default auto: bf16 when "
        "every weight matrix is bf16, else f32; see docs/kv_cache.md)"},
@@ -61,6 +64,9 @@ ModelOptions model_options(const Args& a) {
     mo.weights = f;
   }
   mo.kv_cache_dtype = parse_kv_cache_dtype("--kv-cache-dtype", a.str("--kv-cache-dtype", "auto"));
+  const std::string act = a.str("--activations", "f32");
+  if (act != "f32" && act != "bf16") fail("--activations: unknown precision \"", act, "\" (expected f32 or bf16)");
+  mo.emulate_bf16_activations = act == "bf16";
   mo.progress = true;
   return mo;
 }

@@ -12,6 +12,7 @@ bool cpu_has_avx512() {
          __builtin_cpu_supports("avx512vl");
 }
 bool cpu_has_avx512vnni() { return cpu_has_avx512() && __builtin_cpu_supports("avx512vnni"); }
+bool cpu_has_avx512bf16() { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
 }  // namespace
 
 std::vector<std::string> available_isas() {
@@ -33,6 +34,7 @@ KernelTable select_kernels(const std::string& name) {
   t.isa = pick == "avx512" ? "avx512" : pick == "avx2" ? "avx2" : "ref";
   t.matmul_f32 = matmul_f32_ref;
   t.matmul_bf16 = matmul_bf16_ref;
+  t.matmul_bf16_dp = matmul_bf16_dp_ref;
   t.dot = dot_ref;
   t.axpy = axpy_ref;
   t.quantize_acts = quantize_acts_ref;
@@ -44,6 +46,7 @@ KernelTable select_kernels(const std::string& name) {
   if (pick == "avx2" || pick == "avx512") {
     t.matmul_f32 = matmul_f32_avx2;
     t.matmul_bf16 = matmul_bf16_avx2;
+    t.matmul_bf16_dp = nullptr;  // no bf16 dot product below AVX-512 BF16
     t.dot = dot_avx2;
     t.axpy = axpy_avx2;
     t.quantize_acts = quantize_acts_avx2;
@@ -59,6 +62,7 @@ KernelTable select_kernels(const std::string& name) {
     t.gemm_fp = gemm_fp_avx512;
     t.gemm_q8g128_wo = gemm_q8g128_wo_avx512;
     t.gemm_q4g128_wo = gemm_q4g128_wo_avx512;
+    if (cpu_has_avx512bf16()) t.matmul_bf16_dp = matmul_bf16_dp_avx512bf16;
     // Without VNNI, maddubs-based AVX2 int8 kernels are the best we have.
     if (cpu_has_avx512vnni()) {
       t.gemm_q8g128 = gemm_q8g128_avx512vnni;

@@ -20,6 +20,12 @@ struct KernelTable {
                      int64_t n0, int64_t n1) = nullptr;
   void (*matmul_bf16)(const float* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N,
                       int64_t n0, int64_t n1) = nullptr;
+  // bf16 activations x [M, K] (bf16 bits) times bf16 weights w [N, K]: the
+  // VDPBF16PS pair-FMA arithmetic of kernels/x86/bf16dp_avx512.cc. Used for
+  // bf16 weights when activations are bf16 (--activations bf16); nullptr
+  // where the CPU has no AVX-512 BF16 (then matmul_bf16 runs on the rounded x).
+  void (*matmul_bf16_dp)(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N,
+                         int64_t n0, int64_t n1) = nullptr;
   float (*dot)(const float* a, const float* b, int64_t n) = nullptr;
   // y[i] += a * x[i]
   void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;
@@ -52,6 +58,8 @@ KernelTable select_kernels(const std::string& name);
 // Scalar reference twins (kernels/ref).
 void matmul_f32_ref(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
 void matmul_bf16_ref(const float* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
+void matmul_bf16_dp_ref(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0,
+                        int64_t n1);
 float dot_ref(const float* a, const float* b, int64_t n);
 void axpy_ref(float a, const float* x, float* y, int64_t n);
 void quantize_acts_ref(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales);
@@ -79,6 +87,9 @@ void gemm_q4g128_wo_avx512(const PackedWeights& w, const float* x, float* y, int
 // AVX-512 VNNI (vpdpbusd); the "avx512" level uses them when the CPU has VNNI.
 void gemm_q8g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q4g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
+// AVX-512 BF16 (vdpbf16ps).
+void matmul_bf16_dp_avx512bf16(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N,
+                               int64_t n0, int64_t n1);
 void gemm_fp_avx512(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1);
 
 }  // namespace blockspec

@@ -13,10 +13,17 @@ namespace blockspec {
 void linear(const OpContext& ctx, const float* x, const Tensor& w, const float* bias, float* y, int64_t M) {
   BS_ASSERT(w.ndim() == 2);
   const int64_t N = w.dim(0), K = w.dim(1);
+  std::vector<uint16_t> xb;  // [M, K] bf16 activations for matmul_bf16_dp
+  const bool dp = ctx.bf16_activations && w.dtype() == DType::kBF16 && ctx.k->matmul_bf16_dp != nullptr;
+  if (dp) {
+    xb.resize(M * K);
+    for (int64_t i = 0; i < M * K; ++i) xb[i] = f32_to_bf16(x[i]);
+  }
   // Rows of w split evenly between threads; a grain of 16 rows keeps each
   // thread's slice a contiguous stream of weight memory.
   auto body = [&](int64_t n0, int64_t n1) {
-    if (w.dtype() == DType::kF32) ctx.k->matmul_f32(x, w.ptr<float>(), y, M, K, N, n0, n1);
+    if (dp) ctx.k->matmul_bf16_dp(xb.data(), w.ptr<uint16_t>(), y, M, K, N, n0, n1);
+    else if (w.dtype() == DType::kF32) ctx.k->matmul_f32(x, w.ptr<float>(), y, M, K, N, n0, n1);
     else if (w.dtype() == DType::kBF16) ctx.k->matmul_bf16(x, w.ptr<uint16_t>(), y, M, K, N, n0, n1);
     else fail("linear: unsupported weight dtype ", dtype_name(w.dtype()));
     if (bias != nullptr)

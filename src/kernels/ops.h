@@ -13,6 +13,9 @@ namespace blockspec {
 struct OpContext {
   const KernelTable* k;
   ThreadPool* pool;
+  // Activations are bf16 (--activations bf16): linear() rounds x to bf16
+  // and multiplies bf16 weights with k->matmul_bf16_dp where the CPU has it.
+  bool bf16_activations = false;
 };
 
 // y[M, N] = x[M, K] @ w[N, K]^T (+ bias[N]).  w: F32 or BF16.

@@ -92,7 +92,7 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
     for (int64_t t = 0; t < ch.n; ++t) pos.push_back(start + t);
     n += ch.n;
   }
-  OpContext ctx{&kt_, &pool_};
+  OpContext ctx = op_context();
   const float eps = static_cast<float>(c.rms_norm_eps);
   const int64_t T = static_cast<int64_t>(tap_layers_.size());
   for (const SeqChunk& ch : chunks)

@@ -43,6 +43,7 @@ class Transformer {
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
   const KernelTable& kernels() const { return kt_; }
+  bool bf16_activations() const { return opts_.emulate_bf16_activations; }
   int n_threads() const { return pool_.n_threads(); }
   uint64_t weight_bytes() const;  // bytes of all weights read per decode step
 
@@ -84,7 +85,7 @@ class Transformer {
   const std::vector<int64_t>& tap_layers() const { return tap_layers_; }
 
   // Kernels and threads of this model, for a drafter that runs beside it.
-  OpContext op_context() { return OpContext{&kt_, &pool_}; }
+  OpContext op_context() { return OpContext{&kt_, &pool_, opts_.emulate_bf16_activations}; }
 
  private:
   Transformer(const WeightSource& src, const ModelOptions& opts);

@@ -55,6 +55,84 @@ TEST_P(IsaTest, MatmulBf16MatchesRef) {
   }
 }
 
+// VDPBF16PS GEMM (bf16 activations x bf16 weights): bit for bit the scalar
+// twin's lanes, pair order, DAZ/FTZ and reduction tree, on odd shapes and
+// tails; plus denormal inputs and products, which the twin must flush alike.
+TEST_P(IsaTest, MatmulBf16DpMatchesRefBitwise) {
+  KernelTable kt = select_kernels(GetParam());
+  if (kt.matmul_bf16_dp == nullptr) GTEST_SKIP() << GetParam() << " has no bf16 dot-product kernel on this CPU";
+  std::mt19937 g(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t M : {1, 2, 3, 4, 5, 9}) {
+    for (int64_t K : {1, 2, 15, 31, 32, 33, 64, 100, 1537}) {
+      const int64_t N = 13;
+      std::vector<uint16_t> x(M * K), w(N * K);
+      for (auto& v : x) v = f32_to_bf16(nd(g));
+      for (auto& v : w) v = f32_to_bf16(nd(g) * 0.05f);
+      // A few denormal inputs and tiny products (their f32 product or sum is denormal).
+      if (K > 3) {
+        x[1] = f32_to_bf16(1e-39f);                   // denormal activation: read as zero
+        w[2] = f32_to_bf16(-3e-39f);                   // denormal weight
+        x[2] = f32_to_bf16(1e-20f), x[3] = f32_to_bf16(1e-19f);
+        w[K + 3] = f32_to_bf16(1e-20f);  // row 1: the first FMA of lane 1 yields 1e-39, flushed to zero
+      }
+      std::vector<float> y(M * N, -7.f), yr(M * N, -7.f);
+      kt.matmul_bf16_dp(x.data(), w.data(), y.data(), M, K, N, 1, 12);
+      matmul_bf16_dp_ref(x.data(), w.data(), yr.data(), M, K, N, 1, 12);
+      for (int64_t i = 0; i < M * N; ++i)
+        ASSERT_EQ(y[i], yr[i]) << GetParam() << " M=" << M << " K=" << K << " i=" << i;
+      // And close to the exact dot product (double) of the same bf16 values.
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 1; n < 12; ++n) {
+          double acc = 0, mag = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double p = static_cast<double>(bf16_to_f32(x[m * K + k])) * bf16_to_f32(w[n * K + k]);
+            acc += p, mag += std::fabs(p);
+          }
+          ASSERT_NEAR(y[m * N + n], acc, 1e-6 * mag * std::sqrt(static_cast<double>(K)) + 1e-30) << M << " " << K;
+        }
+    }
+  }
+}
+
+// The denormal rules made visible: one lane whose only product is denormal
+// (flushed to +-0), and a denormal input times a large weight (read as 0).
+TEST_P(IsaTest, MatmulBf16DpFlushesDenormals) {
+  KernelTable kt = select_kernels(GetParam());
+  if (kt.matmul_bf16_dp == nullptr) GTEST_SKIP() << GetParam() << " has no bf16 dot-product kernel on this CPU";
+  const float cases[][4] = {{0, 1e-19f, 0, 1e-20f},   // x0 x1 w0 w1: 1e-39 product -> 0
+                            {1e-39f, 0, 1e30f, 0},    // denormal x times 1e30 -> 0, not 1e-9
+                            {0, 3.0f, 0, 2.0f}};      // control: 6
+  const float want[] = {0.0f, 0.0f, 6.0f};
+  for (int c = 0; c < 3; ++c) {
+    const uint16_t x[2] = {f32_to_bf16(cases[c][0]), f32_to_bf16(cases[c][1])};
+    const uint16_t w[2] = {f32_to_bf16(cases[c][2]), f32_to_bf16(cases[c][3])};
+    float y = -7.f, yr = -7.f;
+    kt.matmul_bf16_dp(x, w, &y, 1, 2, 1, 0, 1);
+    matmul_bf16_dp_ref(x, w, &yr, 1, 2, 1, 0, 1);
+    EXPECT_EQ(y, want[c]) << GetParam() << " case " << c;
+    EXPECT_EQ(yr, want[c]) << "ref, case " << c;
+  }
+}
+
+// --activations bf16 through linear(): the same rows whatever M (batch
+// invariance), so verifying k tokens at once equals decoding them one by one.
+TEST_P(IsaTest, Bf16ActivationLinearIsBatchInvariant) {
+  KernelTable kt = select_kernels(GetParam());
+  ThreadPool pool(2);
+  OpContext ctx{&kt, &pool, true};
+  const int64_t K = 67, N = 45, M = 7;
+  auto xf = randv(M * K, 8), wf = randv(N * K, 9);
+  Tensor w(DType::kBF16, {N, K});
+  for (int64_t i = 0; i < N * K; ++i) w.mutable_ptr<uint16_t>()[i] = f32_to_bf16(wf[i]);
+  std::vector<float> all(M * N), one(N);
+  linear(ctx, xf.data(), w, nullptr, all.data(), M);
+  for (int64_t m = 0; m < M; ++m) {
+    linear(ctx, xf.data() + m * K, w, nullptr, one.data(), 1);
+    for (int64_t n = 0; n < N; ++n) ASSERT_EQ(one[n], all[m * N + n]) << GetParam() << " m=" << m << " n=" << n;
+  }
+}
+
 TEST_P(IsaTest, DotAndAxpyMatchRef) {
   KernelTable kt = select_kernels(GetParam());
   for (int64_t n : {0, 1, 3, 8, 15, 16, 17, 31, 32, 33, 100}) {

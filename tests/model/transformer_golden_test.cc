@@ -34,7 +34,10 @@ constexpr double kTolF32 = 1e-5;
 // - bf16 activations (emulate_bf16_activations) against HF running the bf16
 //   checkpoint in bf16: the same rounding points, but a different summation
 //   order flips an occasional bf16 rounding (2^-8 relative) that propagates.
-constexpr double kTolBf16 = 1e-2;
+//   Measured worst case over the three bf16 fixtures: f32-FMA kernels (avx2)
+//   0.001-0.007, the VDPBF16PS pair order (avx512 with AVX-512 BF16, and its
+//   ref twin) 0.004-0.013. Greedy tokens must still be identical (asserted).
+constexpr double kTolBf16 = 2e-2;
 
 struct Mode {
   bool emulate_bf16;

@@ -37,6 +37,7 @@ KernelTable select_kernels(const std::string& name) {
   t.matmul_bf16_dp = matmul_bf16_dp_ref;
   t.dot = dot_ref;
   t.axpy = axpy_ref;
+  t.swiglu = swiglu_ref;  // AVX2 keeps the scalar twin
   t.quantize_acts = quantize_acts_ref;
   t.gemm_q8g128 = gemm_q8g128_ref;
   t.gemm_q4g128 = gemm_q4g128_ref;
@@ -59,6 +60,7 @@ KernelTable select_kernels(const std::string& name) {
     t.matmul_f32 = matmul_f32_avx512;
     t.matmul_bf16 = matmul_bf16_avx512;
     t.dot = dot_avx512;
+    t.swiglu = swiglu_avx512;
     t.gemm_fp = gemm_fp_avx512;
     t.gemm_q8g128_wo = gemm_q8g128_wo_avx512;
     t.gemm_q4g128_wo = gemm_q4g128_wo_avx512;

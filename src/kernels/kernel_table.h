@@ -29,6 +29,10 @@ struct KernelTable {
   float (*dot)(const float* a, const float* b, int64_t n) = nullptr;
   // y[i] += a * x[i]
   void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;
+  // out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp_fixed(-gate[i])) * up[i]; under round_bf16
+  // the quotient and the product are each rounded to bf16. exp_fixed (kernels/silu_exp.h) makes
+  // every ISA bitwise equal to the scalar twin. out may alias gate.
+  void (*swiglu)(const float* gate, const float* up, float* out, int64_t n, bool round_bf16) = nullptr;
 
   // Integer formats (layouts and exact arithmetic in kernels/quant_layout.h).
   // Quantizes activation rows: x [M, K] f32 -> q [M, Kp] u8, scales [M, G] f32.
@@ -62,6 +66,7 @@ void matmul_bf16_dp_ref(const uint16_t* x, const uint16_t* w, float* y, int64_t 
                         int64_t n1);
 float dot_ref(const float* a, const float* b, int64_t n);
 void axpy_ref(float a, const float* x, float* y, int64_t n);
+void swiglu_ref(const float* gate, const float* up, float* out, int64_t n, bool round_bf16);
 void quantize_acts_ref(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales);
 void gemm_q8g128_ref(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q4g128_ref(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
@@ -77,6 +82,7 @@ void axpy_avx2(float a, const float* x, float* y, int64_t n);
 void matmul_f32_avx512(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
 void matmul_bf16_avx512(const float* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
 float dot_avx512(const float* a, const float* b, int64_t n);
+void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n, bool round_bf16);
 void quantize_acts_avx2(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales);
 void gemm_q8g128_avx2(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q4g128_avx2(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);

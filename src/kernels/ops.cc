@@ -75,18 +75,20 @@ void rope_neox(float* x, const int64_t* positions, int64_t n_tokens, int64_t n_h
 }
 
 void silu_mul(float* gate, const float* up, int64_t n, bool round_bf16) {
-  if (round_bf16) {
-    for (int64_t i = 0; i < n; ++i) {
-      float g = gate[i];
-      float s = bf16_to_f32(f32_to_bf16(g / (1.0f + std::exp(-g))));
-      gate[i] = bf16_to_f32(f32_to_bf16(s * up[i]));
+  swiglu_ref(gate, up, gate, n, round_bf16);
+}
+
+void swiglu_rows(const OpContext& ctx, const float* gu, int64_t rows, int64_t I, float* out, bool round_bf16) {
+  // Items of up to 2048 values of one row, so a single decode row still
+  // splits across threads.
+  constexpr int64_t kPiece = 2048;
+  const int64_t per_row = (I + kPiece - 1) / kPiece;
+  ctx.pool->parallel_for(rows * per_row, [&](int64_t b, int64_t e) {
+    for (int64_t it = b; it < e; ++it) {
+      const int64_t r = it / per_row, i0 = it % per_row * kPiece, n = std::min(kPiece, I - i0);
+      ctx.k->swiglu(gu + r * 2 * I + i0, gu + r * 2 * I + I + i0, out + r * I + i0, n, round_bf16);
     }
-    return;
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+  });
 }
 
 void round_to_bf16(float* x, int64_t n) {

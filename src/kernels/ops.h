@@ -35,8 +35,12 @@ void rmsnorm(const float* x, const float* w, float eps, int64_t rows, int64_t di
 void rope_neox(float* x, const int64_t* positions, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
                const float* inv_freq, int64_t rotary_dim, float scaling, bool round_bf16 = false);
 
-// gate[i] = silu(gate[i]) * up[i]   gate, up: [n]
+// gate[i] = silu(gate[i]) * up[i]   gate, up: [n]   (scalar; KernelTable::swiglu's arithmetic)
 void silu_mul(float* gate, const float* up, int64_t n, bool round_bf16 = false);
+
+// SwiGLU over rows, threaded: out[r, i] = silu(gu[r, i]) * gu[r, I + i]
+//   gu: [rows, 2I] (gate | up, as the fused gate_up projection writes it)   out: [rows, I]
+void swiglu_rows(const OpContext& ctx, const float* gu, int64_t rows, int64_t I, float* out, bool round_bf16 = false);
 
 // x[i] = bf16(x[i]) (round to nearest even), for bf16 activation emulation.
 void round_to_bf16(float* x, int64_t n);

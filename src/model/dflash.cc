@@ -174,10 +174,7 @@ void DraftModel::forward(DraftCache& cache, const float* feats, int64_t n_ctx, i
       grouped_conv(u.data(), nb, H, l.mlp_conv_base.ptr<float>(), dyn.data(), 0, kt, gs, a);
     }
     linear_group(ctx, a, l.gate_up, gu.data(), nb, scratch);
-    for (int64_t t = 0; t < nb; ++t) {
-      std::copy(gu.begin() + t * 2 * F, gu.begin() + t * 2 * F + F, act.begin() + t * F);
-      silu_mul(act.data() + t * F, gu.data() + t * 2 * F + F, F);
-    }
+    swiglu_rows(ctx, gu.data(), nb, F, act.data());
     linear(ctx, act.data(), l.down, nullptr, tmp.data(), nb);
     if (d2) {
       std::copy(tmp.begin(), tmp.end(), u.begin());

@@ -180,10 +180,7 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
     rmsnorm(x.data(), l.ffn_norm.ptr<float>(), eps, n, H, xn.data(), bf);
     linear_group(ctx, xn.data(), l.ffn_gate_up, gu.data(), n, scratch);
     rnd(gu);
-    for (int64_t t = 0; t < n; ++t) {
-      std::copy(gu.begin() + t * 2 * I, gu.begin() + t * 2 * I + I, gate.begin() + t * I);
-      silu_mul(gate.data() + t * I, gu.data() + t * 2 * I + I, I, bf);
-    }
+    swiglu_rows(ctx, gu.data(), n, I, gate.data(), bf);
     linear(ctx, gate.data(), l.ffn_down, opt_ptr(l.ffn_down_bias), tmp.data(), n);
     rnd(tmp);
     for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];

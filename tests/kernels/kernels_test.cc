@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 
 #include "kernels/kernel_table.h"
 #include "base/error.h"
 #include "kernels/ops.h"
+#include "kernels/silu_exp.h"
 #include "tensor/dtype.h"
 
 namespace blockspec {
@@ -131,6 +134,43 @@ TEST_P(IsaTest, Bf16ActivationLinearIsBatchInvariant) {
     linear(ctx, xf.data() + m * K, w, nullptr, one.data(), 1);
     for (int64_t n = 0; n < N; ++n) ASSERT_EQ(one[n], all[m * N + n]) << GetParam() << " m=" << m << " n=" << n;
   }
+}
+
+// SwiGLU: every ISA bit for bit the scalar twin (exp_fixed spelled out the
+// same way), odd lengths, extremes and NaN, both precisions.
+TEST_P(IsaTest, SwigluMatchesRefBitwise) {
+  KernelTable kt = select_kernels(GetParam());
+  for (int64_t n : {1, 15, 16, 17, 100, 2049}) {
+    auto g = randv(n, 40 + static_cast<uint32_t>(n)), u = randv(n, 41);
+    for (auto& v : g) v *= 6.f;
+    if (n > 8) {
+      g[0] = 0.f, g[1] = -0.f, g[2] = 100.f, g[3] = -100.f, g[4] = 87.5f, g[5] = -88.5f;
+      g[6] = std::numeric_limits<float>::quiet_NaN(), g[7] = std::numeric_limits<float>::infinity();
+    }
+    for (bool bf : {false, true}) {
+      std::vector<float> y(n, -7.f), yr(n, -7.f);
+      kt.swiglu(g.data(), u.data(), y.data(), n, bf);
+      swiglu_ref(g.data(), u.data(), yr.data(), n, bf);
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t a, b;
+        std::memcpy(&a, &y[i], 4), std::memcpy(&b, &yr[i], 4);
+        ASSERT_EQ(a, b) << GetParam() << " n=" << n << " i=" << i << " g=" << g[i] << " bf16=" << bf;
+      }
+    }
+  }
+}
+
+// exp_fixed against the libm exp: < 2 ulp relative on its range.
+TEST(Ops, ExpFixedIsAccurate) {
+  double worst = 0;
+  for (float x = -87.0f; x <= 88.0f; x += 0.0137f) {
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(exp_fixed(x) - want) / want);
+  }
+  EXPECT_LT(worst, 2.4e-7);  // 2 ulp of float
+  std::printf("exp_fixed max relative error %.3g\n", worst);
+  EXPECT_EQ(exp_fixed(0.0f), 1.0f);
+  EXPECT_EQ(exp_fixed(-1000.0f), exp_fixed(-87.0f));  // clamped, no underflow to a denormal
 }
 
 TEST_P(IsaTest, DotAndAxpyMatchRef) {

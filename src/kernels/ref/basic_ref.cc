@@ -1,6 +1,7 @@
 // Scalar reference kernels: the ground truth every optimised variant is
 // tested against. Accumulate in double so the twin is the more exact side.
 #include "kernels/kernel_table.h"
+#include "kernels/silu_exp.h"
 #include "tensor/dtype.h"
 
 namespace blockspec {
@@ -29,6 +30,17 @@ float dot_ref(const float* a, const float* b, int64_t n) {
   double acc = 0;
   for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(a[i]) * b[i];
   return static_cast<float>(acc);
+}
+
+void swiglu_ref(const float* gate, const float* up, float* out, int64_t n, bool round_bf16) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    float s = g / (1.0f + exp_fixed(-g));
+    if (round_bf16) s = bf16_to_f32(f32_to_bf16(s));
+    float o = s * up[i];
+    if (round_bf16) o = bf16_to_f32(f32_to_bf16(o));
+    out[i] = o;
+  }
 }
 
 void axpy_ref(float a, const float* x, float* y, int64_t n) {

@@ -6,10 +6,12 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <array>
 #include <utility>
 
 #include "kernels/kernel_table.h"
+#include "kernels/silu_exp.h"
 
 #define BS_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 
@@ -106,6 +108,50 @@ BS_AVX512 float dot_avx512(const float* a, const float* b, int64_t n) {
     acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, a + n16), _mm512_maskz_loadu_ps(mk, b + n16), acc);
   }
   return _mm512_reduce_add_ps(acc);
+}
+
+namespace {
+
+// exp_fixed (kernels/silu_exp.h), line for line on 16 lanes.
+BS_AVX512 inline __m512 exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(kExpLo)), _mm512_set1_ps(kExpHi));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Hi), x);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kExpP[0]);
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpP[i]));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  const __m512i e = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23);
+  return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(y), e));
+}
+
+// f32 -> bf16 -> f32 (round half to even, NaN quieted) as f32_to_bf16 does.
+BS_AVX512 inline __m512 round_bf16_16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd);
+  const __m512i nan = _mm512_or_si512(u, _mm512_set1_epi32(0x400000));
+  const __mmask16 is_nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  const __m512i out = _mm512_mask_blend_epi32(is_nan, r, nan);
+  return _mm512_castsi512_ps(_mm512_and_si512(out, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+}  // namespace
+
+BS_AVX512 void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n, bool round_bf16) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mk = i + 16 <= n ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m512 g = _mm512_maskz_loadu_ps(mk, gate + i), u = _mm512_maskz_loadu_ps(mk, up + i);
+    const __m512 neg_g = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(g), _mm512_set1_epi32(INT32_MIN)));
+    const __m512 e = exp16(neg_g);
+    __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e));
+    if (round_bf16) s = round_bf16_16(s);
+    __m512 o = _mm512_mul_ps(s, u);
+    if (round_bf16) o = round_bf16_16(o);
+    _mm512_mask_storeu_ps(out + i, mk, o);
+  }
 }
 
 }  // namespace blockspec

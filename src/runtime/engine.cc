@@ -119,10 +119,12 @@ uint64_t Engine::submit(RequestParams p, std::function<void(const TokenEvent&)> 
   return id;
 }
 
-void Engine::cancel(uint64_t id) {
+void Engine::cancel(uint64_t id, const std::string& reason) {
+  if (reason != "abort" && reason != "stop")
+    fail("Engine::cancel: reason must be \"abort\" or \"stop\", found ", quote_for_message(reason));
   {
     std::lock_guard<std::mutex> g(impl_->mu);
-    impl_->to_cancel.push_back(id);
+    impl_->to_cancel.emplace_back(id, reason);
   }
   impl_->cv.notify_all();
 }

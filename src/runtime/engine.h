@@ -91,8 +91,12 @@ class Engine {
   // vocabulary, sampling params); throws Error with the reason. on_event
   // receives every token event, the last one with finished = true.
   uint64_t submit(RequestParams params, std::function<void(const TokenEvent&)> on_event);
-  // Ends a request now ("abort"), freeing its KV pages. Unknown ids are ignored.
-  void cancel(uint64_t id);
+  // Ends a request now, freeing its KV pages, and counts it under `reason`:
+  // "abort" (the client went away, the server stops) or "stop" (the caller
+  // found a stop string in the text, so the request ended normally). Ids
+  // that are unknown or already finished are ignored. Throws Error on any
+  // other reason.
+  void cancel(uint64_t id, const std::string& reason = "abort");
   EngineMetrics metrics() const;
   bool healthy() const { return !dead_.load(); }
 

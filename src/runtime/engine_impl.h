@@ -3,6 +3,7 @@
 #pragma once
 #include <chrono>
 #include <unordered_map>
+#include <utility>
 
 #include "model/kv_pool.h"
 #include "runtime/engine.h"
@@ -63,7 +64,7 @@ struct Engine::Impl {
   bool stop = false;
   uint64_t next_id = 1;
   std::deque<std::unique_ptr<Sequence>> waiting;  // guarded by mu
-  std::vector<uint64_t> to_cancel;                // guarded by mu
+  std::vector<std::pair<uint64_t, std::string>> to_cancel;  // id, finish reason; guarded by mu
   EngineMetrics m;                                // guarded by mu
   std::vector<std::unique_ptr<Sequence>> running;  // engine thread only
   int64_t pages_used = 0, pages_total = 0;         // guarded by mu

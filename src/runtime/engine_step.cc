@@ -54,15 +54,17 @@ bool Engine::Impl::emit(Sequence& s, int32_t t) {
 }
 
 void Engine::Impl::admit() {
-  std::vector<uint64_t> cancels;
+  std::vector<std::pair<uint64_t, std::string>> cancels;  // id, reason
   std::vector<std::unique_ptr<Sequence>> admitted, dropped;
+  std::vector<std::string> dropped_why;
   {
     std::lock_guard<std::mutex> g(mu);
     cancels.swap(to_cancel);
-    for (uint64_t id : cancels) {
-      auto it = std::find_if(waiting.begin(), waiting.end(), [id](const auto& s) { return s->id == id; });
+    for (const auto& [id, why] : cancels) {
+      auto it = std::find_if(waiting.begin(), waiting.end(), [id = id](const auto& s) { return s->id == id; });
       if (it != waiting.end()) {
         dropped.push_back(std::move(*it));
+        dropped_why.push_back(why);
         waiting.erase(it);
       }
     }
@@ -77,9 +79,11 @@ void Engine::Impl::admit() {
     m.waiting = static_cast<int64_t>(waiting.size());
     m.kv_pages_used = pages_used;
   }
-  for (auto& s : dropped) finish(*s, "abort");
-  for (auto& s : running)
-    if (std::find(cancels.begin(), cancels.end(), s->id) != cancels.end()) finish(*s, "abort");
+  for (size_t i = 0; i < dropped.size(); ++i) finish(*dropped[i], dropped_why[i]);
+  for (auto& s : running) {
+    auto c = std::find_if(cancels.begin(), cancels.end(), [&](const auto& x) { return x.first == s->id; });
+    if (c != cancels.end()) finish(*s, c->second);  // no-op when s finished already
+  }
   for (auto& s : admitted) {
     const int64_t cap = reserve_tokens(s->params);
     s->cache = std::make_unique<KvCache>(*pool);

@@ -83,8 +83,9 @@ void Generation::handle(const TokenEvent& ev, std::string& delta) {
     ++completion_tokens_;
     delta += stop_.push(decoder_.push(t));
     if (stop_.stopped()) {
-      // Cut at the stop string: the engine need not generate any further.
-      engine_.cancel(id_);
+      // Cut at the stop string: the engine need not generate any further,
+      // and counts the request as ended by "stop", not as aborted.
+      engine_.cancel(id_, "stop");
       finished_ = true;
       finish_reason_ = "stop";
       return;

@@ -10,8 +10,10 @@
 
 namespace blockspec {
 
-// Counted by the HTTP layer: it knows the finish reason the client saw (a
-// stop string ends a request that the engine counts as cancelled).
+// Counted by the HTTP layer: it knows the finish reason the client saw. The
+// engine's own counts (EngineMetrics::finished_by_reason) can differ: it may
+// end a request by length or eos before it sees the "stop" cancel of a stop
+// string the handler found in tokens it had already generated.
 struct ServerCounters {
   std::map<std::string, uint64_t> finished;  // finished_reason -> requests (stop, length, abort, error)
 };

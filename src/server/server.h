@@ -5,8 +5,8 @@
 //   POST /v1/completions, /v1/chat/completions (JSON or SSE streaming),
 //   GET /v1/models, /health, /metrics (Prometheus), POST /tokenize, /detokenize.
 // Every bad request gets an OpenAI-shaped error body (400, 401, 404, 503);
-// nothing a client sends can crash or hang the process. A streaming client
-// that disconnects has its engine request cancelled at once.
+// nothing a client sends can crash or hang the process. A client that
+// disconnects, streaming or not, has its engine request cancelled at once.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -27,6 +27,9 @@ struct ServerOptions {
   std::string api_key;            // non-empty: "Authorization: Bearer KEY" on every endpoint but /health
   int n_http_threads = 64;        // connections served at once (a waiting stream holds one)
   bool log_requests = false;      // one line per request on stderr
+  // A response still waiting for the engine writes a keep-alive after this
+  // much silence: an SSE comment, or a space before the JSON answer.
+  int heartbeat_ms = 2000;
 };
 
 // A loaded model with everything the endpoints need. Members are destroyed

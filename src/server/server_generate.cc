@@ -1,5 +1,15 @@
 // POST /v1/completions and /v1/chat/completions: one JSON answer, or SSE
 // chunks ("data: {json}\n\n" ... "data: [DONE]\n\n") as tokens arrive.
+//
+// Both kinds are answered by a chunked content provider, so the handler
+// thread watches the connection while the engine generates: a client that
+// hangs up has its engine request cancelled (KV pages freed) within a poll
+// (kPoll), not when generation ends. cpp-httplib 0.11 tells us through
+// DataSink::is_writable(), which peeks the socket for EOF / reset; a JSON
+// answer that takes longer than heartbeat_ms is preceded by single spaces
+// (leading whitespace is valid JSON), an SSE stream gets comment lines.
+// Errors found before generation starts keep their status (400, 503, ...);
+// the 200 is only committed once the engine has the request.
 #include <chrono>
 
 #include "base/error.h"
@@ -11,19 +21,27 @@ namespace blockspec {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-namespace {
-
-constexpr std::chrono::milliseconds kPoll{50};
-// A stream that has sent nothing for this long (queued behind other
-// requests) gets an SSE comment line, so a vanished client is noticed even
-// before its first token.
-constexpr std::chrono::seconds kHeartbeat{2};
-
-struct Reply {  // the fields every response and chunk of one request share
+// The fields every response and chunk of one request share.
+struct AnswerHead {
   std::string id, object, model;
   std::time_t created;
   bool chat;
 };
+
+// Request state kept alive by the content provider after the handler returns.
+struct Answer {
+  std::shared_ptr<ServedModel> model;  // keeps the engine alive while we answer
+  std::unique_ptr<Generation> gen;
+  AnswerHead reply;
+  bool include_usage = false;
+  bool role_sent = false, counted = false;
+  std::string text;  // non-streaming: the whole answer so far
+  Clock::time_point last_write = Clock::now();
+};
+
+namespace {
+
+constexpr std::chrono::milliseconds kPoll{50};
 
 json usage_json(const Generation& g) {
   return {{"prompt_tokens", g.prompt_tokens()},
@@ -33,10 +51,10 @@ json usage_json(const Generation& g) {
 
 json finish_json(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
 
-json base(const Reply& r) { return {{"id", r.id}, {"object", r.object}, {"created", r.created}, {"model", r.model}}; }
+json base(const AnswerHead& r) { return {{"id", r.id}, {"object", r.object}, {"created", r.created}, {"model", r.model}}; }
 
 // One SSE chunk; finish: "" while streaming.
-std::string chunk(const Reply& r, const std::string* text, bool role, const std::string& finish, bool usage_null) {
+std::string chunk(const AnswerHead& r, const std::string* text, bool role, const std::string& finish, bool usage_null) {
   json c = base(r);
   json choice = {{"index", 0}};
   if (r.chat) {
@@ -54,25 +72,101 @@ std::string chunk(const Reply& r, const std::string* text, bool role, const std:
   return "data: " + dump_json(c) + "\n\n";
 }
 
-// Stream state kept alive by the content provider after the handler returns.
-struct Stream {
-  std::shared_ptr<ServedModel> model;  // keeps the engine alive while we stream
-  std::unique_ptr<Generation> gen;
-  Reply reply;
-  bool include_usage = false;
-  bool role_sent = false, done = false, counted = false;
-  Clock::time_point last_write = Clock::now();
-};
+// The one JSON answer of a non-streaming request.
+json full_answer(const Answer& st) {
+  const Generation& g = *st.gen;
+  json choice = {{"index", 0}};
+  if (st.reply.chat) choice["message"] = {{"role", "assistant"}, {"content", st.text}};
+  else choice["text"] = st.text;
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = g.finish_reason();
+  json out = base(st.reply);
+  out["choices"] = json::array({choice});
+  out["usage"] = usage_json(g);
+  return out;
+}
 
-// Final status of a finished generation that could not produce an answer.
-void throw_if_failed(const Generation& g) {
+// The error body of a generation that ended without an answer.
+std::string failure_body(const Generation& g) {
   if (g.finish_reason() == "error")
-    throw ApiError(500, "generation failed: " + (g.error().empty() ? std::string("engine error") : g.error()), "",
-                   "server_error");
-  if (g.finish_reason() == "abort") throw ApiError(503, "the request was cancelled: the server is shutting down", "", "server_error");
+    return error_body("generation failed: " + (g.error().empty() ? std::string("engine error") : g.error()),
+                      "server_error", "");
+  return error_body("the request was cancelled: the server is shutting down", "server_error", "");
+}
+
+// Writes one piece of the answer; false when the connection is broken.
+bool send(Answer& st, httplib::DataSink& sink, const std::string& s) {
+  st.last_write = Clock::now();
+  return sink.write(s.data(), s.size());
 }
 
 }  // namespace
+
+// The client is gone (or we are stopping): free the engine request now.
+bool Server::Impl::hang_up(Answer& st) {
+  st.gen->cancel();
+  if (!st.counted) count_finished("abort");
+  st.counted = true;
+  return false;
+}
+
+// While generating: false when the client has gone (the caller hangs up).
+bool Server::Impl::still_there(Answer& st, httplib::DataSink& sink, const std::string& keep_alive) {
+  if (Clock::now() - st.last_write > std::chrono::milliseconds(opts.heartbeat_ms) && !send(st, sink, keep_alive))
+    return false;
+  return sink.is_writable();
+}
+
+// One call of a non-streaming request's content provider (see the top).
+bool Server::Impl::json_step(Answer& st, httplib::DataSink& sink) {
+  if (stopping.load()) return hang_up(st);
+  if (!st.gen->poll(st.text, kPoll)) return still_there(st, sink, " ") || hang_up(st);
+  const Generation& g = *st.gen;
+  st.counted = true;
+  count_finished(g.finish_reason());
+  if (g.finish_reason() == "error" || g.finish_reason() == "abort") {
+    // The 200 is out: say what failed, then end the connection without the
+    // last chunk, so a client fails (the openai client retries and meets
+    // the 503 of a stopped engine) instead of taking this for an answer.
+    send(st, sink, failure_body(g));
+    return false;
+  }
+  send(st, sink, dump_json(full_answer(st)));
+  sink.done();
+  return true;
+}
+
+// One call of a streaming request's content provider.
+bool Server::Impl::sse_step(Answer& st, httplib::DataSink& sink) {
+  if (stopping.load()) return hang_up(st);
+  const AnswerHead& rp = st.reply;
+  if (rp.chat && !st.role_sent) {
+    st.role_sent = true;
+    const std::string empty;
+    if (!send(st, sink, chunk(rp, &empty, true, "", st.include_usage))) return hang_up(st);
+  }
+  std::string delta;
+  const bool fin = st.gen->poll(delta, kPoll);
+  if (!delta.empty() && !send(st, sink, chunk(rp, &delta, false, "", st.include_usage))) return hang_up(st);
+  if (!fin) return still_there(st, sink, ": keep-alive\n\n") || hang_up(st);
+  const Generation& g = *st.gen;
+  st.counted = true;
+  count_finished(g.finish_reason());
+  if (g.finish_reason() == "error" || g.finish_reason() == "abort") {
+    send(st, sink, "data: " + failure_body(g) + "\n\n");
+  } else {
+    if (!send(st, sink, chunk(rp, nullptr, false, g.finish_reason(), st.include_usage))) return false;
+    if (st.include_usage) {
+      json u = base(rp);
+      u["choices"] = json::array();
+      u["usage"] = usage_json(g);
+      if (!send(st, sink, "data: " + dump_json(u) + "\n\n")) return false;
+    }
+  }
+  send(st, sink, "data: [DONE]\n\n");
+  sink.done();
+  return true;
+}
 
 void Server::Impl::handle_generate(const httplib::Request& req, httplib::Response& res, bool chat) {
   auto m = model_or_503();
@@ -86,92 +180,30 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
   check_token_ids(r.params.stop_token_ids, m->engine->model_config().vocab_size, "stop_token_ids");
   if (!r.has_seed) r.params.sampling.seed = random_seed();
 
-  Reply reply{new_id(chat ? "chatcmpl" : "cmpl"), chat ? "chat.completion" : "text_completion", opts.served_model_name,
-              std::time(nullptr), chat};
-  auto gen = std::make_unique<Generation>(*m->engine, *m->tokenizer, r.params, r.stop, r.skip_special_tokens);
-
+  auto st = std::make_shared<Answer>();
+  st->model = m;
+  // Submits: the engine's own checks still answer 400 (through guarded).
+  st->gen = std::make_unique<Generation>(*m->engine, *m->tokenizer, r.params, r.stop, r.skip_special_tokens);
+  const char* object = chat ? (r.stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  st->reply = {new_id(chat ? "chatcmpl" : "cmpl"), object, opts.served_model_name, std::time(nullptr), chat};
+  st->include_usage = r.include_usage;
+  auto release = [this, st](bool) {
+    // Response gone (finished, failed or the server stopped): never leave
+    // the request running in the engine.
+    if (!st->gen->finished()) st->gen->cancel();
+    if (!st->counted) count_finished("abort");
+    st->counted = true;
+  };
   if (!r.stream) {
-    std::string text;
-    while (!gen->poll(text, kPoll)) {
-      if (stopping.load()) gen->cancel();
-    }
-    count_finished(gen->finish_reason());
-    throw_if_failed(*gen);
-    json choice = {{"index", 0}};
-    if (chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
-    else choice["text"] = text;
-    choice["logprobs"] = nullptr;
-    choice["finish_reason"] = gen->finish_reason();
-    json out = base(reply);
-    out["choices"] = json::array({choice});
-    out["usage"] = usage_json(*gen);
-    set_json(res, out);
+    res.set_chunked_content_provider(
+        "application/json", [this, st](size_t, httplib::DataSink& sink) { return json_step(*st, sink); },
+        release);
     return;
   }
-
-  if (chat) reply.object = "chat.completion.chunk";
-  auto st = std::make_shared<Stream>();
-  st->model = m;
-  st->gen = std::move(gen);
-  st->reply = reply;
-  st->include_usage = r.include_usage;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, st](size_t, httplib::DataSink& sink) {
-        auto send = [&](const std::string& s) {
-          st->last_write = Clock::now();
-          return sink.write(s.data(), s.size());
-        };
-        auto hang_up = [&] {  // the client is gone (or we are stopping): free the engine request now
-          st->gen->cancel();
-          if (!st->counted) count_finished("abort");
-          st->counted = true;
-          return false;
-        };
-        if (stopping.load()) return hang_up();
-        const Reply& rp = st->reply;
-        if (rp.chat && !st->role_sent) {
-          st->role_sent = true;
-          const std::string empty;
-          if (!send(chunk(rp, &empty, true, "", st->include_usage))) return hang_up();
-        }
-        std::string delta;
-        const bool fin = st->gen->poll(delta, kPoll);
-        if (!delta.empty() && !send(chunk(rp, &delta, false, "", st->include_usage))) return hang_up();
-        if (!fin) {
-          if (Clock::now() - st->last_write > kHeartbeat && !send(": keep-alive\n\n")) return hang_up();
-          if (!sink.is_writable()) return hang_up();
-          return true;
-        }
-        const Generation& g = *st->gen;
-        st->counted = true;
-        count_finished(g.finish_reason());
-        if (g.finish_reason() == "error" || g.finish_reason() == "abort") {
-          json e = json::parse(error_body(g.finish_reason() == "error" ? "generation failed: " + g.error()
-                                                                         : "the request was cancelled",
-                                          "server_error", ""));
-          send("data: " + dump_json(e) + "\n\n");
-        } else {
-          if (!send(chunk(rp, nullptr, false, g.finish_reason(), st->include_usage))) return false;
-          if (st->include_usage) {
-            json u = base(rp);
-            u["choices"] = json::array();
-            u["usage"] = usage_json(g);
-            if (!send("data: " + dump_json(u) + "\n\n")) return false;
-          }
-        }
-        send("data: [DONE]\n\n");
-        sink.done();
-        return true;
-      },
-      [this, st](bool) {
-        // Response gone (finished, failed or the server stopped): never
-        // leave the request running in the engine.
-        if (!st->gen->finished()) st->gen->cancel();
-        if (!st->counted) count_finished("abort");
-        st->counted = true;
-      });
+      "text/event-stream", [this, st](size_t, httplib::DataSink& sink) { return sse_step(*st, sink); },
+      release);
 }
 
 }  // namespace blockspec

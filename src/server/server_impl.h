@@ -18,6 +18,8 @@
 
 namespace blockspec {
 
+struct Answer;  // server_generate.cc: one request's state while its answer is written
+
 struct Server::Impl {
   ServerOptions opts;
   httplib::Server http;
@@ -40,6 +42,11 @@ struct Server::Impl {
 
   void routes();
   void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  // One call of a content provider: a non-streaming or a streaming answer.
+  bool json_step(Answer& a, httplib::DataSink& sink);
+  bool sse_step(Answer& a, httplib::DataSink& sink);
+  bool still_there(Answer& a, httplib::DataSink& sink, const std::string& keep_alive);
+  bool hang_up(Answer& a);
   void handle_tokenize(const httplib::Request& req, httplib::Response& res);
   void handle_detokenize(const httplib::Request& req, httplib::Response& res);
 };

@@ -148,6 +148,41 @@ class OpenAIClientTest(unittest.TestCase):
         with self.assertRaises(openai.AuthenticationError):
             bad_key.models.list()
 
+    def metrics(self):
+        """/metrics as {"name": value}, with ":reason" appended for finished_reason series."""
+        req = urllib.request.Request(self.server.base + "/metrics", headers={"Authorization": "Bearer " + KEY})
+        with urllib.request.urlopen(req) as r:
+            text = r.read().decode()
+        return {m.group(1) + (":" + m.group(2) if m.group(2) else ""): float(m.group(3))
+                for m in re.finditer(r'^(blockspec:[a-z_]+)\{[^}]*?(?:finished_reason="(\w+)")?\} (\S+)$', text, re.M)}
+
+    def test_slow_json_answer_parses(self):
+        # A non-streaming answer that takes longer than the server's 2 s
+        # heartbeat starts with spaces (it watches the connection meanwhile);
+        # the client must parse it all the same.
+        t0 = time.time()
+        raw = self.client.completions.with_raw_response.create(model=NAME, prompt="A long story:", max_tokens=320,
+                                                               temperature=0, extra_body={"ignore_eos": True})
+        elapsed = time.time() - t0
+        r = raw.parse()
+        self.assertEqual(r.usage.completion_tokens, 320)
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        if elapsed > 2.5:
+            self.assertTrue(raw.http_response.text.startswith(" "), raw.http_response.text[:40])
+
+    def test_client_timeout_cancels_json_request(self):
+        # The client gives up (closes the connection) long before 900 tokens:
+        # the server cancels the request at once, counted as abort.
+        aborted = self.metrics().get("blockspec:request_success_total:abort", 0)
+        impatient = self.client.with_options(timeout=0.5)
+        with self.assertRaises(openai.APITimeoutError):
+            impatient.completions.create(model=NAME, prompt="A very long story:", max_tokens=900, temperature=0,
+                                         extra_body={"ignore_eos": True})
+        m = self.wait_idle()
+        self.assertEqual(m["blockspec:num_requests_running"], 0, "the request still runs 5 s after the client left")
+        self.assertEqual(m["blockspec:kv_cache_pages_used"], 0)
+        self.assertEqual(m["blockspec:request_success_total:abort"], aborted + 1)
+
     def test_concurrency_8(self):
         def one(i):
             msgs = [{"role": "user", "content": f"Count from {i} to {i + 5}."}]
@@ -163,12 +198,18 @@ class OpenAIClientTest(unittest.TestCase):
         for text, finish in results:
             self.assertTrue(text)
             self.assertIn(finish, ("stop", "length"))
-        with urllib.request.urlopen(urllib.request.Request(self.server.base + "/metrics",
-                                                           headers={"Authorization": "Bearer " + KEY})) as r:
-            metrics = r.read().decode()
-        running = re.search(r"^blockspec:num_requests_running\{[^}]*\} (\S+)$", metrics, re.M)
-        self.assertIsNotNone(running, metrics)
-        self.assertEqual(float(running.group(1)), 0.0)
+        # The gauges follow at the engine's next step, a moment after the
+        # last answer (longer on a busy machine).
+        self.assertEqual(self.wait_idle()["blockspec:num_requests_running"], 0.0)
+
+    def wait_idle(self, seconds=5):
+        deadline = time.time() + seconds
+        while True:
+            m = self.metrics()
+            idle = m["blockspec:num_requests_running"] == 0 and m["blockspec:num_requests_waiting"] == 0
+            if idle or time.time() > deadline:
+                return m
+            time.sleep(0.05)
 
 
 def main():

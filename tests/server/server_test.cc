@@ -501,32 +501,128 @@ TEST(ServerTest, StopMatcherHoldsBackPrefixesAcrossPushes) {
   EXPECT_FALSE(n.stopped());
 }
 
-TEST(ServerTest, ClientDisconnectMidStreamCancelsTheRequest) {
-  const double aborted_before = metrics()["blockspec:request_success_total{finished_reason=\"abort\"}"];
-  json req = completion("A long story:", 480);
-  req["stream"] = true;
-  const std::string body = req.dump();
-  const std::string http = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+// A raw socket that has sent `body` to `path` (so the test can hang up).
+int send_raw(const std::string& path, const std::string& body) {
+  const std::string http = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
+  EXPECT_GE(fd, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(env().port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(send(fd, http.data(), http.size(), 0), static_cast<ssize_t>(http.size()));
-  std::string got;
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_EQ(send(fd, http.data(), http.size(), 0), static_cast<ssize_t>(http.size()));
+  return fd;
+}
+
+// Reads from fd until `what` has arrived; false when the connection ends first.
+bool read_until(int fd, const std::string& what, std::string& got) {
   char buf[4096];
-  while (got.find("\"text\"") == std::string::npos) {  // the first token chunk
+  while (got.find(what) == std::string::npos) {
     const ssize_t n = recv(fd, buf, sizeof buf, 0);
-    ASSERT_GT(n, 0) << got;
+    if (n <= 0) return false;
     got.append(buf, static_cast<size_t>(n));
   }
+  return true;
+}
+
+const std::string kAbort = "blockspec:request_success_total{finished_reason=\"abort\"}";
+const std::string kStop = "blockspec:request_success_total{finished_reason=\"stop\"}";
+const std::string kLength = "blockspec:request_success_total{finished_reason=\"length\"}";
+
+TEST(ServerTest, ClientDisconnectMidStreamCancelsTheRequest) {
+  expect_idle();
+  const double aborted_before = metrics()[kAbort];
+  json req = completion("A long story:", 480);
+  req["stream"] = true;
+  const int fd = send_raw("/v1/completions", req.dump());
+  std::string got;
+  ASSERT_TRUE(read_until(fd, "\"text\"", got)) << got;  // the first token chunk
   EXPECT_NE(got.find("200 OK"), std::string::npos) << got;
   close(fd);
   expect_idle();
-  EXPECT_EQ(metrics()["blockspec:request_success_total{finished_reason=\"abort\"}"], aborted_before + 1);
+  EXPECT_EQ(metrics()[kAbort], aborted_before + 1);
+}
+
+// A non-streaming request watches its connection too: the engine request
+// ends (KV freed, counted as abort) when the client hangs up, long before
+// the 480 tokens it asked for. The client hangs up right after sending: on
+// the tiny model the engine makes the 480 tokens in tens of milliseconds,
+// so waiting for the status line first would race it on a busy machine.
+TEST(ServerTest, ClientDisconnectBeforeAJsonAnswerCancelsTheRequest) {
+  for (bool chat : {false, true}) {
+    SCOPED_TRACE(chat ? "chat" : "completions");
+    expect_idle();
+    auto before = metrics();
+    const uint64_t engine_aborted = env().model->engine->metrics().requests_aborted;
+    json req = completion("A long story:", 480);
+    if (chat) {
+      req.erase("prompt");
+      req["messages"] = json::array({{{"role", "user"}, {"content", "Tell a long story."}}});
+    }
+    const int fd = send_raw(chat ? "/v1/chat/completions" : "/v1/completions", req.dump());
+    close(fd);
+    expect_idle();
+    auto after = metrics();
+    EXPECT_EQ(after[kAbort], before[kAbort] + 1);
+    EXPECT_EQ(after[kLength], before[kLength]);
+    EXPECT_LT(after["blockspec:generation_tokens_total"] - before["blockspec:generation_tokens_total"], 480);
+    EXPECT_EQ(env().model->engine->metrics().requests_aborted, engine_aborted + 1);
+  }
+}
+
+// An answer that takes longer than the heartbeat starts with spaces, which
+// JSON parsers skip: the body is the same answer as without them.
+TEST(ServerTest, SlowJsonAnswersStartWithSpacesAndStillParse) {
+  ServerOptions o;
+  o.port = 0;
+  o.served_model_name = "tiny";
+  o.heartbeat_ms = 1;
+  Server s(o);
+  const int port = s.start();
+  s.set_model(env().model);
+  json req = completion("Spaces first:", 200);
+  req["seed"] = 7;
+  Reply quick = post("/v1/completions", req);
+  Reply slow = post("/v1/completions", req.dump(), port);
+  ASSERT_EQ(slow.status, 200) << slow.body;
+  EXPECT_EQ(slow.body.find_first_not_of(' '), slow.body.find('{'));
+  EXPECT_GT(slow.body.find('{'), 0u) << "no heartbeat space before the answer";
+  ASSERT_TRUE(slow.j.is_object()) << slow.body;
+  EXPECT_EQ(slow.j["choices"][0]["text"], quick.j["choices"][0]["text"]);
+  EXPECT_EQ(slow.j["usage"], quick.j["usage"]);
+}
+
+// A stop string ends the request normally: the engine counts it as "stop"
+// (its cancel carries the reason), not as an abort, and so does /metrics.
+TEST(ServerTest, StopStringsCountAsStopNotAbort) {
+  const std::string full = post("/v1/completions", completion("Count me", 400)).j["choices"][0]["text"];
+  ASSERT_GE(full.size(), 4u);
+  // A stop string from the first few bytes: the engine is far from its 400 tokens when the cancel comes.
+  size_t k = 1;
+  while (k + 1 < full.size() && static_cast<unsigned char>(full[k]) >= 0x80) ++k;
+  const std::string stop = full.substr(k, 1);
+  expect_idle();
+  auto before = metrics();
+  const EngineMetrics e0 = env().model->engine->metrics();
+  json req = completion("Count me", 400);
+  req["stop"] = stop;
+  Reply r = post("/v1/completions", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j["choices"][0]["finish_reason"], "stop");
+  EXPECT_LT(r.j["usage"]["completion_tokens"].get<int>(), 400);
+  expect_idle();
+  auto after = metrics();
+  EXPECT_EQ(after[kStop], before[kStop] + 1);
+  EXPECT_EQ(after[kAbort], before[kAbort]);
+  const EngineMetrics e1 = env().model->engine->metrics();
+  EXPECT_EQ(e1.requests_aborted, e0.requests_aborted);
+  EXPECT_EQ(e1.requests_finished, e0.requests_finished + 1);
+  auto n = [](const EngineMetrics& m, const char* r) { return m.finished_by_reason.count(r) ? m.finished_by_reason.at(r) : 0; };
+  EXPECT_EQ(n(e1, "stop"), n(e0, "stop") + 1);
+  EXPECT_EQ(n(e1, "abort"), n(e0, "abort"));
+  EXPECT_LT(e1.generation_tokens - e0.generation_tokens, 400u) << "the engine ran on after the stop string";
 }
 
 TEST(ServerTest, MetricsParseAndCount) {

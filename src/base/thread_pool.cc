@@ -55,9 +55,7 @@ void ThreadPool::worker(int index) {
     }
     if (stop_.load()) return;
     seen = g;
-    int64_t b, e;
-    chunk_range(job_n_, job_grain_, n_threads_, index, &b, &e);
-    if (b < e) (*job_)(b, e);
+    run_share(index);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lk(mu_);
       cv_done_.notify_one();
@@ -65,20 +63,43 @@ void ThreadPool::worker(int index) {
   }
 }
 
+void ThreadPool::run_share(int index) {
+  if (job_dynamic_) {
+    for (int64_t i = next_.fetch_add(1, std::memory_order_relaxed); i < job_n_;
+         i = next_.fetch_add(1, std::memory_order_relaxed))
+      (*job_)(i, i + 1);
+    return;
+  }
+  int64_t b, e;
+  chunk_range(job_n_, job_grain_, n_threads_, index, &b, &e);
+  if (b < e) (*job_)(b, e);
+}
+
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
   parallel_for_grain(n, 1, fn);
 }
 
+void ThreadPool::parallel_for_dynamic(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  run_job(n, 1, true, fn);
+}
+
 void ThreadPool::parallel_for_grain(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  run_job(n, grain, false, fn);
+}
+
+void ThreadPool::run_job(int64_t n, int64_t grain, bool dynamic, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   if (n_threads_ == 1 || n <= grain) {
-    fn(0, n);
+    for (int64_t i = 0; dynamic && i < n; ++i) fn(i, i + 1);
+    if (!dynamic) fn(0, n);
     return;
   }
   job_ = &fn;
   job_n_ = n;
   job_grain_ = grain;
+  job_dynamic_ = dynamic;
+  next_.store(0, std::memory_order_relaxed);
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   {
     // Under the mutex so a worker between its predicate check and its wait
@@ -87,9 +108,7 @@ void ThreadPool::parallel_for_grain(int64_t n, int64_t grain, const std::functio
     generation_.fetch_add(1, std::memory_order_release);
   }
   cv_start_.notify_all();
-  int64_t b, e;
-  chunk_range(n, grain, n_threads_, 0, &b, &e);
-  if (b < e) fn(b, e);
+  run_share(0);
   for (int spin = 0; pending_.load(std::memory_order_acquire) != 0 && spin < kSpinIters; ++spin) _mm_pause();
   if (pending_.load(std::memory_order_acquire) != 0) {
     std::unique_lock<std::mutex> lk(mu_);

@@ -33,10 +33,17 @@ class ThreadPool {
   void parallel_for_grain(int64_t n, int64_t grain,
                           const std::function<void(int64_t, int64_t)>& fn);
 
+  // fn(i, i + 1) for every i in [0, n), items handed out one at a time to
+  // whichever thread is free (an atomic counter): for items of unequal cost,
+  // e.g. causal attention rows, whose cost grows with the position.
+  void parallel_for_dynamic(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+
   static int hardware_threads();
 
  private:
   void worker(int index);
+  void run_job(int64_t n, int64_t grain, bool dynamic, const std::function<void(int64_t, int64_t)>& fn);
+  void run_share(int index);  // this thread's part of the current job
   int n_threads_;
   std::vector<std::thread> threads_;
   std::mutex mu_;
@@ -45,6 +52,8 @@ class ThreadPool {
   // after a worker sees the new generation (acquire).
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0, job_grain_ = 1;
+  bool job_dynamic_ = false;
+  std::atomic<int64_t> next_{0};  // next item of a dynamic job
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};

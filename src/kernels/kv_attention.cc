@@ -84,16 +84,34 @@ void attend_heads_kv(const OpContext& ctx, const float* q, const KvView& k, cons
 
 void attention_causal_kv(const OpContext& ctx, const float* q, const KvView& k, const KvView& v,
                          const AttentionShape& s, float* out) {
-  const int64_t group = s.n_heads / s.n_kv_heads;
-  // Same work split as attention_causal (see there).
-  const bool by_kv = s.n_tokens * s.n_kv_heads >= ctx.pool->n_threads();
-  const int64_t per_item = by_kv ? group : 1;
-  const int64_t n_items = s.n_tokens * s.n_heads / per_item;
-  ctx.pool->parallel_for(n_items, [&](int64_t b, int64_t e) {
-    std::vector<float> scores;
+  attention_causal_kv_batch(ctx, {KvAttentionJob{q, k, v, s, out}});
+}
+
+void attention_causal_kv_batch(const OpContext& ctx, const std::vector<KvAttentionJob>& jobs) {
+  // Work items are (job, token, KV head) when there are enough of them to
+  // keep every thread busy; else (job, token, query head), giving up K/V
+  // sharing for parallelism (one decode token of a model with one KV head).
+  // The grouping does not change any result. Items go to whichever thread is
+  // free, the longest (latest token) of each job first, so causal rows of
+  // growing length and sequences of different contexts balance.
+  int64_t kv_items = 0;
+  for (const auto& j : jobs) kv_items += j.s.n_tokens * j.s.n_kv_heads;
+  const bool by_kv = kv_items >= ctx.pool->n_threads();
+  std::vector<int64_t> first(jobs.size() + 1, 0);  // first item of each job
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const AttentionShape& s = jobs[i].s;
+    first[i + 1] = first[i] + s.n_tokens * (by_kv ? s.n_kv_heads : s.n_heads);
+  }
+  ctx.pool->parallel_for_dynamic(first.back(), [&](int64_t b, int64_t e) {
+    std::vector<float> scores;  // [heads of the item, context]
     for (int64_t it = b; it < e; ++it) {
-      const int64_t t = it / (s.n_heads / per_item), h0 = it % (s.n_heads / per_item) * per_item;
-      attend_heads_kv(ctx, q, k, v, s, t, h0, h0 + per_item, scores, out);
+      const size_t ji = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), it) - first.begin()) - 1;
+      const KvAttentionJob& j = jobs[ji];
+      const int64_t per_item = by_kv ? j.s.n_heads / j.s.n_kv_heads : 1;
+      const int64_t per_token = j.s.n_heads / per_item;
+      const int64_t local = first[ji + 1] - 1 - it;  // latest token first
+      const int64_t t = local / per_token, h0 = local % per_token * per_item;
+      attend_heads_kv(ctx, j.q, j.k, j.v, j.s, t, h0, h0 + per_item, scores, j.out);
     }
   });
 }

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "kernels/kv_kernels.h"
 #include "kernels/ops.h"
@@ -58,6 +59,17 @@ struct KvView {
 // through ctx.k->kv.row[dtype] (dequantized inside the dot / axpy).
 void attention_causal_kv(const OpContext& ctx, const float* q, const KvView& k, const KvView& v,
                          const AttentionShape& s, float* out);
+
+// Several independent attention_causal_kv calls (e.g. every sequence of a
+// batched step) in one parallel pass; each job's output is exactly what
+// attention_causal_kv gives it alone.
+struct KvAttentionJob {
+  const float* q;  // [n_tokens, n_heads, head_dim]
+  KvView k, v;
+  AttentionShape s;
+  float* out;      // [n_tokens, n_heads, head_dim]
+};
+void attention_causal_kv_batch(const OpContext& ctx, const std::vector<KvAttentionJob>& jobs);
 
 // Row kernels (see KvRowKernels). f32 is included so the generic path can be
 // checked against attention_causal.

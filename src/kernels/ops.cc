@@ -140,10 +140,11 @@ void attention_causal(const OpContext& ctx, const float* q, const float* k, cons
   const bool by_kv = s.n_tokens * s.n_kv_heads >= ctx.pool->n_threads();
   const int64_t per_item = by_kv ? group : 1;
   const int64_t n_items = s.n_tokens * s.n_heads / per_item;
-  ctx.pool->parallel_for(n_items, [&](int64_t b, int64_t e) {
+  ctx.pool->parallel_for_dynamic(n_items, [&](int64_t b, int64_t e) {
     std::vector<float> scores;  // [heads of the item, context]
     for (int64_t it = b; it < e; ++it) {
-      const int64_t t = it / (s.n_heads / per_item), h0 = it % (s.n_heads / per_item) * per_item;
+      const int64_t local = n_items - 1 - it;  // latest (longest) token first
+      const int64_t t = local / (s.n_heads / per_item), h0 = local % (s.n_heads / per_item) * per_item;
       attend_heads(ctx, q, k, v, s, t, h0, h0 + per_item, scores, out);
     }
   });

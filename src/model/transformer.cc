@@ -161,6 +161,7 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
               bf);
     rope_neox(kn.data(), pos.data(), n, nkv, hd, rope_.inv_freq.data(), rope_.rotary_dim,
               rope_.attention_scaling, bf);
+    std::vector<KvAttentionJob> jobs;  // one per sequence, run in one parallel pass
     int64_t row = 0;
     for (const SeqChunk& ch : chunks) {
       const int64_t start = ch.cache->size();
@@ -168,10 +169,11 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
       // Every dtype (f32 too) and paged caches: rows written once here, read in
       // place by attention through the cache's page table.
       ch.cache->write(li, start, ch.n, kn.data() + row * nkv * hd, vn.data() + row * nkv * hd);
-      attention_causal_kv(ctx, q.data() + row * nh * hd, ch.cache->k_view(li), ch.cache->v_view(li), as,
-                          att.data() + row * nh * hd);
+      jobs.push_back({q.data() + row * nh * hd, ch.cache->k_view(li), ch.cache->v_view(li), as,
+                      att.data() + row * nh * hd});
       row += ch.n;
     }
+    attention_causal_kv_batch(ctx, jobs);
     linear(ctx, att.data(), l.attn_o, opt_ptr(l.attn_o_bias), tmp.data(), n);
     rnd(tmp);
     for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];

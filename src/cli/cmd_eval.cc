@@ -1,5 +1,8 @@
-// blockspec eval --model A --reference B --text FILE [--ctx N] [--max-tokens N] [--json]
+// blockspec eval --model A --reference B --text FILE [--ctx N] [--max-tokens N] [--candidates LIST] [--json]
 //
+// --candidates scores several variants of A (weight formats, KV dtypes) in
+// one pass over the text: the reference runs once per window, each distinct
+// weight format is loaded once, and KV variants share it.
 // Fidelity of model A (e.g. a quantized checkpoint, or the same checkpoint
 // with --weights q4) against reference B over a text: perplexity of both,
 // KL(B || A) per scored position (mean and p99) and top-1 agreement.
@@ -12,6 +15,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -39,6 +44,10 @@ std::vector<FlagSpec> flags() {
     {"--reference-weights", "", true, "reference weight format: f32, bf16, q8, q4 (default: stored precision)"},
     {"--reference-kv-cache-dtype", "", true,
      "reference KV cache dtype: auto, f32, bf16, fp8_e4m3, int8_per_token_head, int8_block_g128 (default f32)"},
+    {"--reference-activations", "", true, "reference activation precision: f32 (default) or bf16"},
+    {"--candidates", "", true,
+     "score several variants of --model against one reference pass: comma-separated WEIGHTS[:KV] (WEIGHTS a "
+     "--weights format or \"stored\", KV a --kv-cache-dtype; e.g. q8,q4,fp8,bf16:int8_block_g128)"},
     {"--text", "", true, "text file to score (UTF-8)"},
     {"--ctx", "", true, "tokens per window; each window is a fresh sequence (default 512)"},
     {"--max-tokens", "", true, "scored tokens in total (default: the whole text)"},
@@ -99,6 +108,36 @@ std::vector<Window> make_windows(int64_t n_ids, int64_t ctx, int64_t max_scored)
   }
   return w;
 }
+// One variant of the model under test: its weight format (nullopt: stored)
+// and KV cache dtype (nullopt: the model's auto rule).
+struct Candidate {
+  std::optional<WeightFormat> weights;
+  std::optional<KvDType> kv;
+  std::string weights_key;  // groups candidates that share one loaded model
+};
+
+std::vector<Candidate> parse_candidates(const std::string& list) {
+  std::vector<Candidate> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) fail("eval: --candidates \"", list, "\": empty entry");
+    const size_t colon = item.find(':');
+    Candidate c;
+    c.weights_key = item.substr(0, colon);
+    if (c.weights_key != "stored") {
+      c.weights = weight_format_from_name(c.weights_key);
+      if (!c.weights)
+        fail("eval: --candidates entry \"", item, "\": unknown weight format \"", c.weights_key,
+             "\" (expected stored, f32, bf16, q8, q4, fp8, nvfp4 or mxfp4)");
+    }
+    if (colon != std::string::npos) c.kv = parse_kv_cache_dtype("--candidates entry \"" + item + "\"", item.substr(colon + 1));
+    out.push_back(c);
+  }
+  if (out.empty()) fail("eval: --candidates is empty; expected e.g. q8,q4,bf16:int8_block_g128");
+  return out;
+}
+
 }  // namespace
 
 int cmd_eval(const std::vector<std::string>& argv) {
@@ -128,6 +167,15 @@ int cmd_eval(const std::vector<std::string>& argv) {
     ro.weights = f;
   }
   ro.kv_cache_dtype = parse_kv_cache_dtype("--reference-kv-cache-dtype", a.str("--reference-kv-cache-dtype", "f32"));
+  const std::string ref_act = a.str("--reference-activations", "f32");
+  if (ref_act != "f32" && ref_act != "bf16")
+    fail("eval: --reference-activations: unknown precision \"", ref_act, "\" (expected f32 or bf16)");
+  ro.emulate_bf16_activations = ref_act == "bf16";
+  const bool sweep = a.has("--candidates");
+  if (sweep && (a.has("--weights") || a.has("--kv-cache-dtype")))
+    fail("eval: --candidates names each variant's weights and KV dtype; drop --weights / --kv-cache-dtype");
+  std::vector<Candidate> cands =
+      sweep ? parse_candidates(a.str("--candidates")) : std::vector<Candidate>{{mo.weights, mo.kv_cache_dtype, "-"}};
   const bool json_out = a.has("--json");
 
   Timer timer;
@@ -138,63 +186,99 @@ int cmd_eval(const std::vector<std::string>& argv) {
     fail("eval: --text ", text_path, " is ", ids.size(), " token(s) long; at least 2 are needed to score one");
   check_same_tokens(ids, load_tokenizer(ref_path).encode(text), model_path, ref_path);
 
-  auto model = Transformer::load(model_path, mo);
+  // One loaded model per distinct weight format; its candidates differ only
+  // in the KV cache they are given.
+  std::vector<std::unique_ptr<Transformer>> models;
+  std::vector<size_t> model_of(cands.size());
+  std::vector<KvDType> kv_of(cands.size());
+  for (size_t i = 0; i < cands.size(); ++i) {
+    size_t m = 0;
+    while (m < i && cands[m].weights_key != cands[i].weights_key) ++m;
+    if (m == i) {
+      ModelOptions o = mo;
+      o.weights = cands[i].weights;
+      o.kv_cache_dtype = sweep ? std::nullopt : mo.kv_cache_dtype;
+      model_of[i] = models.size();
+      models.push_back(Transformer::load(model_path, o));
+    } else {
+      model_of[i] = model_of[m];
+    }
+    const Transformer& t = *models[model_of[i]];
+    kv_of[i] = cands[i].kv ? *cands[i].kv : t.kv_cache_dtype();
+  }
   auto ref = Transformer::load(ref_path, ro);
-  const int64_t vocab = model->config().vocab_size;
-  if (ref->config().vocab_size != vocab)
-    fail("eval: vocab_size of ", model_path, " is ", vocab, " but of ", ref_path, " is ",
-         ref->config().vocab_size, "; eval needs the same vocabulary");
-  check_model(*model, tok, model_path, ctx);
+  const int64_t vocab = ref->config().vocab_size;
+  for (const auto& m : models)
+    if (m->config().vocab_size != vocab)
+      fail("eval: vocab_size of ", model_path, " is ", m->config().vocab_size, " but of ", ref_path, " is ", vocab,
+           "; eval needs the same vocabulary");
+  check_model(*models[0], tok, model_path, ctx);
   check_model(*ref, tok, ref_path, ctx);
 
   const int64_t n_ids = static_cast<int64_t>(ids.size());
   const std::vector<Window> windows = make_windows(n_ids, ctx, has_max ? max_tokens : n_ids);
-  FidelityStats stats;
+  std::vector<FidelityStats> stats(cands.size());
   std::vector<float> logits_a, logits_b;  // [n, vocab] each
   for (size_t wi = 0; wi < windows.size(); ++wi) {
     const Window& w = windows[wi];
-    KvCache cache_a = model->new_cache(w.n), cache_b = ref->new_cache(w.n);
-    model->prefill(ids.data() + w.start, w.n, cache_a, logits_a, /*all_logits=*/true);
+    KvCache cache_b = ref->new_cache(w.n);
     ref->prefill(ids.data() + w.start, w.n, cache_b, logits_b, /*all_logits=*/true);
-    for (int64_t t = 0; t + 1 < w.n; ++t)
-      stats.add(logits_a.data() + t * vocab, logits_b.data() + t * vocab, vocab, ids[w.start + t + 1]);
-    std::fprintf(stderr, "window %zu/%zu: %lld tokens scored, ppl %.4f, ppl_reference %.4f, kld_mean %.6f\n",
-                 wi + 1, windows.size(), static_cast<long long>(stats.n_tokens()), stats.ppl(),
-                 stats.ppl_reference(), stats.kld_mean());
+    for (size_t c = 0; c < cands.size(); ++c) {
+      Transformer& model = *models[model_of[c]];
+      KvCache cache_a = model.new_cache(w.n, kv_of[c]);
+      model.prefill(ids.data() + w.start, w.n, cache_a, logits_a, /*all_logits=*/true);
+      for (int64_t t = 0; t + 1 < w.n; ++t)
+        stats[c].add(logits_a.data() + t * vocab, logits_b.data() + t * vocab, vocab, ids[w.start + t + 1]);
+    }
+    std::fprintf(stderr, "window %zu/%zu: %lld tokens scored, ppl_reference %.4f", wi + 1, windows.size(),
+                 static_cast<long long>(stats[0].n_tokens()), stats[0].ppl_reference());
+    for (size_t c = 0; c < cands.size(); ++c)
+      std::fprintf(stderr, " | ppl %.4f kld_mean %.6f", stats[c].ppl(), stats[c].kld_mean());
+    std::fprintf(stderr, "\n");
   }
   const double seconds = timer.seconds();
 
-  nlohmann::json j;
+  auto result = [&](size_t c) {
+    const Transformer& m = *models[model_of[c]];
+    const FidelityStats& st = stats[c];
+    return nlohmann::json{{"weights", m.weights().format_summary}, {"kv_cache_dtype", kv_dtype_name(kv_of[c])},
+                          {"activations", m.bf16_activations() ? "bf16" : "f32"},
+                          {"n_tokens", st.n_tokens()}, {"ppl", st.ppl()}, {"ppl_reference", st.ppl_reference()},
+                          {"kld_mean", st.kld_mean()}, {"kld_p99", st.kld_p99()}, {"kld_max", st.kld_max()},
+                          {"top1_agreement", st.top1_agreement()}};
+  };
+  nlohmann::json j = sweep ? nlohmann::json::object() : result(0);
   j["model"] = model_path;
   j["reference"] = ref_path;
-  j["weights"] = model->weights().format_summary;
   j["reference_weights"] = ref->weights().format_summary;
-  j["kv_cache_dtype"] = kv_dtype_name(model->kv_cache_dtype());
   j["reference_kv_cache_dtype"] = kv_dtype_name(ref->kv_cache_dtype());
+  j["reference_activations"] = ref->bf16_activations() ? "bf16" : "f32";
   j["ctx"] = ctx;
   j["n_windows"] = windows.size();
-  j["n_tokens"] = stats.n_tokens();
-  j["ppl"] = stats.ppl();
-  j["ppl_reference"] = stats.ppl_reference();
-  j["kld_mean"] = stats.kld_mean();
-  j["kld_p99"] = stats.kld_p99();
-  j["kld_max"] = stats.kld_max();
-  j["top1_agreement"] = stats.top1_agreement();
-  j["threads"] = model->n_threads();
-  j["isa"] = model->kernels().isa;
-  j["activations"] = model->bf16_activations() ? "bf16" : "f32";
+  j["n_tokens"] = stats[0].n_tokens();
+  j["ppl_reference"] = stats[0].ppl_reference();
+  j["threads"] = ref->n_threads();
+  j["isa"] = ref->kernels().isa;
   j["seconds"] = seconds;
-  std::fprintf(stderr,
-               "\n%s (weights %s, kv %s)\n  vs reference %s (weights %s, kv %s)\n"
-               "  %lld tokens scored in %zu windows of <= %lld | %d threads (%s) | %.1f s\n"
-               "  ppl            %12.4f\n  ppl reference  %12.4f\n  KL mean        %12.6f\n"
-               "  KL p99         %12.6f\n  KL max         %12.6f\n  top-1 agree    %12.4f\n",
-               model_path.c_str(), j["weights"].get<std::string>().c_str(), kv_dtype_name(model->kv_cache_dtype()),
-               ref_path.c_str(), j["reference_weights"].get<std::string>().c_str(),
-               kv_dtype_name(ref->kv_cache_dtype()), static_cast<long long>(stats.n_tokens()),
-               windows.size(), static_cast<long long>(ctx), model->n_threads(), model->kernels().isa, seconds,
-               stats.ppl(), stats.ppl_reference(), stats.kld_mean(), stats.kld_p99(), stats.kld_max(),
-               stats.top1_agreement());
+  if (sweep) {
+    j["results"] = nlohmann::json::array();
+    for (size_t c = 0; c < cands.size(); ++c) j["results"].push_back(result(c));
+  }
+  std::fprintf(stderr, "\n%s vs reference %s (weights %s, kv %s, activations %s)\n"
+               "  %lld tokens scored in %zu windows of <= %lld | %d threads (%s) | %.1f s | ppl reference %.4f\n",
+               model_path.c_str(), ref_path.c_str(), j["reference_weights"].get<std::string>().c_str(),
+               kv_dtype_name(ref->kv_cache_dtype()), ref_act.c_str(), static_cast<long long>(stats[0].n_tokens()),
+               windows.size(), static_cast<long long>(ctx), ref->n_threads(), ref->kernels().isa, seconds,
+               stats[0].ppl_reference());
+  std::fprintf(stderr, "  %-28s %-20s %12s %12s %12s %12s %10s\n", "weights", "kv", "ppl", "KL mean", "KL p99",
+               "KL max", "top-1");
+  for (size_t c = 0; c < cands.size(); ++c) {
+    const nlohmann::json r = result(c);
+    std::fprintf(stderr, "  %-28s %-20s %12.4f %12.6f %12.6f %12.6f %10.4f\n",
+                 r["weights"].get<std::string>().c_str(), r["kv_cache_dtype"].get<std::string>().c_str(),
+                 stats[c].ppl(), stats[c].kld_mean(), stats[c].kld_p99(), stats[c].kld_max(),
+                 stats[c].top1_agreement());
+  }
   if (json_out) std::printf("%s\n", j.dump().c_str());
   return 0;
 }

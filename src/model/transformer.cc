@@ -58,8 +58,10 @@ uint64_t Transformer::weight_bytes() const {
   return b;
 }
 
-KvCache Transformer::new_cache(int64_t capacity) const {
-  return KvCache(cfg_.n_layers, capacity, cfg_.n_kv_heads, cfg_.head_dim, kv_dtype_);
+KvCache Transformer::new_cache(int64_t capacity) const { return new_cache(capacity, kv_dtype_); }
+
+KvCache Transformer::new_cache(int64_t capacity, KvDType dtype) const {
+  return KvCache(cfg_.n_layers, capacity, cfg_.n_kv_heads, cfg_.head_dim, dtype);
 }
 
 int64_t Transformer::kv_bytes_per_token() const {

@@ -48,6 +48,7 @@ class Transformer {
   uint64_t weight_bytes() const;  // bytes of all weights read per decode step
 
   KvCache new_cache(int64_t capacity) const;  // in kv_cache_dtype()
+  KvCache new_cache(int64_t capacity, KvDType dtype) const;  // in another dtype (eval sweeps)
   KvDType kv_cache_dtype() const { return kv_dtype_; }  // resolved (never "auto")
   // KV bytes held (and read by each decode step) per cached token.
   int64_t kv_bytes_per_token() const;

@@ -187,6 +187,35 @@ TEST(Cli, KvCacheDtypeFlag) {
   }
 }
 
+// --candidates: one reference pass, several variants; each result equals
+// the single-variant run of the same settings exactly.
+TEST(Cli, EvalCandidatesEqualSeparateRuns) {
+  CmdResult r = run(eval_args(kModel, kModel, "--max-tokens 128 --candidates q8,f32:int8_block_g128,stored --json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["results"].size(), 3u);
+  EXPECT_EQ(j["n_tokens"], 128);
+  const std::string singles[] = {"--weights q8", "--weights f32 --kv-cache-dtype int8_block_g128", ""};
+  for (int i = 0; i < 3; ++i) {
+    CmdResult s = run(eval_args(kModel, kModel, "--max-tokens 128 --json " + singles[i]));
+    ASSERT_EQ(s.code, 0) << s.err;
+    auto one = nlohmann::json::parse(s.out);
+    const auto& got = j["results"][i];
+    for (const char* key : {"weights", "kv_cache_dtype", "ppl", "ppl_reference", "kld_mean", "kld_p99",
+                            "top1_agreement", "n_tokens"})
+      EXPECT_EQ(got[key], one[key]) << i << " " << key;
+  }
+  EXPECT_EQ(j["results"][2]["kld_mean"].get<double>(), 0.0);  // stored weights, f32 KV = the reference
+  EXPECT_GT(j["results"][0]["kld_mean"].get<double>(), 0.0);
+  EXPECT_NE(r.err.find("int8_block_g128"), std::string::npos);  // human table lists every variant
+  for (const std::string& bad : {"--candidates q8,zz", "--candidates q8: --weights q4", "--candidates q8,,q4",
+                                 "--candidates q8:int4", "--reference-activations fp16"}) {
+    CmdResult b = run(eval_args(kModel, kModel, bad));
+    EXPECT_NE(b.code, 0) << bad;
+    EXPECT_EQ(count_lines(b.err), 1) << bad << "\n" << b.err;
+  }
+}
+
 TEST(Cli, EvalCutsWindowsAndCapsScoredTokens) {
   // Windows of 100 tokens score 99 each: 99 + 99 + 58 = 256.
   CmdResult r = run(eval_args(kModel, kModel, "--ctx 100 --max-tokens 256 --threads 1 --json"));

@@ -2,8 +2,10 @@
 
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
 #include <random>
+#include <thread>
 
 #include "base/error.h"
 #include "server/server_impl.h"
@@ -227,6 +229,10 @@ int Server::start() {
     s.bound_port = s.opts.port;
   }
   s.listener = std::thread([&s] { s.http.listen_after_bind(); });
+  // httplib's stop() does nothing until the listener thread runs, so a
+  // stop() right after start() (a model that fails to load at once) would
+  // leave that thread in accept() and stop() joining it forever.
+  while (!s.http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return s.bound_port;
 }
 

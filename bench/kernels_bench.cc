@@ -35,7 +35,8 @@ struct Shape2 {
 };
 constexpr Shape2 kShapes[] = {{"up", 1536, 8960}, {"down", 8960, 1536}, {"qo", 1536, 1536}};
 constexpr WeightFormat kFormats[] = {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kQ8_G128,
-                                     WeightFormat::kQ4_G128};
+                                     WeightFormat::kQ4_G128, WeightFormat::kFP8_E4M3, WeightFormat::kNVFP4,
+                                     WeightFormat::kMXFP4};
 
 Tensor random_weight(int64_t N, int64_t K) {
   Tensor w(DType::kF32, {N, K});

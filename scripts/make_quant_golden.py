@@ -11,7 +11,14 @@ Tiny random Qwen3 / Llama models (hidden 128, intermediate 256, so every K is a 
 groups are real) get their linear weights quantized:
   - compressed-tensors: scales from compressed_tensors' calculate_qparams over per-group / per-channel min/max,
     codes and packing from its own compressors (PackedQuantizationCompressor for pack-quantized,
-    IntQuantizationCompressor for int-quantized); reference dequantization = its `dequantize` in float32.
+    IntQuantizationCompressor for int-quantized, NaiveQuantizationCompressor for naive-quantized); reference
+    dequantization = its `dequantize` in float32.
+  - compressed-tensors asymmetric int4 / int8 (symmetric: false) on the "tiny" base: zero points from
+    calculate_qparams, stored by the same compressors (pack-quantized: pack_to_int32(zp, packed_dim=0), I32
+    [ceil(N*b/32), ng]; int- / naive-quantized: I8 [N, ng]); reference = `dequantize` in float32 with the
+    unpacked zero points, (q - z) * s, checked against the library's own decompress (bf16). Rows 0-1 / 2-3 of
+    every module are made all-nonnegative / all-nonpositive so the zero points reach both ends of their range
+    (-2^(b-1), and 2^(b-1) - 1 up to the bf16 rounding of min / scale).
   - GPTQ v1 ("gptq", stored zero = z - 1) and v2 ("gptq_v2"): the sym quantizer and bit packing written from
     ../shared/docs/quant_formats.md §2 / §4.1 (GPTQModel / AutoGPTQ are not installed offline), cross-checked:
     qweight.T unpacked by compressed_tensors' unpack_from_int32 must give our codes (the §3.3 equivalence
@@ -63,6 +70,7 @@ import torch  # noqa: E402
 from compressed_tensors.compressors.mxfp4.base import MXFP4PackedCompressor  # noqa: E402
 from compressed_tensors.compressors.naive_quantized.base import FloatQuantizationCompressor  # noqa: E402
 from compressed_tensors.compressors.naive_quantized.base import IntQuantizationCompressor  # noqa: E402
+from compressed_tensors.compressors.naive_quantized.base import NaiveQuantizationCompressor  # noqa: E402
 from compressed_tensors.compressors.nvfp4.base import NVFP4PackedCompressor  # noqa: E402
 from compressed_tensors.compressors.nvfp4.helpers import unpack_fp4_from_uint8  # noqa: E402
 from compressed_tensors.compressors.mx_utils import decompress_mx_scale  # noqa: E402
@@ -133,19 +141,20 @@ def linear_names(model):
 # compressed-tensors
 # ---------------------------------------------------------------------------------------------
 
-def ct_args(bits, strategy):
-    kw = dict(num_bits=bits, type="int", symmetric=True, strategy=strategy, dynamic=False, observer="minmax")
+def ct_args(bits, strategy, sym=True, group=128):
+    kw = dict(num_bits=bits, type="int", symmetric=sym, strategy=strategy, dynamic=False, observer="minmax")
     if strategy == "group":
-        kw["group_size"] = 128
+        kw["group_size"] = group
     return QuantizationArgs(**kw)
 
 
 def ct_quantize(w, args, compressor, input_acts=None):
     """Returns (compressed state dict, reference dequantized f32 weight [N, K])."""
     N, K = w.shape
+    G = args.group_size if args.strategy == "group" else K
     wb = w.to(torch.bfloat16)  # the observed weight dtype: scales come out in bf16
     if args.strategy == "group":
-        wg = wb.reshape(N, K // 128, 128)
+        wg = wb.reshape(N, K // G, G)
         mn, mx = wg.amin(dim=-1), wg.amax(dim=-1)
     else:
         mn, mx = wb.amin(dim=-1, keepdim=True), wb.amax(dim=-1, keepdim=True)
@@ -158,9 +167,29 @@ def ct_quantize(w, args, compressor, input_acts=None):
         q = unpack_from_int32(sd["weight_packed"], args.num_bits, sd["weight_shape"])
     else:
         q = sd["weight"]
-    ref = dequantize(q.to(torch.float32), sd["weight_scale"].to(torch.float32), None, args, dtype=torch.float32)
-    assert torch.equal(ref, q.to(torch.float32) * sd["weight_scale"].float().repeat_interleave(
-        128 if args.strategy == "group" else K, dim=1)[:, :K])
+    z = None
+    if not args.symmetric:  # the stored zero points, unpacked as PackedQuantizationCompressor.decompress does
+        zs, ng, b = sd["weight_zero_point"], K // G, args.num_bits
+        if "weight_packed" in sd:
+            assert zs.dtype == torch.int32 and tuple(zs.shape) == (-(-N * b // 32), ng), (zs.dtype, zs.shape)
+            z = unpack_from_int32(zs, b, torch.Size([N, ng]), packed_dim=0)
+        else:
+            assert zs.dtype == torch.int8 and tuple(zs.shape) == (N, ng), (zs.dtype, zs.shape)
+            z = zs
+        assert torch.equal(z, zp), "stored zero points differ from calculate_qparams'"
+        lo, hi = -2 ** (b - 1), 2 ** (b - 1) - 1
+        # Both ends of the range (the top one up to the bf16 rounding of min / scale in calculate_qparams).
+        assert (z == lo).any() and int(z.max()) >= hi - 2, ("zero points must reach both ends", int(z.min()), int(z.max()))
+    ref = dequantize(q.to(torch.float32), sd["weight_scale"].to(torch.float32), z, args, dtype=torch.float32)
+    if z is None:
+        assert torch.equal(ref, q.to(torch.float32) * sd["weight_scale"].float().repeat_interleave(
+            128 if args.strategy == "group" else K, dim=1)[:, :K])
+    else:
+        rep = lambda t: t.float().repeat_interleave(G, dim=1)  # noqa: E731
+        assert torch.equal(ref, (q.float() - rep(z)) * rep(sd["weight_scale"]))
+        # The library's own decompress (bf16: (q - z) is exact in bf16, one rounding of the product) agrees.
+        dec = compressor.decompress(dict(sd), scheme)["weight"]
+        assert dec.dtype == torch.bfloat16 and torch.equal(dec, ref.to(dec.dtype)), "decompress disagrees"
     return sd, ref
 
 
@@ -388,6 +417,21 @@ FIXTURES = [
          groups={"group_0": (["Linear"], fp_args("nvfp4"), None, None)}, fmt="nvfp4-pack-quantized"),
     dict(name="tiny-ct-mxfp4", base="tiny", kind="ct",
          groups={"group_0": (["Linear"], fp_args("mxfp4"), None, None)}, fmt="mxfp4-pack-quantized"),
+    # compressed-tensors asymmetric (symmetric: false + weight_zero_point; the engine serves them as exact f32):
+    # int4 pack-quantized with group 32 (attention), per channel (gate / up) and group 128 (down); int8 mixed:
+    # pack-quantized group 16 (attention), naive-quantized per channel (gate / up, W8A16) and int-quantized
+    # group 128 with dynamic int8 inputs (down; the engine runs it weight-only).
+    dict(name="tiny-ct-asym-w4", base="tiny", kind="ct",
+         groups={"group_0": (["re:.*self_attn\\.(q|k|v|o)_proj$"], ct_args(4, "group", False, 32), None, None),
+                 "group_1": (["re:.*mlp\\.(gate|up)_proj$"], ct_args(4, "channel", False), None, None),
+                 "group_2": (["re:.*mlp\\.down_proj$"], ct_args(4, "group", False), None, None)},
+         fmt="pack-quantized"),
+    dict(name="tiny-ct-asym-w8-mixed", base="tiny", kind="ct",
+         groups={"group_0": (["re:.*self_attn\\.(q|k|v|o)_proj$"], ct_args(8, "group", False, 16), "pack-quantized",
+                             None),
+                 "group_1": (["re:.*mlp\\.(gate|up)_proj$"], ct_args(8, "channel", False), "naive-quantized", None),
+                 "group_2": (["re:.*mlp\\.down_proj$"], ct_args(8, "group", False), "int-quantized", W8A8_INPUTS)},
+         fmt="mixed-precision"),
     dict(name="llama-ct-mixed", base="llama", kind="ct",
          groups={"group_0": (["re:.*self_attn\\.(q|k|v|o)_proj$"], ct_args(4, "group"), "pack-quantized", None),
                  "group_1": (["Linear"], ct_args(8, "channel"), "int-quantized", W8A8_INPUTS)},
@@ -449,7 +493,11 @@ def make_fixture(spec):
                 refs[mod] = ref
                 model.get_submodule(mod).weight.copy_(ref)
                 continue
-            comp = PackedQuantizationCompressor if (gfmt or spec["fmt"]) == "pack-quantized" else IntQuantizationCompressor
+            comp = {"pack-quantized": PackedQuantizationCompressor, "naive-quantized": NaiveQuantizationCompressor}.get(
+                gfmt or spec["fmt"], IntQuantizationCompressor)
+            if not args.symmetric:  # all-nonnegative / all-nonpositive rows: zero points -2^(b-1) and 2^(b-1) - 1
+                w[0:2] = w[0:2].abs()
+                w[2:4] = -w[2:4].abs()
             tensors, ref = ct_quantize(w, args, comp, ia)
         for k, v in tensors.items():
             sd[f"{mod}.{k}"] = v.contiguous()
@@ -484,7 +532,9 @@ def make_fixture(spec):
     # scale = max|x| / 127, code = round_half_even(x * (127 / max|x|)) in [-127, 127]): the reference for the
     # native W8A8 path. Weight-only modules (GPTQ, W4A16 / W8A16, FP) keep f32 activations; a fixture without
     # W8A8 modules has no logits_a8.
-    a8 = [mod for mod in refs if spec["kind"] == "ct" and spec["groups"][group_for(spec, mod)][3] is not None]
+    # Asymmetric W8A8 modules run weight-only in the engine (exact f32 dequantization): not simulated.
+    a8 = [mod for mod in refs if spec["kind"] == "ct" and spec["groups"][group_for(spec, mod)][3] is not None
+          and spec["groups"][group_for(spec, mod)][1].symmetric]
     if a8:
         hooks = [model.get_submodule(mod).register_forward_pre_hook(fake_quant_acts) for mod in a8]
         for i, ids in enumerate(prompts):
@@ -522,6 +572,8 @@ embeddings; llama: 1 layer, untied). Dense tensors are bf16; every linear except
 | tiny-ct-mxfp4 | compressed-tensors mxfp4-pack-quantized (MXFP4A16: E2M1, E8M0 u8 scale per 32), tiny base | config.json |
 | tiny-gptq-asym-w4g32 | GPTQ v1 int4 **asymmetric** group 32 (qzeros = z packed minus 0x11111111 whole-word, GPTQModel; some z = 0), tiny base; loads as exact f32 | config.json |
 | tiny-gptqv2-asym-actorder-w8g64 | GPTQ `gptq_v2` int8 asymmetric group 64, **desc_act** with g_idx from a random column permutation per module, tiny base; loads as exact f32 | config.json |
+| tiny-ct-asym-w4 | compressed-tensors pack-quantized int4 **asymmetric** (weight_zero_point I32 packed along N): attention group 32, gate/up per channel, down group 128; zero points reach -8 and 7; tiny base; loads as exact f32 | config.json |
+| tiny-ct-asym-w8-mixed | compressed-tensors mixed-precision int8 **asymmetric**: attention pack-quantized group 16 (zp I32 packed along N), gate/up naive-quantized per channel (zp I8 [N, 1]), down int-quantized group 128 with dynamic int8 inputs (zp I8 [N, 2]; the engine runs it weight-only); tiny base; loads as exact f32 | config.json |
 | llama-ct-mixed | compressed-tensors mixed-precision: attention (regex target) pack-quantized int4 g128, MLP ("Linear") int-quantized int8 per channel with dynamic per-token int8 inputs (W8A8), lm_head ignored (dense) | config.json |
 
 compressed-tensors tensors come from the library's own compressors (scales from its calculate_qparams); GPTQ
@@ -542,8 +594,9 @@ def main():
     total += (OUT / "README.md").stat().st_size
     print(f"total {total} bytes")
     # Budget 1.5 MB for the integer fixtures, raised to 1.75 MB for the three FP8 / NVFP4 / MXFP4 fixtures
-    # (each < 150 KB on the smaller "tiny" base), and to 2 MB for the two tiny GPTQ asym / act-order ones.
-    assert total < 1_950_000, total
+    # (each < 150 KB on the smaller "tiny" base), to 2 MB for the two tiny GPTQ asym / act-order ones, and to
+    # 2.3 MB for the two tiny compressed-tensors asymmetric ones (~90 and ~120 KB).
+    assert total < 2_300_000, total
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 // GPTQ / compressed-tensors -> native Q8_G128 / Q4_G128 codes. See
 // quant_checkpoint.h; the formulas are quant_formats.md §2.1-2.3 (GPTQ) and
-// §3.3-3.4 (compressed-tensors).
+// §3.3-3.4 (compressed-tensors; asymmetric zero points: quant_checkpoint_zp.h).
 #include "model/quant_checkpoint.h"
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "formats/safetensors.h"
 #include "kernels/fp_formats.h"
+#include "model/quant_checkpoint_zp.h"
 
 namespace blockspec {
 
@@ -32,24 +33,6 @@ bool is_linear_module(const std::string& m) {
          last == "hidden_projection";
 }
 
-// Element i of a tensor of the file (unaligned-safe).
-template <class T>
-T elem(const Tensor& t, int64_t i) {
-  T v;
-  std::memcpy(&v, static_cast<const uint8_t*>(t.data()) + i * sizeof(T), sizeof(T));
-  return v;
-}
-
-float float_elem(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::kF32: return elem<float>(t, i);
-    case DType::kF16: return f16_to_f32(elem<uint16_t>(t, i));
-    case DType::kBF16: return bf16_to_f32(elem<uint16_t>(t, i));
-    default: BS_ASSERT(false, "float_elem of ", dtype_name(t.dtype()));
-  }
-  return 0.f;
-}
-
 enum class Kind { kGptq, kCtPacked, kCtInt8 };
 
 struct Module {
@@ -58,10 +41,13 @@ struct Module {
   int64_t N = 0, K = 0;
   bool per_channel = false;  // one scale per row (GPTQ group_size -1, CT strategy channel)
   bool act_int8 = false;     // W8A8: dynamic int8 input activations (CT int-quantized); else weight-only
-  // GPTQ served as its exact f32 dequantization (asymmetric, act-order g_idx, group size not 128 / -1):
+  // Served as its exact f32 dequantization: GPTQ asymmetric, act-order g_idx or group size not 128 / -1;
+  // compressed-tensors asymmetric (weight_zero_point, described by ct_zp):
   bool dense = false, v1 = false;
-  int64_t group = 128;                 // GPTQ group_size (K when -1)
+  int64_t group = 128;                 // GPTQ / CT group_size (K when per channel)
   std::string zeros_name, gidx_name;  // GPTQ qzeros, g_idx ("" when absent: k // group)
+  CtZeroPoints ct_zp;                 // CT asymmetric: weight_zero_point (ct_zp.name empty when symmetric)
+  bool act_int8_ignored = false;      // CT asymmetric int-quantized: dynamic int8 inputs run as f32 instead
   std::string codes_name, scale_name;
   std::string desc;  // "gptq int4 g128" ... for storage_type()
   // Float formats (compressed-tensors float-quantized FP8, nvfp4- / mxfp4-pack-quantized): the native form
@@ -93,11 +79,18 @@ class QuantCheckpointSource : public WeightSource {
                n, " is ", dtype_name(e.dtype), ", no weight_packed / int8 weight)");
       }
     }
-    int n_dense = 0;
-    for (const auto& [name, m] : mods_) n_dense += m.dense ? 1 : 0;
+    int n_dense = 0, n_ct = 0, n_a8 = 0;
+    for (const auto& [name, m] : mods_) {
+      n_dense += m.dense ? 1 : 0;
+      n_ct += m.dense && m.kind != Kind::kGptq ? 1 : 0;
+      n_a8 += m.act_int8_ignored ? 1 : 0;
+    }
     if (n_dense > 0)
-      std::fprintf(stderr, "note: %s: %d GPTQ modules (asymmetric, act-order or group_size != 128) load as their exact "
-                   "f32 dequantization s * (q - z), weight-only\n", path().c_str(), n_dense);
+      std::fprintf(stderr, "note: %s: %d modules (GPTQ asymmetric, act-order or group_size != 128: %d; compressed-tensors "
+                   "asymmetric: %d) load as their exact f32 dequantization s * (q - z), weight-only%s\n", path().c_str(),
+                   n_dense, n_dense - n_ct, n_ct,
+                   n_a8 > 0 ? str_cat(" (", n_a8, " of them configure dynamic int8 input activations: run with f32 "
+                                      "activations instead)").c_str() : "");
   }
 
   const std::string& path() const override { return ckpt_.path(); }
@@ -215,6 +208,16 @@ class QuantCheckpointSource : public WeightSource {
         }
       }
   }
+  CtAsymWeight ct_asym(const Module& m) const {
+    CtAsymWeight w;
+    w.codes = ckpt_.tensor(m.codes_name);
+    w.scales = ckpt_.tensor(m.scale_name);
+    w.zeros = ckpt_.tensor(m.ct_zp.name);
+    w.z = m.ct_zp;
+    w.K = m.K;
+    w.group = m.group;
+    return w;
+  }
   bool has_fp_native(const std::string& n) const override {
     const Module* m = module_of(n);
     return m != nullptr && m->fp != WeightFormat::kF32;
@@ -240,6 +243,7 @@ class QuantCheckpointSource : public WeightSource {
   void load_rows(const std::string& n, int64_t r0, int64_t r1, float* out) const override {
     const Module* m = module_of(n);
     if (m == nullptr) return WeightSource::load_rows(n, r0, r1, out);
+    if (m->dense && m->kind != Kind::kGptq) return ct_asym_rows(ct_asym(*m), r0, r1, out);
     if (m->dense) return gptq_dense_rows(*m, r0, r1, out);
     if (m->fp != WeightFormat::kF32) {
       const QuantTensor q = fp_rows(*m, r0, r1);
@@ -420,15 +424,24 @@ class QuantCheckpointSource : public WeightSource {
     if (fmt == "float-quantized" || fmt == "nvfp4-pack-quantized" || fmt == "mxfp4-pack-quantized" || a.type == "float")
       return fp_module(mod, *grp, fmt, in);
     if (a.type != "int") fail(in, ": weights of type \"", a.type, "\" (FP8/FP4) are not supported yet");
-    if (!a.symmetric) fail(in, ": asymmetric weights are not supported yet");
     if (a.num_bits != 4 && a.num_bits != 8) fail(in, ": num_bits ", a.num_bits, " is not supported (4 or 8)");
     if (a.actorder == "group") fail(in, ": actorder \"group\" (weight_g_idx) is not supported yet");
     if (a.dynamic != "false") fail(in, ": dynamic weight quantization is not a stored checkpoint");
+    const bool has_zp = ckpt_.has(mod + ".weight_zero_point");
+    if (a.symmetric && has_zp)
+      fail(in, ": weight_zero_point present but the config says symmetric: true (set symmetric: false, or drop the "
+           "zero points)");
+    if (!a.symmetric && !has_zp)
+      fail(in, ": symmetric: false but weight_zero_point is missing (asymmetric weights need their zero points)");
     const bool channel = a.strategy == "channel";
-    if (!channel && !(a.strategy == "group" && a.group_size == 128))
+    // Symmetric: native codes, so groups of 128 or per channel. Asymmetric: served as the exact dequantization
+    // (quant_checkpoint_zp.h), any group size or per channel (compressed-tensors packs zero points only for those).
+    if (a.symmetric && !channel && !(a.strategy == "group" && a.group_size == 128))
       fail(in, ": weight strategy \"", a.strategy, "\" group_size ", a.group_size,
            " is not supported (group with group_size 128, or channel)");
-    if (ckpt_.has(mod + ".weight_zero_point")) fail(in, ": weight_zero_point present: asymmetric weights are not supported yet");
+    if (!a.symmetric && !channel && !(a.strategy == "group" && a.group_size > 0))
+      fail(in, ": asymmetric weight strategy \"", a.strategy, "\" group_size ", a.group_size,
+           " is not supported (group with a positive group_size, or channel)");
     if (ckpt_.has(mod + ".weight_g_idx")) fail(in, ": weight_g_idx present: actorder \"group\" is not supported yet");
     if (grp->output_activations) fail(in, ": output activation quantization is not supported");
     Module m;
@@ -477,13 +490,22 @@ class QuantCheckpointSource : public WeightSource {
       if (ckpt_.has(mod + ".input_scale")) fail(in, ": static input_scale present: static activation scales are not supported");
       m.codes_name = w.name;
     }
+    m.group = channel ? m.K : a.group_size;
+    const int64_t ng = (m.K + m.group - 1) / m.group;
     const SafetensorsEntry& sc = need(mod, "weight_scale", "scales");
     need_float(mod, sc);
-    const Shape swant{m.N, channel ? 1 : (m.K + 127) / 128};
-    need_shape(mod, sc, swant, channel ? "strategy channel" : "strategy group, group_size 128");
+    need_shape(mod, sc, {m.N, ng}, channel ? "strategy channel" : str_cat("strategy group, group_size ", m.group));
     m.scale_name = sc.name;
-    m.desc = str_cat("compressed-tensors ", fmt, " int", m.bits, channel ? " per-channel" : " g128",
-                     m.act_int8 ? " w8a8" : str_cat(" w", m.bits, "a16"));
+    if (!a.symmetric) {
+      m.ct_zp = CtZeroPoints{mod + ".weight_zero_point", kind == Kind::kCtPacked, m.bits, m.N, ng};
+      if (const std::string p = ct_zero_point_problem(ckpt_, m.ct_zp); !p.empty()) fail(in, ": ", p);
+      m.dense = true;
+      m.act_int8_ignored = m.act_int8;
+      m.act_int8 = false;
+    }
+    m.desc = str_cat("compressed-tensors ", fmt, " int", m.bits, channel ? " per-channel" : str_cat(" g", m.group),
+                     a.symmetric ? "" : " asym", m.dense ? " (dequantized to f32)"
+                                                 : m.act_int8 ? " w8a8" : str_cat(" w", m.bits, "a16"));
     return m;
   }
 

@@ -16,12 +16,18 @@
 // GPTQ modules whose codes do not map onto those symmetric groups of 128 --
 // asymmetric (sym=false; v1 zeros restored by whole-word addition, as
 // GPTQModel does), act-order (desc_act with a non-trivial g_idx) or another
-// group_size -- are served as their exact dequantization s * (q - z) (exact in
-// f32), natural format f32, with one note on stderr per checkpoint.
+// group_size -- and compressed-tensors asymmetric int4 / int8 modules
+// (symmetric: false with weight_zero_point; pack-quantized, int-quantized or
+// naive-quantized; strategy group of any group_size, or channel; layout in
+// quant_checkpoint_zp.h) are served as their exact dequantization s * (q - z)
+// (exact in f32, bit for bit compressed-tensors' dequantize in f32), natural
+// format f32, weight-only, with one note on stderr per checkpoint.
 //
 // Every module is validated when the source opens; what is malformed or not
-// supported yet (compressed-tensors asymmetric / actorder group, MXFP8, marlin,
-// other bit widths or group sizes) fails with one line naming the module.
+// supported yet (zero points that disagree with "symmetric" or have the wrong
+// dtype / shape / range, compressed-tensors actorder group, MXFP8, marlin,
+// other bit widths or symmetric group sizes) fails with one line naming the
+// module.
 #pragma once
 #include <memory>
 #include <string>

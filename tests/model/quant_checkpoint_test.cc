@@ -16,6 +16,7 @@
 #include "formats/safetensors.h"
 #include "kernels/quant.h"
 #include "model/transformer.h"
+#include "model/weight_source.h"
 
 namespace blockspec {
 namespace {
@@ -245,10 +246,80 @@ TEST_F(QuantBroken, CtScaleShapeForStrategy) {
   expect_error({kDown1, "weight_scale has shape [128, 1], expected [128, 2]"});
 }
 
-TEST_F(QuantBroken, CtAsymmetricZeroPointPresent) {
-  use("qwen3-ct-w4g128");
+// ---- compressed-tensors asymmetric (weight_zero_point; quant_checkpoint_zp.h) ----
+
+const std::string kAsym4 = "tiny-ct-asym-w4", kAsym8 = "tiny-ct-asym-w8-mixed";
+const std::string kAsymDown = "model.layers.0.mlp.down_proj", kAsymUp = "model.layers.0.mlp.up_proj";
+
+TEST_F(QuantBroken, CtAsymIntactLoads) {
+  use(kAsym4);
+  EXPECT_EQ(load_error(), "");
+  use(kAsym8);
+  EXPECT_EQ(load_error(), "");
+}
+
+TEST_F(QuantBroken, CtZeroPointWhileSymmetric) {
+  use("qwen3-ct-w4g128");  // symmetric config, zero points added
   tensors_.emplace_back(kK0 + ".weight_zero_point", Tensor(DType::kI32, {8, 1}));
-  expect_error({kK0, "weight_zero_point", "asymmetric"});
+  expect_error({kK0, "weight_zero_point present but the config says symmetric: true"});
+  use(kAsym4);  // asymmetric checkpoint, config flipped to symmetric
+  edit("config.json", "\"symmetric\": false", "\"symmetric\": true");
+  expect_error({"module model.layers.0.self_attn.", "weight_zero_point present but the config says symmetric: true"});
+}
+
+TEST_F(QuantBroken, CtZeroPointMissingWhileAsymmetric) {
+  use(kAsym4);
+  erase(kK0 + ".weight_zero_point");
+  expect_error({kK0, "symmetric: false but weight_zero_point is missing"});
+  use(kAsym8);  // unpacked (int-quantized)
+  erase(kAsymDown + ".weight_zero_point");
+  expect_error({kAsymDown, "symmetric: false but weight_zero_point is missing"});
+}
+
+TEST_F(QuantBroken, CtZeroPointWrongDtype) {
+  use(kAsym4);  // pack-quantized: I32 words; an unpacked I8 [N, ng] is not what compressed-tensors writes
+  writable(kK0 + ".weight_zero_point") = Tensor(DType::kI8, {32, 2});
+  expect_error({kK0, "weight_zero_point has dtype I8, expected I32"});
+  use(kAsym8);  // int-quantized: integers, not floats
+  writable(kAsymDown + ".weight_zero_point") = Tensor(DType::kF32, {64, 2});
+  expect_error({kAsymDown, "weight_zero_point has dtype F32, expected I8"});
+}
+
+TEST_F(QuantBroken, CtZeroPointWrongShape) {
+  use(kAsym4);  // k_proj [32, 64] int4 g32: [32*4/32, 2] = [4, 2]
+  writable(kK0 + ".weight_zero_point") = Tensor(DType::kI32, {2, 4});
+  expect_error({kK0, "weight_zero_point has shape [2, 4], expected [4, 2]", "packed along N"});
+  use(kAsym4);  // per channel: one column
+  writable(kAsymUp + ".weight_zero_point") = Tensor(DType::kI32, {32, 2});
+  expect_error({kAsymUp, "weight_zero_point has shape [32, 2], expected [32, 1]"});
+  use(kAsym8);  // unpacked [N, ng]
+  writable(kAsymDown + ".weight_zero_point") = Tensor(DType::kI8, {64, 1});
+  expect_error({kAsymDown, "weight_zero_point has shape [64, 1], expected [64, 2]"});
+}
+
+// A wider zp_dtype (I32, as compressed-tensors writes with zp_dtype torch.int32) loads the same values;
+// a value outside the 8-bit range is refused.
+TEST_F(QuantBroken, CtZeroPointOutOfRange) {
+  use(kAsym8);
+  write_safetensors((dir_ / "model.safetensors").string(), tensors_);
+  const Tensor want = open_weight_source(dir_.string())->load(kAsymDown + ".weight");
+  Tensor wide(DType::kI32, {64, 2});
+  const Tensor z8 = writable(kAsymDown + ".weight_zero_point");
+  for (int64_t i = 0; i < 128; ++i) wide.mutable_ptr<int32_t>()[i] = z8.ptr<int8_t>()[i];
+  writable(kAsymDown + ".weight_zero_point") = wide;
+  write_safetensors((dir_ / "model.safetensors").string(), tensors_);
+  const Tensor got = open_weight_source(dir_.string())->load(kAsymDown + ".weight");
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.nbytes())) << "I32 zero points load differently";
+  writable(kAsymDown + ".weight_zero_point").mutable_ptr<int32_t>()[3] = 200;
+  expect_error({kAsymDown, "weight_zero_point[1, 1] = 200 is outside [-128, 127] for 8-bit weights"});
+  writable(kAsymDown + ".weight_zero_point").mutable_ptr<int32_t>()[3] = -129;
+  expect_error({kAsymDown, "= -129 is outside [-128, 127]"});
+}
+
+TEST_F(QuantBroken, CtAsymStrategyTensorRefused) {
+  use(kAsym4);
+  edit("config.json", "\"strategy\": \"channel\"", "\"strategy\": \"tensor\"");
+  expect_error({kAsymUp.substr(0, 19), "asymmetric weight strategy \"tensor\""});
 }
 
 TEST_F(QuantBroken, CtUnsupportedFeatures) {
@@ -259,7 +330,7 @@ TEST_F(QuantBroken, CtUnsupportedFeatures) {
       {{"\"type\": \"int\"", "\"type\": \"float\""}, {"FP4 weights with group_size 128 are not supported", ""}},
       {{"\"num_bits\": 4", "\"num_bits\": 2"}, {"num_bits 2", ""}},
       {{"\"group_size\": 128", "\"group_size\": 64"}, {"group_size 64", ""}},
-      {{"\"symmetric\": true", "\"symmetric\": false"}, {"asymmetric", ""}},
+      {{"\"symmetric\": true", "\"symmetric\": false"}, {"symmetric: false but weight_zero_point is missing", ""}},
       {{"\"dynamic\": false,", "\"actorder\": \"group\", \"dynamic\": false,"}, {"actorder", ""}},
       {{"\"Linear\"", "\"re:.*mlp.*\""}, {"no config_groups target matches", ""}},
       {{"\"ignore\": [", "\"ignore\": [\"re:.*k_proj$\", "}, {"listed in \"ignore\" but stored quantized", ""}},

@@ -67,6 +67,7 @@ struct Case {
   QFormat format;
   std::string fp8 = "channel";
   int64_t group = 128;
+  bool asym = false;  // --asym (w4a16 / w8a16): compressed-tensors weight_zero_point, GPTQ gptq_v2 zeros
 };
 
 // Round trip: out loads through open_weight_source (quantized loader), every quantized module's exact
@@ -107,15 +108,24 @@ TEST_P(RoundTrip, TinyQwen3LoadsBackExactly) {
   QuantizeOptions o;
   o.in = kTiny;
   o.out = tmp_dir(std::string(qscheme_name(c.scheme)) + (c.format == QFormat::kGptq ? "_gptq" : "_ct") + c.fp8 +
-                  std::to_string(c.group));
+                  std::to_string(c.group) + (c.asym ? "_asym" : ""));
   o.scheme = c.scheme;
   o.format = c.format;
   o.fp8_strategy = c.fp8;
   o.group = c.group;
+  o.asym = c.asym;
   o.progress = false;
   o.n_threads = 1;
   const QuantizeReport r = quantize_model(o);
   EXPECT_EQ(r.layers.size(), 21u);
+  if (c.asym && c.format == QFormat::kCompressedTensors) {  // the zero points are stored as compressed-tensors does
+    SafetensorsCheckpoint b(o.out);
+    const std::string m = "model.layers.1.mlp.down_proj";
+    const int64_t N = b.entry(m + ".weight_scale").shape[0], ng = b.entry(m + ".weight_scale").shape[1];
+    const int bits = c.scheme == QScheme::kW4A16 ? 4 : 8;
+    EXPECT_EQ(b.entry(m + ".weight_zero_point").dtype, DType::kI32);
+    EXPECT_EQ(b.entry(m + ".weight_zero_point").shape, (Shape{(N * bits + 31) / 32, ng}));
+  }
   check_round_trip(kTiny, o.out, o, false);
   // The engine runs it: the dequantized QuantTensor of a loaded layer equals our values too.
   ModelOptions mo;
@@ -128,6 +138,9 @@ TEST_P(RoundTrip, TinyQwen3LoadsBackExactly) {
   quantize_rtn(qw, wf.data());
   const std::vector<float> mine = dequantize_all(qw);
   const Tensor got = dequantize_weight(t->weights().layers[1].ffn_down);
+  if (c.asym) {
+    EXPECT_EQ(t->weights().layers[1].ffn_down.format, WeightFormat::kF32) << "asym loads as exact f32";
+  }
   ASSERT_EQ(got.numel(), static_cast<int64_t>(mine.size()));
   EXPECT_EQ(std::memcmp(got.ptr<float>(), mine.data(), mine.size() * 4), 0);
   fs::remove_all(o.out);
@@ -141,7 +154,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{QScheme::kNVFP4, QFormat::kCompressedTensors}, Case{QScheme::kMXFP4, QFormat::kCompressedTensors},
                       Case{QScheme::kW4A16, QFormat::kGptq}, Case{QScheme::kW8A16, QFormat::kGptq},
                       Case{QScheme::kW4A16, QFormat::kCompressedTensors, "channel", -1},
-                      Case{QScheme::kW8A16, QFormat::kGptq, "channel", -1}));
+                      Case{QScheme::kW8A16, QFormat::kGptq, "channel", -1},
+                      // Asymmetric (--asym): compressed-tensors group 128 / per channel, int4 and int8, and GPTQ v2.
+                      Case{QScheme::kW4A16, QFormat::kCompressedTensors, "channel", 128, true},
+                      Case{QScheme::kW8A16, QFormat::kCompressedTensors, "channel", -1, true},
+                      Case{QScheme::kW8A16, QFormat::kCompressedTensors, "channel", 128, true},
+                      Case{QScheme::kW4A16, QFormat::kGptq, "channel", 128, true}));
 
 TEST(Quantize, ConfigKeepsEveryFieldAndListsDenseLinears) {
   QuantizeOptions o;

@@ -15,6 +15,7 @@
 #include "cli/spec_cli.h"
 #include "runtime/engine.h"
 #include "server/chat_assets.h"
+#include "server/generation_config.h"
 #include "server/server.h"
 
 namespace blockspec {
@@ -32,6 +33,9 @@ std::vector<FlagSpec> flags() {
       {"--kv-cache-memory", "", true, "KV cache budget in MiB (default: room for max-num-seqs x max-model-len tokens)"},
       {"--api-key", "", true, "require \"Authorization: Bearer KEY\" on every endpoint but /health"},
       {"--chat-template", "", true, "Jinja chat template file (default: the model's own)"},
+      {"--generation-config", "", true,
+       "auto: the model's generation_config.json sets the defaults of temperature, top_p, top_k, max_tokens and "
+       "adds its eos_token_id as stop tokens; vllm: built-in defaults; or a directory holding one (default auto)"},
       {"--log-requests", "", false, "one line per HTTP request on stderr"},
       {"--help", "-h", false, "show this help"},
   };
@@ -84,6 +88,10 @@ int cmd_serve(const std::vector<std::string>& argv) {
   const std::string chat_template_file = a.str("--chat-template", "");
   if (!chat_template_file.empty() && !std::filesystem::exists(chat_template_file))
     fail("--chat-template: ", chat_template_file, " does not exist");
+  const std::string gen_config = a.str("--generation-config", "auto");
+  if (gen_config != "auto" && gen_config != "vllm" && !std::filesystem::is_directory(gen_config))
+    fail("--generation-config must be auto, vllm or a directory holding generation_config.json, found ",
+         quote_for_message(gen_config));
 
   // SIGINT / SIGTERM go to one waiting thread (blocked everywhere else, so
   // the server's threads inherit the mask).
@@ -112,6 +120,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
   } join{waiter};
 
   Tokenizer tok = load_tokenizer(path);
+  // Before the weights, so a bad file fails fast; its eos ids must be tokens.
+  RequestDefaults defaults = load_request_defaults(gen_config, path, tok.vocab_size());
+  std::fprintf(stderr, "blockspec serve: generation config: %s\n", defaults.describe().c_str());
   ChatAssets assets = read_chat_assets(path, chat_template_file);
   auto model = Transformer::load(path, mo);
   if (tok.vocab_size() > model->config().vocab_size)
@@ -119,7 +130,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
          model->config().vocab_size);
   auto engine = std::make_unique<Engine>(std::move(model), eo);
   const int64_t max_len = engine->max_model_len();
-  server.set_model(make_served_model(std::move(engine), std::move(tok), assets, path));
+  server.set_model(make_served_model(std::move(engine), std::move(tok), assets, path, std::move(defaults)));
   std::fprintf(stderr, "blockspec serve: ready: model \"%s\", max_model_len %lld, max_num_seqs %lld%s%s\n",
                so.served_model_name.c_str(), static_cast<long long>(max_len),
                static_cast<long long>(eo.max_num_seqs), eo.spec ? ", speculative " : "",

@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -109,7 +110,7 @@ void reject_unsupported(const json& j, bool chat) {
   if (number(j, "min_p", 0.0, 0.0, 1.0) != 0.0) unsupported("min_p");
 }
 
-void parse_sampling(const json& j, GenRequest& r, bool chat) {
+void parse_sampling(const json& j, GenRequest& r, bool chat, const RequestDefaults& d) {
   if (!j.is_object()) bad("", "the request body must be a JSON object");
   reject_unsupported(j, chat);
   if (const json* m = field(j, "model")) {
@@ -119,10 +120,10 @@ void parse_sampling(const json& j, GenRequest& r, bool chat) {
   if (integer(j, "n", 1, std::numeric_limits<int32_t>::max()).value_or(1) != 1)
     bad("n", "'n' must be 1: this server returns one choice per request");
   SamplingParams& s = r.params.sampling;
-  s.temperature = static_cast<float>(number(j, "temperature", 1.0, 0.0, 100.0));
-  s.top_p = static_cast<float>(number(j, "top_p", 1.0, 0.0, 1.0));
+  s.temperature = static_cast<float>(number(j, "temperature", d.temperature.value_or(1.f), 0.0, 100.0));
+  s.top_p = static_cast<float>(number(j, "top_p", d.top_p.value_or(1.f), 0.0, 1.0));
   if (s.top_p <= 0.f) bad("top_p", "'top_p' must be in (0, 1], found 0");
-  const int64_t top_k = integer(j, "top_k", -1, std::numeric_limits<int32_t>::max()).value_or(-1);
+  const int64_t top_k = integer(j, "top_k", -1, std::numeric_limits<int32_t>::max()).value_or(d.top_k.value_or(-1));
   s.top_k = top_k < 0 ? 0 : static_cast<int>(top_k);  // vLLM: -1 (or 0) = off
   if (const json* v = field(j, "seed")) {
     if (!v->is_number_integer()) bad("seed", str_cat("'seed' must be an integer, found ", type_name(*v)));
@@ -157,6 +158,12 @@ void parse_sampling(const json& j, GenRequest& r, bool chat) {
     r.params.stop_token_ids = id_list(*v, "stop_token_ids");
   }
   r.params.ignore_eos = boolean(j, "ignore_eos", false);
+  if (!r.params.ignore_eos) {  // vLLM: generation_config.json's eos ids are stop tokens unless ignore_eos
+    for (int32_t id : d.eos_token_ids)
+      if (std::find(r.params.stop_token_ids.begin(), r.params.stop_token_ids.end(), id) == r.params.stop_token_ids.end())
+        r.params.stop_token_ids.push_back(id);
+  }
+  r.default_max_tokens = d.max_tokens;
   r.params.presence_penalty = static_cast<float>(number(j, "presence_penalty", 0.0, -2.0, 2.0));
   r.params.frequency_penalty = static_cast<float>(number(j, "frequency_penalty", 0.0, -2.0, 2.0));
   r.skip_special_tokens = boolean(j, "skip_special_tokens", true);
@@ -259,10 +266,10 @@ json parse_body(const std::string& body) {
   return j;
 }
 
-GenRequest parse_completion_request(const json& j) {
+GenRequest parse_completion_request(const json& j, const RequestDefaults& defaults) {
   GenRequest r;
-  parse_sampling(j, r, /*chat=*/false);
-  if (!r.max_tokens) r.max_tokens = 16;  // OpenAI's and vLLM's completions default
+  parse_sampling(j, r, /*chat=*/false, defaults);
+  if (!r.max_tokens && !r.default_max_tokens) r.max_tokens = 16;  // OpenAI's and vLLM's completions default
   const json* p = field(j, "prompt");
   if (!p) bad("prompt", "'prompt' is required");
   // A list of one prompt is the same as the prompt ("prompt": ["text"] or [[ids]]).
@@ -282,10 +289,10 @@ GenRequest parse_completion_request(const json& j) {
   return r;
 }
 
-GenRequest parse_chat_request(const json& j) {
+GenRequest parse_chat_request(const json& j, const RequestDefaults& defaults) {
   GenRequest r;
   r.chat = true;
-  parse_sampling(j, r, /*chat=*/true);
+  parse_sampling(j, r, /*chat=*/true, defaults);
   r.messages = parse_messages(j);
   r.template_opts = template_options(j);
   return r;
@@ -298,7 +305,7 @@ void resolve_max_tokens(GenRequest& r, int64_t n_prompt, int64_t max_model_len) 
         str_cat("the prompt is ", n_prompt, " tokens but this model's maximum context length is ", max_model_len,
                 " tokens; shorten the prompt"));
   const int64_t room = max_model_len - n_prompt;
-  if (!r.max_tokens) r.max_tokens = room;
+  if (!r.max_tokens) r.max_tokens = std::min(room, r.default_max_tokens.value_or(room));
   if (*r.max_tokens > room)
     bad("max_tokens", str_cat("this model's maximum context length is ", max_model_len, " tokens; the prompt is ",
                               n_prompt, " tokens and max_tokens is ", *r.max_tokens, " (at most ", room,

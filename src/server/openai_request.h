@@ -13,6 +13,7 @@
 
 #include "chat/chat_template.h"
 #include "runtime/engine.h"
+#include "server/generation_config.h"
 
 namespace blockspec {
 
@@ -42,18 +43,23 @@ struct GenRequest {
   ChatTemplateOptions template_opts;   // chat: add_generation_prompt, chat_template_kwargs
   RequestParams params;                // prompt left empty; max_tokens resolved later
   std::optional<int64_t> max_tokens;   // as given
+  std::optional<int64_t> default_max_tokens;  // generation_config.json's max_new_tokens (cut to fit)
   std::vector<std::string> stop;
   bool stream = false, include_usage = false;
   bool skip_special_tokens = true;
   bool has_seed = false;  // no seed: the server draws one (unseeded requests differ, as with OpenAI)
 };
 
-GenRequest parse_completion_request(const nlohmann::json& j);
-GenRequest parse_chat_request(const nlohmann::json& j);
+// Fields the request omits take their value from `defaults` (the model's
+// generation_config.json) where it has one; its eos ids join stop_token_ids
+// unless ignore_eos.
+GenRequest parse_completion_request(const nlohmann::json& j, const RequestDefaults& defaults = {});
+GenRequest parse_chat_request(const nlohmann::json& j, const RequestDefaults& defaults = {});
 
-// Resolves max_tokens against the prompt length (completions default 16,
-// chat: the rest of max_model_len) and checks prompt + max_tokens <=
-// max_model_len; throws ApiError.
+// Resolves max_tokens against the prompt length (when not given: the
+// default_max_tokens cut to what fits, else completions 16 and chat the
+// rest of max_model_len) and checks prompt + max_tokens <= max_model_len;
+// throws ApiError.
 void resolve_max_tokens(GenRequest& r, int64_t n_prompt, int64_t max_model_len);
 
 // /tokenize: {"prompt": str} or {"messages": [...]} (+ add_special_tokens,

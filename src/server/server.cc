@@ -35,7 +35,8 @@ void set_error(httplib::Response& res, int status, const std::string& message, c
 }
 
 std::shared_ptr<ServedModel> make_served_model(std::unique_ptr<Engine> engine, Tokenizer tok,
-                                               const ChatAssets& assets, const std::string& path) {
+                                               const ChatAssets& assets, const std::string& path,
+                                               RequestDefaults defaults) {
   auto m = std::make_shared<ServedModel>();
   m->tokenizer = std::make_unique<Tokenizer>(std::move(tok));
   if (!assets.template_source.empty())
@@ -46,6 +47,7 @@ std::shared_ptr<ServedModel> make_served_model(std::unique_ptr<Engine> engine, T
     if (!m->bos_id) m->assets.add_bos = false;  // the bos text is no single token: add none
   }
   m->path = path;
+  m->defaults = std::move(defaults);
   m->engine = std::move(engine);
   return m;
 }

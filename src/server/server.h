@@ -16,6 +16,7 @@
 #include "chat/chat_template.h"
 #include "runtime/engine.h"
 #include "server/chat_assets.h"
+#include "server/generation_config.h"
 #include "tokenizer/tokenizer.h"
 
 namespace blockspec {
@@ -40,13 +41,15 @@ struct ServedModel {
   ChatAssets assets;
   std::optional<int32_t> bos_id;  // prepended to completion prompts when assets.add_bos
   std::string path;               // what was loaded (GET /v1/models "root")
+  RequestDefaults defaults;       // generation_config.json's, for fields a request omits
   std::unique_ptr<Engine> engine;
 };
 
 // Compiles the chat template (a syntax error throws Error naming the file)
 // and resolves the bos id.
 std::shared_ptr<ServedModel> make_served_model(std::unique_ptr<Engine> engine, Tokenizer tok,
-                                               const ChatAssets& assets, const std::string& path);
+                                               const ChatAssets& assets, const std::string& path,
+                                               RequestDefaults defaults = {});
 
 class Server {
  public:

@@ -171,7 +171,7 @@ bool Server::Impl::sse_step(Answer& st, httplib::DataSink& sink) {
 void Server::Impl::handle_generate(const httplib::Request& req, httplib::Response& res, bool chat) {
   auto m = model_or_503();
   json body = parse_body(req.body);
-  GenRequest r = chat ? parse_chat_request(body) : parse_completion_request(body);
+  GenRequest r = chat ? parse_chat_request(body, m->defaults) : parse_completion_request(body, m->defaults);
   if (!r.model.empty() && r.model != opts.served_model_name)
     throw ApiError(400, "the model '" + r.model + "' does not exist; this server serves '" + opts.served_model_name + "'",
                    "model");

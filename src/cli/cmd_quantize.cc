@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/model_files.h"
 #include "formats/dflash_config.h"
+#include "quantize/drafter_calibration.h"
 #include "quantize/quantize.h"
 #include "tokenizer/tokenizer.h"
 
@@ -35,6 +36,8 @@ std::vector<FlagSpec> flags() {
       {"--calib", "", true, "calibration text file (.jsonl: the string fields of each line)"},
       {"--calib-tokens", "", true, "calibration tokens (default 2048)"},
       {"--calib-window", "", true, "tokens per calibration sequence (default 512)"},
+      {"--target", "", true, "drafter input: the target model it drafts for (needed by gptq; its tokenizer reads --calib)"},
+      {"--anchor-stride", "", true, "drafter gptq: a block at every n-th calibration position (default 1)"},
       {"--damp", "", true, "gptq dampening, fraction of mean diag(H) (default 0.01)"},
       {"--ignore", "", true, "keep modules dense: glob or re:REGEX on the module name (repeatable)"},
       {"--fc-bits", "", true, "drafter fc: 4, 8 or 16 (dense); default as the scheme"},
@@ -116,11 +119,21 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
   o.calib_window = a.integer("--calib-window", 512);
   if (o.calib_window <= 0) fail("--calib-window must be > 0");
   const int64_t calib_tokens = a.integer("--calib-tokens", 2048);
+  o.target = a.str("--target", "");
+  o.anchor_stride = a.integer("--anchor-stride", 1);
+  if (o.anchor_stride <= 0) fail("--anchor-stride must be > 0");
+  const bool draft = is_draft_checkpoint(o.in);
+  if (!draft && !o.target.empty())
+    fail("quantize: --target is only for a drafter input (", o.in, " is not a DFlash / DFlash2 drafter)");
+  if (draft && o.gptq && o.target.empty())
+    fail("quantize: --method gptq on drafter ", o.in, " needs --target TARGET (the model it drafts for)");
+  if (draft && !o.target.empty()) check_drafter_against_target(o.in, o.target);  // before tokenizing with it
   if (a.has("--calib")) {
-    if (is_draft_checkpoint(o.in)) {
-      std::fprintf(stderr, "quantize: %s is a drafter: calibration is not used (RTN)\n", o.in.c_str());
+    if (draft && o.target.empty()) {
+      std::fprintf(stderr, "quantize: %s is a drafter: --calib is not used without --target (RTN)\n", o.in.c_str());
     } else {
-      const Tokenizer tok = load_tokenizer(o.in);
+      // A drafter has no tokenizer of its own: the calibration text is the target's tokens.
+      const Tokenizer tok = load_tokenizer(draft ? o.target : o.in);
       std::vector<int32_t> ids = tok.encode(read_calib(a.str("--calib")));
       if (static_cast<int64_t>(ids.size()) < calib_tokens)
         std::fprintf(stderr, "quantize: --calib has only %zu tokens (asked for %lld)\n", ids.size(),
@@ -129,36 +142,46 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
         ids.resize(calib_tokens);
       o.calib_ids = std::move(ids);
     }
-  } else if (o.gptq && !is_draft_checkpoint(o.in)) {
+  } else if (o.gptq) {
     fail("quantize: --method gptq needs --calib FILE (calibration text)");
   }
   const bool json_out = a.has("--json");
   const QuantizeReport r = quantize_model(o);
   FILE* hout = json_out ? stderr : stdout;
-  std::fprintf(hout, "%-52s %-34s %s\n", "module", "quantization", json_out || r.calib_tokens ? "rel. output error (calib)" : "rel. output error (random x)");
-  for (const LayerReport& l : r.layers)
-    std::fprintf(hout, "%-52s %-34s %.5f%s\n", l.module.c_str(), l.how.c_str(), l.rel_err, l.on_calib ? "" : " (random x)");
+  std::fprintf(hout, "%-52s %-34s %s\n", "module", "quantization",
+               r.calib_tokens ? "rel. output error (calib)  calib rows" : "rel. output error (random x)");
+  for (const LayerReport& l : r.layers) {
+    if (l.on_calib)
+      std::fprintf(hout, "%-52s %-34s %.5f  %lld\n", l.module.c_str(), l.how.c_str(), l.rel_err,
+                   static_cast<long long>(l.calib_rows));
+    else
+      std::fprintf(hout, "%-52s %-34s %.5f%s\n", l.module.c_str(), l.how.c_str(), l.rel_err,
+                   r.calib_tokens ? " (random x)" : "");
+  }
   double mean = 0;
   for (const LayerReport& l : r.layers) mean += l.rel_err;
   if (!r.layers.empty()) mean /= static_cast<double>(r.layers.size());
   std::fprintf(hout, "%zu modules quantized (mean rel. error %.5f), %zu linears dense, %lld tensors copied, %.1f MB written",
                r.layers.size(), mean, r.dense_linears.size(), static_cast<long long>(r.n_copied), r.out_bytes / 1e6);
   if (r.calib_tokens) std::fprintf(hout, "; calibration %lld tokens, %.1f s", static_cast<long long>(r.calib_tokens), r.calib_seconds);
+  if (r.calib_blocks) std::fprintf(hout, " (%lld drafter blocks)", static_cast<long long>(r.calib_blocks));
   std::fprintf(hout, "; %.1f s total\n", r.total_seconds);
   for (const std::string& n : r.notes) std::fprintf(hout, "note: %s\n", n.c_str());
-  if (!is_draft_checkpoint(o.in))
+  if (!draft)
     std::fprintf(hout, "fidelity: blockspec eval -m %s --reference %s --text FILE\n", o.out.c_str(), o.in.c_str());
   if (json_out) {
     nlohmann::ordered_json j;
     j["out"] = o.out;
     j["calib_tokens"] = r.calib_tokens;
     j["calib_seconds"] = r.calib_seconds;
+    j["calib_blocks"] = r.calib_blocks;
     j["total_seconds"] = r.total_seconds;
     j["out_bytes"] = r.out_bytes;
     j["dense_linears"] = r.dense_linears;
     j["notes"] = r.notes;
     for (const LayerReport& l : r.layers)
-      j["layers"].push_back({{"module", l.module}, {"how", l.how}, {"rel_err", l.rel_err}, {"on_calib", l.on_calib}});
+      j["layers"].push_back({{"module", l.module}, {"how", l.how}, {"rel_err", l.rel_err}, {"on_calib", l.on_calib},
+                            {"calib_rows", l.calib_rows}});
     std::printf("%s\n", j.dump().c_str());
   }
   return 0;

@@ -53,6 +53,7 @@ void DraftModel::forward(DraftCache& cache, const float* feats, int64_t n_ctx, i
   // Context vectors c_j = hidden_norm(fc f_j): [m, H].
   std::vector<float> c(m * H);
   if (m > 0) {
+    if (observer_) observer_({"fc"}, feats, m, cfg_.n_taps() * target_.config().hidden_size);
     linear(ctx, feats, w_.fc, nullptr, c.data(), m);
     rmsnorm(c.data(), w_.hidden_norm.ptr<float>(), eps, m, H, c.data());
   }
@@ -78,16 +79,22 @@ void DraftModel::forward(DraftCache& cache, const float* feats, int64_t n_ctx, i
 
   for (int64_t li = 0; li < b.n_layers; ++li) {
     const DraftLayerWeights& l = w_.layers[li];
+    const std::string lp = observer_ ? "layers." + std::to_string(li) + "." : "";
     // ---- attention ----
     float* a = in.data() + m * H;  // block rows of the qkv input
     rmsnorm(x.data(), l.attn_norm.ptr<float>(), eps, nb, H, a);
     if (d2) {  // conv before the sublayer, side 0
+      if (observer_) observer_({lp + "attention_conv.kernel_projection"}, a, nb, H);
       linear(ctx, a, l.attn_conv_proj, nullptr, dyn.data(), nb);
       std::copy(a, a + nb * H, u.begin());
       grouped_conv(u.data(), nb, H, l.attn_conv_base.ptr<float>(), dyn.data(), 0, kt, gs, a);
     }
     // One GEMM for the new context rows and the block rows: the weights
     // stream once per draft step.
+    if (observer_) {
+      observer_({lp + "self_attn.q_proj"}, a, nb, H);
+      observer_({lp + "self_attn.k_proj", lp + "self_attn.v_proj"}, in.data(), m + nb, H);
+    }
     linear_group(ctx, in.data(), l.qkv, qkv.data(), m + nb, scratch);
     for (int64_t t = 0; t < m; ++t) {
       std::copy(qkv.begin() + t * wr + nq, qkv.begin() + t * wr + nq + nk, kc.begin() + t * nk);
@@ -160,6 +167,7 @@ void DraftModel::forward(DraftCache& cache, const float* feats, int64_t n_ctx, i
         }
       }
     });
+    if (observer_) observer_({lp + "self_attn.o_proj"}, att.data(), nb, nq);
     linear(ctx, att.data(), l.o, l.o_bias.empty() ? nullptr : l.o_bias.ptr<float>(), tmp.data(), nb);
     if (d2) {  // conv after the sublayer, side 1, with the kernel predicted from its input
       std::copy(tmp.begin(), tmp.end(), u.begin());
@@ -169,12 +177,15 @@ void DraftModel::forward(DraftCache& cache, const float* feats, int64_t n_ctx, i
     // ---- MLP ----
     rmsnorm(x.data(), l.ffn_norm.ptr<float>(), eps, nb, H, a);
     if (d2) {
+      if (observer_) observer_({lp + "mlp_conv.kernel_projection"}, a, nb, H);
       linear(ctx, a, l.mlp_conv_proj, nullptr, dyn.data(), nb);
       std::copy(a, a + nb * H, u.begin());
       grouped_conv(u.data(), nb, H, l.mlp_conv_base.ptr<float>(), dyn.data(), 0, kt, gs, a);
     }
+    if (observer_) observer_({lp + "mlp.gate_proj", lp + "mlp.up_proj"}, a, nb, H);
     linear_group(ctx, a, l.gate_up, gu.data(), nb, scratch);
     swiglu_rows(ctx, gu.data(), nb, F, act.data());
+    if (observer_) observer_({lp + "mlp.down_proj"}, act.data(), nb, F);
     linear(ctx, act.data(), l.down, nullptr, tmp.data(), nb);
     if (d2) {
       std::copy(tmp.begin(), tmp.end(), u.begin());

@@ -14,6 +14,7 @@
 // over the top-k candidates of each slot.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,6 +75,14 @@ class DraftCache {
   std::vector<std::vector<float>> k_, v_;    // [L][slots, nkv, hd]
 };
 
+// Calibration hook (quantize/drafter_calibration.h): the input rows of the
+// drafter linears forward() runs, before each runs. modules: the checkpoint
+// module names that read these rows ("fc", "layers.0.self_attn.q_proj", ...);
+// rows: [n, cols]. q_proj sees the block rows only (the q of context rows is
+// never used), k_proj / v_proj the new context rows then the block rows.
+using DraftObserver =
+    std::function<void(const std::vector<std::string>& modules, const float* rows, int64_t n, int64_t cols)>;
+
 struct DraftOptions {
   std::optional<WeightFormat> weights;  // nullopt: each tensor's stored precision class
   bool progress = false;
@@ -102,6 +111,10 @@ class DraftModel {
   void forward(DraftCache& cache, const float* feats, int64_t n_ctx, int32_t anchor, int64_t k,
                std::vector<float>& hidden);
 
+  // Observer of linear inputs (DraftObserver); empty (the default): one
+  // branch per linear, numerics unchanged either way.
+  void set_observer(DraftObserver f) { observer_ = std::move(f); }
+
   // Draft logits of n hidden rows through the target lm_head, times
   // output_multiplier, softcapped: [n, V].
   void logits(const float* hidden, int64_t n, std::vector<float>& out);
@@ -127,6 +140,7 @@ class DraftModel {
   DraftWeights w_;
   Transformer& target_;
   RopeTables rope_;
+  DraftObserver observer_;
 };
 
 }  // namespace blockspec

@@ -26,6 +26,7 @@
 #include "formats/safetensors.h"
 #include "kernels/kernel_table.h"
 #include "quantize/calibration.h"
+#include "quantize/drafter_calibration.h"
 #include "quantize/gptq.h"
 #include "quantize/hf_export.h"
 #include "quantize/linalg.h"
@@ -197,6 +198,13 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
   if (o.fc_bits != 0 && o.fc_bits != 4 && o.fc_bits != 8 && o.fc_bits != 16) fail("--fc-bits ", o.fc_bits, ": expected 4, 8 or 16");
 
   Input in = open_input(o.in);
+  // Drafter calibration needs the target: checked before any work, so a bad command leaves no output.
+  if (!in.is_draft && !o.target.empty())
+    fail("--target ", o.target, ": only for a DFlash / DFlash2 drafter input (", o.in, " is not a drafter)");
+  if (in.is_draft && o.gptq && o.target.empty())
+    fail("--method gptq on drafter ", o.in, " needs --target TARGET (the model it drafts for: calibration runs "
+         "the target over --calib and the drafter on its hidden states)");
+  if (in.is_draft && !o.target.empty()) check_drafter_against_target(o.in, o.target);
   ThreadPool pool(o.n_threads);
   const KernelTable kt = select_kernels("");
   const OpContext ctx{&kt, &pool};
@@ -264,7 +272,7 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
   // ---- quantize ----
   std::map<std::string, QuantWeight> done;
   int64_t n_done = 0;
-  auto quantize_one = [&](const std::string& m, const float* w, const std::vector<double>* H) {
+  auto quantize_one = [&](const std::string& m, const float* w, const std::vector<double>* H, int64_t rows) {
     const Shape s = in.shape(m + ".weight");
     QuantWeight qw = make_params(specs.at(m), w, s[0], s[1]);
     std::string how = specs.at(m).describe();
@@ -279,22 +287,38 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
       how += " rtn";
     }
     const std::vector<float> deq = dequantize_all(qw);
-    rep.layers.push_back({m, how, relative_error(w, deq, s[0], s[1], H, pool), H != nullptr});
+    rep.layers.push_back({m, how, relative_error(w, deq, s[0], s[1], H, pool), H != nullptr, H != nullptr ? rows : 0});
     done.emplace(m, std::move(qw));
     progress(bar, "quantize", ++n_done, static_cast<int64_t>(quant_mods.size()));
     return deq;
   };
 
-  const bool calibrate = !o.calib_ids.empty() && !in.is_draft;
-  if (o.gptq && in.is_draft) rep.notes.push_back("drafter: GPTQ calibration is not implemented for drafters; RTN used");
+  const bool calibrate = !o.calib_ids.empty() && (!in.is_draft || !o.target.empty());
   if (o.gptq && o.calib_ids.empty()) fail("--method gptq needs calibration text (--calib FILE)");
-  if (calibrate) {
+  if (calibrate && o.calib_window <= 0) fail("--calib-window ", o.calib_window, ": expected > 0");
+  std::vector<std::vector<int32_t>> windows;
+  for (size_t i = 0; calibrate && i < o.calib_ids.size(); i += o.calib_window)
+    windows.emplace_back(o.calib_ids.begin() + i,
+                         o.calib_ids.begin() + std::min(o.calib_ids.size(), i + static_cast<size_t>(o.calib_window)));
+  if (calibrate) rep.calib_tokens = static_cast<int64_t>(o.calib_ids.size());
+  if (calibrate && in.is_draft) {
+    const auto t0 = std::chrono::steady_clock::now();
+    DrafterCalibOptions dco;
+    dco.anchor_stride = o.anchor_stride;
+    dco.n_threads = o.n_threads;
+    dco.progress = o.progress && !bar;
+    const DrafterCalibration dc =
+        calibrate_drafter(o.in, o.target, windows, [&](const std::string& m) { return specs.count(m) > 0; }, dco);
+    rep.calib_blocks = dc.n_blocks;
+    rep.calib_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (const std::string& m : quant_mods) {
+      auto it = dc.hessians.find(m);
+      if (it == dc.hessians.end()) continue;  // not run by the drafter forward: RTN below
+      const std::vector<float> w = to_f32(in.raw(m + ".weight"), m + ".weight");
+      quantize_one(m, w.data(), it->second.get(), dc.rows.at(m));
+    }
+  } else if (calibrate) {
     if (!in.src) in.src = open_weight_source(o.in);
-    std::vector<std::vector<int32_t>> windows;
-    for (size_t i = 0; i < o.calib_ids.size(); i += o.calib_window)
-      windows.emplace_back(o.calib_ids.begin() + i,
-                           o.calib_ids.begin() + std::min(o.calib_ids.size(), i + static_cast<size_t>(o.calib_window)));
-    rep.calib_tokens = static_cast<int64_t>(o.calib_ids.size());
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t n_layers = in.src->config().n_layers;
     calibrate_layers(*in.src, ctx, windows, [&](int64_t li, const LayerHessians& hs) {
@@ -309,7 +333,7 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
         const Shape s = in.shape(m + ".weight");
         std::vector<float> w(s[0] * s[1]);
         in.src->load_rows(m + ".weight", 0, s[0], w.data());
-        repl[m] = quantize_one(m, w.data(), H.get());
+        repl[m] = quantize_one(m, w.data(), H.get(), rep.calib_tokens);
       }
       return repl;
     }, [&](const std::string& m) { return specs.count(m) > 0; });
@@ -318,7 +342,7 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
   for (const std::string& m : quant_mods) {
     if (done.count(m)) continue;
     const std::vector<float> w = to_f32(in.raw(m + ".weight"), m + ".weight");
-    quantize_one(m, w.data(), nullptr);
+    quantize_one(m, w.data(), nullptr, 0);
   }
   std::sort(rep.layers.begin(), rep.layers.end(), [](const LayerReport& a, const LayerReport& b) { return a.module < b.module; });
 

@@ -14,7 +14,9 @@
 //
 // Methods: RTN, or GPTQ (quantize/gptq.h) with Hessians from blockspec's own
 // layer-by-layer forward over calibration token windows (quantize/
-// calibration.h; targets only: a drafter is RTN).
+// calibration.h); a drafter's Hessians come from its real inputs: the target
+// (`target`) runs the windows, the drafter runs blocks on its taps as
+// speculative decoding does (quantize/drafter_calibration.h).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -39,6 +41,8 @@ struct QuantizeOptions {
   std::vector<std::string> ignore;   // patterns of modules kept dense
   std::vector<int32_t> calib_ids;    // calibration tokens (GPTQ); cut into windows
   int64_t calib_window = 512;
+  std::string target;                // drafter input: the target model (required for GPTQ calibration)
+  int64_t anchor_stride = 1;         // drafter calibration: every n-th window position is a block anchor
   double damp = 0.01;
   int n_threads = 0;
   bool progress = true;              // progress bar on stderr (TTY only)
@@ -49,6 +53,7 @@ struct LayerReport {
   std::string how;      // "int4 sym g128 gptq"
   double rel_err = 0;   // ||W x - Wq x|| / ||W x|| over calibration inputs (or random inputs)
   bool on_calib = false;
+  int64_t calib_rows = 0;  // input rows in its Hessian (0: no calibration)
 };
 
 struct QuantizeReport {
@@ -56,6 +61,7 @@ struct QuantizeReport {
   std::vector<std::string> dense_linears;  // linear modules kept dense (config "ignore")
   int64_t n_copied = 0;                    // tensors copied byte for byte
   int64_t calib_tokens = 0;
+  int64_t calib_blocks = 0;                // drafter: blocks the drafter ran during calibration
   double calib_seconds = 0, total_seconds = 0;
   uint64_t out_bytes = 0;
   std::vector<std::string> notes;          // e.g. "drafter: RTN"

@@ -17,7 +17,9 @@ void linear(const OpContext& ctx, const float* x, const Tensor& w, const float* 
   const bool dp = ctx.bf16_activations && w.dtype() == DType::kBF16 && ctx.k->matmul_bf16_dp != nullptr;
   if (dp) {
     xb.resize(M * K);
-    for (int64_t i = 0; i < M * K; ++i) xb[i] = f32_to_bf16(x[i]);
+    ctx.pool->parallel_for(M, [&](int64_t m0, int64_t m1) {
+      for (int64_t i = m0 * K; i < m1 * K; ++i) xb[i] = f32_to_bf16(x[i]);
+    });
   }
   // Rows of w split evenly between threads; a grain of 16 rows keeps each
   // thread's slice a contiguous stream of weight memory.

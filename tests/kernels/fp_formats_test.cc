@@ -277,6 +277,54 @@ TEST_P(FpIsaTest, KernelDecodesEveryCode) {
   }
 }
 
+TEST_P(FpIsaTest, DecodeRowsEveryCodeNaNAndHugeScales) {
+  // The few-row path (M <= 4) decodes whole blocks of 32 without masks and the tail with them: every code,
+  // NaN codes inside full blocks included, must give the scalar twin's bits at M = 1..4; an FP8 scale too
+  // large to take the decoder's 2^8 factor sends its row through the exact fallback.
+  Ctx ref("ref"), isa(GetParam());
+  for (WeightFormat f : kFormats)
+    for (int64_t M = 1; M <= 4; ++M) {
+      SCOPED_TRACE(std::string(weight_format_name(f)) + " M=" + std::to_string(M));
+      const int64_t N = 5, K = 300;
+      QuantTensor q = make_weight(ref.ctx, tensor_of(randv(N * K, 11), N, K), f);
+      uint8_t* c = q.data.mutable_ptr<uint8_t>();
+      for (int64_t i = 0; i < static_cast<int64_t>(q.data.nbytes()); ++i) c[i] = static_cast<uint8_t>((i * 7) % 256);
+      if (f == WeightFormat::kFP8_E4M3) {
+        c[2 * K + 40] = 0x7F;  // rows 2 and 3: one NaN code each in a full block; rows 0, 1, 4 none
+        c[3 * K + 290] = 0xFF;
+        for (int64_t i = 0; i < 2 * K; ++i) c[i] = (c[i] & 0x7F) == 0x7F ? 0 : c[i];
+        for (int64_t i = 4 * K; i < 5 * K; ++i) c[i] = static_cast<uint8_t>((i * 7) % 0x50);  // |e| <= 7.5
+        float* s = q.scales.mutable_ptr<float>();
+        s[4 * q.scales.dim(1) + 1] = 3e37f;  // row 4: s * 2^8 overflows, e * s <= 2.25e38 does not
+      }
+      auto x = randv(M * K, 12, 1e-3f);
+      std::vector<float> y0(M * N), y1(M * N);
+      linear(ref.ctx, x.data(), q, nullptr, y0.data(), M);
+      linear(isa.ctx, x.data(), q, nullptr, y1.data(), M);
+      for (int64_t i = 0; i < M * N; ++i) {
+        if (std::isnan(y0[i])) EXPECT_TRUE(std::isnan(y1[i])) << i;  // IEEE leaves a NaN's sign and payload open
+        else ASSERT_EQ(bits(y0[i]), bits(y1[i])) << i;
+      }
+      if (f == WeightFormat::kFP8_E4M3)
+        for (int64_t m = 0; m < M; ++m) {
+          EXPECT_FALSE(std::isnan(y1[m * N + 0]));
+          EXPECT_TRUE(std::isnan(y1[m * N + 2]));
+          EXPECT_TRUE(std::isnan(y1[m * N + 3]));
+          EXPECT_TRUE(std::isfinite(y1[m * N + 4]));
+        }
+      // Identity rows read single weights back through the M = 1 path (rows without a NaN code: 0 * NaN is NaN).
+      const FpWeights fw = fp_weights(q);
+      std::vector<float> e(K, 0.f), y(N);
+      for (int64_t k = 0; k < K; k += 7) {
+        e[k] = 1.f;
+        linear(isa.ctx, e.data(), q, nullptr, y.data(), 1);
+        e[k] = 0.f;
+        for (int64_t n = 0; n < N; ++n)
+          if (f != WeightFormat::kFP8_E4M3 || (n != 2 && n != 3)) ASSERT_EQ(y[n], fw.value(n, k) + 0.f) << n << "," << k;
+      }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllIsas, FpIsaTest, ::testing::ValuesIn(available_isas()));
 
 }  // namespace

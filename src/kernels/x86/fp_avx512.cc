@@ -17,11 +17,12 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <vector>
 
 #include "kernels/kernel_table.h"
 
-#define BS_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define BS_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
 
 namespace blockspec {
 
@@ -88,6 +89,36 @@ BS_AVX512 __attribute__((always_inline)) inline __m512 decode_e2m1(const uint8_t
   return _mm512_permutexvar_ps(idx, table);
 }
 
+// ---- full-block decoders of the main loop (no masks; the tail uses the masked ones above) ----
+
+// 32 E4M3 codes -> e * 2^-8 as two f32 vectors, exact: the sign-extended code shifted left by 7 (bit 14
+// cleared) is the f16 with the same sign, exponent field E (bias 15 instead of 7) and mantissa, so vcvtph2ps
+// gives e * 2^-8 for normals and subnormals alike (E4M3 subnormals are f16 subnormals). NaN codes (0x7F,
+// 0xFF; f16 0x3F80 | sign, a finite 1.875) are patched from a mask on the rare blocks that hold one. The
+// 2^8 goes into the row's scales (row_scales_fp8x256), so w = (e 2^-8)(s 2^8) = e s, the same rounding.
+BS_AVX512 __attribute__((always_inline)) inline void decode_fp8_32_fast(const uint8_t* p, __m512& lo, __m512& hi) {
+  const __m512i c = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  const __m512i h = _mm512_and_si512(_mm512_slli_epi16(c, 7), _mm512_set1_epi16(static_cast<short>(0xBFFF)));
+  lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+  hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+  const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(h, _mm512_set1_epi16(0x3F80)),
+                                                 _mm512_set1_epi16(0x3F80));
+  if (__builtin_expect(nan != 0, 0)) {
+    const __m512 q = _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN());
+    lo = _mm512_mask_mov_ps(lo, static_cast<__mmask16>(nan), q);
+    hi = _mm512_mask_mov_ps(hi, static_cast<__mmask16>(nan >> 16), q);
+  }
+}
+
+// 16 E2M1 codes from 8 bytes (low nibble first) -> element values: byte j/2 in dword j, shifted right by 4
+// on odd j; vpermps reads only an index's low 4 bits, so no mask is needed.
+BS_AVX512 __attribute__((always_inline)) inline __m512 decode_e2m1_fast(const uint8_t* p, __m512 table) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const __m512i c = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
+  const __m512i sh = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+  return _mm512_permutexvar_ps(_mm512_srlv_epi32(c, sh), table);
+}
+
 // The group scales of row n, exactly FpWeights::group_scale: out[n_groups].
 BS_AVX512 void row_scales(const FpWeights& w, int64_t n, float* out) {
   const int64_t G = w.n_groups;
@@ -110,6 +141,18 @@ BS_AVX512 void row_scales(const FpWeights& w, int64_t n, float* out) {
     }
     _mm512_mask_storeu_ps(out + g, mk, v);
   }
+}
+
+// FP8 row scales times 2^8 (see decode_fp8_32_fast), exact; false when a finite scale is so large that
+// s * 2^8 would overflow (the row then takes the masked decoder, which multiplies by s itself).
+inline bool row_scales_fp8x256(const FpWeights& w, int64_t n, float* out) {
+  const float* s = static_cast<const float*>(w.scales) + n * w.n_groups;
+  bool ok = true;
+  for (int64_t g = 0; g < w.n_groups; ++g) {
+    ok = ok && !(std::fabs(s[g]) > 1e36f && std::isfinite(s[g]));
+    out[g] = s[g] * 256.f;
+  }
+  return ok;
 }
 
 // Row n's weights k0 .. k0+31 (n_valid of them) scaled, as two f32 vectors.
@@ -155,35 +198,73 @@ constexpr int kMB = 4;  // activation rows per pass
 
 // Few activation rows: NB weight rows decoded in registers side by side (NB
 // independent FMA chains hide the FMA latency that one output's single
-// accumulator chain would expose), MB activation rows each.
-template <int NB, int MB>
+// accumulator chain would expose), MB activation rows each. F fixes the format
+// (group size a constant: no division, no mask in the main loop); the last
+// partial block of 32 goes through the masked generic decoder.
+template <WeightFormat F, int NB, int MB>
 BS_AVX512 void rows_direct(const FpWeights& w, const float* x, float* y, int64_t m0, int64_t n, float* sc) {
+  constexpr int64_t GS = F == WeightFormat::kFP8_E4M3 ? kFp8Group : F == WeightFormat::kMXFP4 ? kMxGroup : kNvGroup;
   const int64_t K = w.K, G = w.n_groups;
   const uint8_t* row[NB];
+  bool fast = true;
   #pragma GCC unroll 4
   for (int r = 0; r < NB; ++r) {
-    row_scales(w, n + r, sc + r * G);
+    if constexpr (F == WeightFormat::kFP8_E4M3) fast = row_scales_fp8x256(w, n + r, sc + r * G) && fast;
+    else row_scales(w, n + r, sc + r * G);
     row[r] = w.codes + (n + r) * w.row_bytes;
   }
-  const RowDecoder dec(w, sc);
+  if (F == WeightFormat::kFP8_E4M3 && !fast)
+    for (int r = 0; r < NB; ++r) row_scales(w, n + r, sc + r * G);
   __m512 acc[NB][MB];
   #pragma GCC unroll 4
   for (int r = 0; r < NB; ++r)
     #pragma GCC unroll 4
     for (int i = 0; i < MB; ++i) acc[r][i] = _mm512_setzero_ps();
-  for (int64_t k0 = 0; k0 < K; k0 += 32) {
+  const __m512 t4 = _mm512_setr_ps(0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f,
+                                   -4.f, -6.f);
+  const int64_t Kmain = fast ? K / 32 * 32 : 0;
+  for (int64_t k0 = 0; k0 < Kmain; k0 += 32) {
     __m512 wv[NB][2];
     #pragma GCC unroll 4
-    for (int r = 0; r < NB; ++r) dec.decode32(row[r], k0, wv[r][0], wv[r][1], r * G);
+    for (int r = 0; r < NB; ++r) {
+      const float* s = sc + r * G;
+      __m512 e0, e1;
+      if constexpr (F == WeightFormat::kFP8_E4M3) {
+        decode_fp8_32_fast(row[r] + k0, e0, e1);
+      } else {
+        e0 = decode_e2m1_fast(row[r] + k0 / 2, t4);
+        e1 = decode_e2m1_fast(row[r] + k0 / 2 + 8, t4);
+      }
+      wv[r][0] = _mm512_mul_ps(e0, _mm512_set1_ps(s[k0 / GS]));
+      wv[r][1] = _mm512_mul_ps(e1, _mm512_set1_ps(s[(k0 + 16) / GS]));
+    }
     #pragma GCC unroll 4
-    for (int h = 0; h < 2; ++h) {
-      const __mmask16 mk = lanes(K - k0 - 16 * h);
-      if (mk == 0) break;
+    for (int h = 0; h < 2; ++h)
       #pragma GCC unroll 4
       for (int i = 0; i < MB; ++i) {
-        const __m512 xv = _mm512_maskz_loadu_ps(mk, x + (m0 + i) * K + k0 + 16 * h);
+        const __m512 xv = _mm512_loadu_ps(x + (m0 + i) * K + k0 + 16 * h);
         #pragma GCC unroll 4
-        for (int r = 0; r < NB; ++r) acc[r][i] = _mm512_mask3_fmadd_ps(xv, wv[r][h], acc[r][i], mk);
+        for (int r = 0; r < NB; ++r) acc[r][i] = _mm512_fmadd_ps(xv, wv[r][h], acc[r][i]);
+      }
+  }
+  if (Kmain < K) {
+    if (F == WeightFormat::kFP8_E4M3 && fast)  // the masked decoder multiplies by the scales themselves
+      for (int r = 0; r < NB; ++r) row_scales(w, n + r, sc + r * G);
+    const RowDecoder dec(w, sc);
+    for (int64_t k0 = Kmain; k0 < K; k0 += 32) {
+      __m512 wv[NB][2];
+      #pragma GCC unroll 4
+      for (int r = 0; r < NB; ++r) dec.decode32(row[r], k0, wv[r][0], wv[r][1], r * G);
+      #pragma GCC unroll 4
+      for (int h = 0; h < 2; ++h) {
+        const __mmask16 mk = lanes(K - k0 - 16 * h);
+        if (mk == 0) break;
+        #pragma GCC unroll 4
+        for (int i = 0; i < MB; ++i) {
+          const __m512 xv = _mm512_maskz_loadu_ps(mk, x + (m0 + i) * K + k0 + 16 * h);
+          #pragma GCC unroll 4
+          for (int r = 0; r < NB; ++r) acc[r][i] = _mm512_mask3_fmadd_ps(xv, wv[r][h], acc[r][i], mk);
+        }
       }
     }
   }
@@ -193,12 +274,23 @@ BS_AVX512 void rows_direct(const FpWeights& w, const float* x, float* y, int64_t
     for (int i = 0; i < MB; ++i) y[(m0 + i) * w.N + n + r] = reduce16(acc[r][i]);
 }
 
-template <int MB>
+template <WeightFormat F, int MB>
 BS_AVX512 void rows_direct_all(const FpWeights& w, const float* x, float* y, int64_t n0, int64_t n1, float* sc) {
   constexpr int NB = MB == 1 ? 4 : 2;
   int64_t n = n0;
-  for (; n + NB <= n1; n += NB) rows_direct<NB, MB>(w, x, y, 0, n, sc);
-  for (; n < n1; ++n) rows_direct<1, MB>(w, x, y, 0, n, sc);
+  for (; n + NB <= n1; n += NB) rows_direct<F, NB, MB>(w, x, y, 0, n, sc);
+  for (; n < n1; ++n) rows_direct<F, 1, MB>(w, x, y, 0, n, sc);
+}
+
+template <WeightFormat F>
+BS_AVX512 void rows_direct_m(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1,
+                             float* sc) {
+  switch (M) {
+    case 1: rows_direct_all<F, 1>(w, x, y, n0, n1, sc); break;
+    case 2: rows_direct_all<F, 2>(w, x, y, n0, n1, sc); break;
+    case 3: rows_direct_all<F, 3>(w, x, y, n0, n1, sc); break;
+    default: rows_direct_all<F, 4>(w, x, y, n0, n1, sc); break;
+  }
 }
 
 // Many activation rows: weight rows [n, n + NB) decoded into wd [NB, K16]
@@ -267,11 +359,10 @@ BS_AVX512 void rows_scratch(const FpWeights& w, const float* x, float* y, int64_
 BS_AVX512 void gemm_fp_avx512(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1) {
   std::vector<float> sc(static_cast<size_t>(4 * w.n_groups) + 16);  // group scales of up to 4 rows
   if (M <= kMB) {
-    switch (M) {
-      case 1: rows_direct_all<1>(w, x, y, n0, n1, sc.data()); break;
-      case 2: rows_direct_all<2>(w, x, y, n0, n1, sc.data()); break;
-      case 3: rows_direct_all<3>(w, x, y, n0, n1, sc.data()); break;
-      default: rows_direct_all<4>(w, x, y, n0, n1, sc.data()); break;
+    switch (w.format) {
+      case WeightFormat::kFP8_E4M3: rows_direct_m<WeightFormat::kFP8_E4M3>(w, x, y, M, n0, n1, sc.data()); break;
+      case WeightFormat::kMXFP4: rows_direct_m<WeightFormat::kMXFP4>(w, x, y, M, n0, n1, sc.data()); break;
+      default: rows_direct_m<WeightFormat::kNVFP4>(w, x, y, M, n0, n1, sc.data()); break;
     }
     return;
   }

@@ -1,8 +1,9 @@
 // blockspec eval --model A --reference B --text FILE [--ctx N] [--max-tokens N] [--candidates LIST] [--json]
 //
-// --candidates scores several variants of A (weight formats, KV dtypes) in
-// one pass over the text: the reference runs once per window, each distinct
-// weight format is loaded once, and KV variants share it.
+// --candidates scores several variants of A (weight formats, KV dtypes, or
+// other checkpoints given as PATH=WEIGHTS) in one pass over the text: the
+// reference runs once per window, each distinct checkpoint and weight format
+// is loaded once, and KV variants share it.
 // Fidelity of model A (e.g. a quantized checkpoint, or the same checkpoint
 // with --weights q4) against reference B over a text: perplexity of both,
 // KL(B || A) per scored position (mean and p99) and top-1 agreement.
@@ -46,8 +47,9 @@ std::vector<FlagSpec> flags() {
      "reference KV cache dtype: auto, f32, bf16, fp8_e4m3, int8_per_token_head, int8_block_g128 (default f32)"},
     {"--reference-activations", "", true, "reference activation precision: f32 (default) or bf16"},
     {"--candidates", "", true,
-     "score several variants of --model against one reference pass: comma-separated WEIGHTS[:KV] (WEIGHTS a "
-     "--weights format or \"stored\", KV a --kv-cache-dtype; e.g. q8,q4,fp8,bf16:int8_block_g128)"},
+     "score several variants against one reference pass: comma-separated [PATH=]WEIGHTS[:KV] (PATH another "
+     "checkpoint, default --model; WEIGHTS a --weights format or \"stored\"; KV a --kv-cache-dtype; e.g. "
+     "q8,q4,bf16:int8_block_g128,out/w4a16-gptq=stored)"},
     {"--text", "", true, "text file to score (UTF-8)"},
     {"--ctx", "", true, "tokens per window; each window is a fresh sequence (default 512)"},
     {"--max-tokens", "", true, "scored tokens in total (default: the whole text)"},
@@ -111,27 +113,38 @@ std::vector<Window> make_windows(int64_t n_ids, int64_t ctx, int64_t max_scored)
 // One variant of the model under test: its weight format (nullopt: stored)
 // and KV cache dtype (nullopt: the model's auto rule).
 struct Candidate {
+  std::string path;  // checkpoint
   std::optional<WeightFormat> weights;
   std::optional<KvDType> kv;
-  std::string weights_key;  // groups candidates that share one loaded model
+  std::string weights_key;  // groups candidates that share one loaded model: path=weights
 };
 
-std::vector<Candidate> parse_candidates(const std::string& list) {
+// [PATH=]WEIGHTS[:KV]; the KV colon is searched after the '=' so paths may hold ':'.
+std::vector<Candidate> parse_candidates(const std::string& list, const std::string& model_path) {
   std::vector<Candidate> out;
   std::stringstream ss(list);
   std::string item;
   while (std::getline(ss, item, ',')) {
     if (item.empty()) fail("eval: --candidates \"", list, "\": empty entry");
-    const size_t colon = item.find(':');
     Candidate c;
-    c.weights_key = item.substr(0, colon);
-    if (c.weights_key != "stored") {
-      c.weights = weight_format_from_name(c.weights_key);
+    c.path = model_path;
+    std::string spec = item;
+    const size_t eq = item.rfind('=');
+    if (eq != std::string::npos) {
+      c.path = item.substr(0, eq);
+      spec = item.substr(eq + 1);
+      if (c.path.empty()) fail("eval: --candidates entry \"", item, "\": empty checkpoint path before '='");
+    }
+    const size_t colon = spec.find(':');
+    const std::string w = spec.substr(0, colon);
+    if (w != "stored") {
+      c.weights = weight_format_from_name(w);
       if (!c.weights)
-        fail("eval: --candidates entry \"", item, "\": unknown weight format \"", c.weights_key,
+        fail("eval: --candidates entry \"", item, "\": unknown weight format \"", w,
              "\" (expected stored, f32, bf16, q8, q4, fp8, nvfp4 or mxfp4)");
     }
-    if (colon != std::string::npos) c.kv = parse_kv_cache_dtype("--candidates entry \"" + item + "\"", item.substr(colon + 1));
+    if (colon != std::string::npos) c.kv = parse_kv_cache_dtype("--candidates entry \"" + item + "\"", spec.substr(colon + 1));
+    c.weights_key = c.path + "=" + w;
     out.push_back(c);
   }
   if (out.empty()) fail("eval: --candidates is empty; expected e.g. q8,q4,bf16:int8_block_g128");
@@ -175,7 +188,8 @@ int cmd_eval(const std::vector<std::string>& argv) {
   if (sweep && (a.has("--weights") || a.has("--kv-cache-dtype")))
     fail("eval: --candidates names each variant's weights and KV dtype; drop --weights / --kv-cache-dtype");
   std::vector<Candidate> cands =
-      sweep ? parse_candidates(a.str("--candidates")) : std::vector<Candidate>{{mo.weights, mo.kv_cache_dtype, "-"}};
+      sweep ? parse_candidates(a.str("--candidates"), model_path)
+            : std::vector<Candidate>{{model_path, mo.weights, mo.kv_cache_dtype, "-"}};
   const bool json_out = a.has("--json");
 
   Timer timer;
@@ -185,6 +199,11 @@ int cmd_eval(const std::vector<std::string>& argv) {
   if (ids.size() < 2)
     fail("eval: --text ", text_path, " is ", ids.size(), " token(s) long; at least 2 are needed to score one");
   check_same_tokens(ids, load_tokenizer(ref_path).encode(text), model_path, ref_path);
+  for (size_t i = 0; i < cands.size(); ++i) {
+    bool seen = cands[i].path == model_path;
+    for (size_t j = 0; j < i && !seen; ++j) seen = cands[j].path == cands[i].path;
+    if (!seen) check_same_tokens(ids, load_tokenizer(cands[i].path).encode(text), model_path, cands[i].path);
+  }
 
   // One loaded model per distinct weight format; its candidates differ only
   // in the KV cache they are given.
@@ -199,7 +218,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
       o.weights = cands[i].weights;
       o.kv_cache_dtype = sweep ? std::nullopt : mo.kv_cache_dtype;
       model_of[i] = models.size();
-      models.push_back(Transformer::load(model_path, o));
+      models.push_back(Transformer::load(cands[i].path, o));
     } else {
       model_of[i] = model_of[m];
     }
@@ -208,11 +227,13 @@ int cmd_eval(const std::vector<std::string>& argv) {
   }
   auto ref = Transformer::load(ref_path, ro);
   const int64_t vocab = ref->config().vocab_size;
-  for (const auto& m : models)
-    if (m->config().vocab_size != vocab)
-      fail("eval: vocab_size of ", model_path, " is ", m->config().vocab_size, " but of ", ref_path, " is ", vocab,
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const Transformer& m = *models[model_of[i]];
+    if (m.config().vocab_size != vocab)
+      fail("eval: vocab_size of ", cands[i].path, " is ", m.config().vocab_size, " but of ", ref_path, " is ", vocab,
            "; eval needs the same vocabulary");
-  check_model(*models[0], tok, model_path, ctx);
+    check_model(m, tok, cands[i].path, ctx);
+  }
   check_model(*ref, tok, ref_path, ctx);
 
   const int64_t n_ids = static_cast<int64_t>(ids.size());
@@ -241,7 +262,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
   auto result = [&](size_t c) {
     const Transformer& m = *models[model_of[c]];
     const FidelityStats& st = stats[c];
-    return nlohmann::json{{"weights", m.weights().format_summary}, {"kv_cache_dtype", kv_dtype_name(kv_of[c])},
+    return nlohmann::json{{"model", cands[c].path}, {"weights", m.weights().format_summary}, {"kv_cache_dtype", kv_dtype_name(kv_of[c])},
                           {"activations", m.bf16_activations() ? "bf16" : "f32"},
                           {"n_tokens", st.n_tokens()}, {"ppl", st.ppl()}, {"ppl_reference", st.ppl_reference()},
                           {"kld_mean", st.kld_mean()}, {"kld_p99", st.kld_p99()}, {"kld_max", st.kld_max()},
@@ -274,10 +295,11 @@ int cmd_eval(const std::vector<std::string>& argv) {
                "KL max", "top-1");
   for (size_t c = 0; c < cands.size(); ++c) {
     const nlohmann::json r = result(c);
-    std::fprintf(stderr, "  %-28s %-20s %12.4f %12.6f %12.6f %12.6f %10.4f\n",
+    std::fprintf(stderr, "  %-28s %-20s %12.4f %12.6f %12.6f %12.6f %10.4f%s%s\n",
                  r["weights"].get<std::string>().c_str(), r["kv_cache_dtype"].get<std::string>().c_str(),
                  stats[c].ppl(), stats[c].kld_mean(), stats[c].kld_p99(), stats[c].kld_max(),
-                 stats[c].top1_agreement());
+                 stats[c].top1_agreement(), cands[c].path == model_path ? "" : "  ",
+                 cands[c].path == model_path ? "" : cands[c].path.c_str());
   }
   if (json_out) std::printf("%s\n", j.dump().c_str());
   return 0;

@@ -216,6 +216,36 @@ TEST(Cli, EvalCandidatesEqualSeparateRuns) {
   }
 }
 
+// PATH=WEIGHTS candidates: another checkpoint scored in the same reference
+// pass equals its own single run; a missing path is a one-line error.
+TEST(Cli, EvalCandidatesOtherCheckpoints) {
+  const std::string other = std::string(BS_SOURCE_DIR) + "/tests/fixtures/golden/qwen3-tiny-bf16";
+  CmdResult r = run(eval_args(kModel, kModel, "--max-tokens 128 --json --candidates q8," + other + "=stored," +
+                                                  other + "=stored:int8_per_token_head"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["results"].size(), 3u);
+  EXPECT_EQ(j["results"][0]["model"], kModel);
+  EXPECT_EQ(j["results"][1]["model"], other);
+  const std::string singles[] = {"-m " + kModel + " --weights q8", "-m " + other,
+                                 "-m " + other + " --kv-cache-dtype int8_per_token_head"};
+  for (int i = 0; i < 3; ++i) {
+    CmdResult s = run("eval " + singles[i] + " --reference " + kModel + " --text " + kText + " --max-tokens 128 --json");
+    ASSERT_EQ(s.code, 0) << s.err;
+    auto one = nlohmann::json::parse(s.out);
+    for (const char* key : {"weights", "kv_cache_dtype", "ppl", "kld_mean", "kld_p99", "top1_agreement"})
+      EXPECT_EQ(j["results"][i][key], one[key]) << i << " " << key;
+  }
+  EXPECT_GT(j["results"][1]["kld_mean"].get<double>(), 0.0);  // bf16 weights differ from the f32 reference
+  EXPECT_NE(j["results"][1]["kld_mean"], j["results"][2]["kld_mean"]);
+  EXPECT_NE(r.err.find(other), std::string::npos);
+  for (const std::string& bad : {"--candidates /nonexistent/model=stored", "--candidates =q8"}) {
+    CmdResult b = run(eval_args(kModel, kModel, bad));
+    EXPECT_NE(b.code, 0) << bad;
+    EXPECT_EQ(count_lines(b.err), 1) << bad << "\n" << b.err;
+  }
+}
+
 TEST(Cli, EvalCutsWindowsAndCapsScoredTokens) {
   // Windows of 100 tokens score 99 each: 99 + 99 + 58 = 256.
   CmdResult r = run(eval_args(kModel, kModel, "--ctx 100 --max-tokens 256 --threads 1 --json"));

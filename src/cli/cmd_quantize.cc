@@ -4,6 +4,7 @@
 // an HF directory (quantize/quantize.h has the module rules, quantize/writer.h the formats). Prints, per
 // quantized layer, the relative output error ||W x - Wq x|| / ||W x|| (calibration inputs when there are any,
 // else random inputs) and a suggested `blockspec eval` command.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -35,6 +36,8 @@ std::vector<FlagSpec> flags() {
       {"--fp8-strategy", "", true, "fp8 scales: channel (default) or tensor"},
       {"--calib", "", true, "calibration text file (.jsonl: the string fields of each line)"},
       {"--calib-tokens", "", true, "calibration tokens (default 2048)"},
+      {"--kv-cache-scheme", "", true,
+       "fp8: also write calibrated FP8 KV cache scales (k_scale / v_scale = absmax / 448 per layer, needs --calib)"},
       {"--calib-window", "", true, "tokens per calibration sequence (default 512)"},
       {"--target", "", true, "drafter input: the target model it drafts for (needed by gptq; its tokenizer reads --calib)"},
       {"--anchor-stride", "", true, "drafter gptq: a block at every n-th calibration position (default 1)"},
@@ -116,6 +119,12 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
   o.ignore = ignore;
   o.damp = a.number("--damp", 0.01);
   o.n_threads = static_cast<int>(a.integer("--threads", 0));
+  if (a.has("--kv-cache-scheme")) {
+    if (a.str("--kv-cache-scheme") != "fp8")
+      fail("--kv-cache-scheme \"", a.str("--kv-cache-scheme"), "\": expected fp8 (per-layer FP8 K / V scales)");
+    if (!a.has("--calib")) fail("--kv-cache-scheme fp8 needs --calib FILE (the scales come from calibration K / V)");
+    o.kv_fp8 = true;
+  }
   o.calib_window = a.integer("--calib-window", 512);
   if (o.calib_window <= 0) fail("--calib-window must be > 0");
   const int64_t calib_tokens = a.integer("--calib-tokens", 2048);
@@ -167,6 +176,12 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
   if (r.calib_blocks) std::fprintf(hout, " (%lld drafter blocks)", static_cast<long long>(r.calib_blocks));
   std::fprintf(hout, "; %.1f s total\n", r.total_seconds);
   for (const std::string& n : r.notes) std::fprintf(hout, "note: %s\n", n.c_str());
+  if (!r.kv_k_scale.empty()) {
+    const auto [k0, k1] = std::minmax_element(r.kv_k_scale.begin(), r.kv_k_scale.end());
+    const auto [v0, v1] = std::minmax_element(r.kv_v_scale.begin(), r.kv_v_scale.end());
+    std::fprintf(hout, "kv cache: fp8 scales for %zu layers, k_scale %.4g .. %.4g, v_scale %.4g .. %.4g (absmax / 448)\n",
+                 r.kv_k_scale.size(), *k0, *k1, *v0, *v1);
+  }
   if (!draft)
     std::fprintf(hout, "fidelity: blockspec eval -m %s --reference %s --text FILE\n", o.out.c_str(), o.in.c_str());
   if (json_out) {
@@ -179,6 +194,7 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
     j["out_bytes"] = r.out_bytes;
     j["dense_linears"] = r.dense_linears;
     j["notes"] = r.notes;
+    if (!r.kv_k_scale.empty()) j["kv_k_scale"] = r.kv_k_scale, j["kv_v_scale"] = r.kv_v_scale;
     for (const LayerReport& l : r.layers)
       j["layers"].push_back({{"module", l.module}, {"how", l.how}, {"rel_err", l.rel_err}, {"on_calib", l.on_calib},
                             {"calib_rows", l.calib_rows}});

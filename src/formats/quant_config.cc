@@ -106,6 +106,11 @@ CtConfig parse_ct(const Obj& o) {
   c.quantization_status = o.get_str("quantization_status", "compressed");
   c.ignore = o.get_strs("ignore");
   c.has_kv_cache_scheme = o.non_empty("kv_cache_scheme");
+  if (c.has_kv_cache_scheme) {
+    const json* kv = o.find("kv_cache_scheme");
+    if (!kv->is_object()) fail(o.what, ": field \"kv_cache_scheme\" must be an object or null, found ", kv->dump());
+    c.kv_cache_scheme = parse_args(Obj{*kv, o.what + ".kv_cache_scheme"});
+  }
   c.has_transform = o.non_empty("transform_config");
   c.has_sparsity = o.non_empty("sparsity_config");
   const json* groups = o.find("config_groups");

@@ -52,6 +52,7 @@ struct CtConfig {
   std::vector<CtGroup> groups;      // in config order
   std::vector<std::string> ignore;
   bool has_kv_cache_scheme = false, has_transform = false, has_sparsity = false;
+  std::optional<CtQuantArgs> kv_cache_scheme;  // when has_kv_cache_scheme: FP8 per-tensor k_scale / v_scale
 };
 
 struct QuantConfig {

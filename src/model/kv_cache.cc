@@ -11,21 +11,13 @@ KvCache::KvCache(int64_t n_layers, int64_t capacity, int64_t n_kv_heads, int64_t
   BS_ASSERT(capacity >= 0);
   const bool ok = reserve(capacity);  // the private pool has exactly the page this needs
   BS_ASSERT(ok);
-  // fp8_e4m3: no calibrated scales are loaded yet, so every layer uses 1.0
-  // (vLLM's default without checkpoint k_scale / v_scale); see docs/kv_cache.md.
-  k_layer_scale_.assign(n_layers, 1.0f);
-  v_layer_scale_.assign(n_layers, 1.0f);
 }
 
-KvCache::KvCache(KvPool& pool) : pool_(&pool) {
-  k_layer_scale_.assign(pool.n_layers(), 1.0f);
-  v_layer_scale_.assign(pool.n_layers(), 1.0f);
-}
+KvCache::KvCache(KvPool& pool) : pool_(&pool) {}
 
 KvCache::KvCache(KvCache&& o) noexcept
     : own_pool_(std::move(o.own_pool_)), pool_(o.pool_), pages_(std::move(o.pages_)),
-      page_ptrs_(std::move(o.page_ptrs_)), size_(std::exchange(o.size_, 0)),
-      k_layer_scale_(std::move(o.k_layer_scale_)), v_layer_scale_(std::move(o.v_layer_scale_)) {
+      page_ptrs_(std::move(o.page_ptrs_)), size_(std::exchange(o.size_, 0)) {
   o.pages_.clear();
   o.page_ptrs_.clear();
 }
@@ -38,8 +30,6 @@ KvCache& KvCache::operator=(KvCache&& o) noexcept {
     pages_ = std::move(o.pages_);
     page_ptrs_ = std::move(o.page_ptrs_);
     size_ = std::exchange(o.size_, 0);
-    k_layer_scale_ = std::move(o.k_layer_scale_);
-    v_layer_scale_ = std::move(o.v_layer_scale_);
     o.pages_.clear();
     o.page_ptrs_.clear();
   }
@@ -84,9 +74,9 @@ void KvCache::write(int64_t layer, int64_t pos, int64_t n, const float* k, const
     const int64_t r0 = p % pt * nkv;  // first (token, kv head) row of p within its page
     for (int64_t h = 0; h < nkv; ++h) {
       const int64_t src = ((p - pos) * nkv + h) * hd, r = r0 + h;
-      kv_quantize_row(t, k + src, hd, k_layer_scale_[layer], base + k_codes + r * cb,
+      kv_quantize_row(t, k + src, hd, *pool_->layer_scale(layer, false), base + k_codes + r * cb,
                       reinterpret_cast<float*>(base + k_scales) + r * spr);
-      kv_quantize_row(t, v + src, hd, v_layer_scale_[layer], base + v_codes + r * cb,
+      kv_quantize_row(t, v + src, hd, *pool_->layer_scale(layer, true), base + v_codes + r * cb,
                       reinterpret_cast<float*>(base + v_scales) + r * spr);
     }
   }
@@ -94,8 +84,7 @@ void KvCache::write(int64_t layer, int64_t pos, int64_t n, const float* k, const
 
 KvView KvCache::view(int64_t layer, bool v) const {
   BS_ASSERT(layer >= 0 && layer < pool_->n_layers());
-  const std::vector<float>& ls = v ? v_layer_scale_ : k_layer_scale_;
-  KvView kv{dtype(), nullptr, dtype() == KvDType::kFP8E4M3 ? &ls[layer] : nullptr};
+  KvView kv{dtype(), nullptr, dtype() == KvDType::kFP8E4M3 ? pool_->layer_scale(layer, v) : nullptr};
   kv.pages = page_ptrs_.data();
   kv.page_tokens = pool_->page_tokens();
   kv.code_offset = pool_->code_offset(layer, v);

@@ -48,6 +48,8 @@ class KvCache {
   const std::vector<int64_t>& pages() const { return pages_; }  // page table, in token order
 
   KvDType dtype() const { return pool_->dtype(); }
+  // fp8_e4m3 layer scales of the pool (every cache sharing it); see KvPool::set_layer_scales.
+  void set_layer_scales(const std::vector<float>& k, const std::vector<float>& v) { pool_->set_layer_scales(k, v); }
   int64_t row_size() const { return pool_->n_kv_heads() * pool_->head_dim(); }  // values per token and layer
 
   // f32 caches held in one page (contiguous mode): [capacity, n_kv_heads, head_dim]
@@ -76,7 +78,6 @@ class KvCache {
   std::vector<int64_t> pages_;             // [n_pages] pool page of tokens [i*page_tokens, (i+1)*page_tokens)
   std::vector<const uint8_t*> page_ptrs_;  // [n_pages] their base addresses (KvView::pages)
   int64_t size_ = 0;
-  std::vector<float> k_layer_scale_, v_layer_scale_;  // per layer (fp8_e4m3)
 };
 
 }  // namespace blockspec

@@ -1,6 +1,7 @@
 #include "model/kv_pool.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -44,6 +45,18 @@ KvPool::KvPool(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, KvDType d
   free_.reserve(n_pages);
   for (int64_t p = n_pages - 1; p >= 0; --p) free_.push_back(p);
   taken_.assign(n_pages, 0);
+  k_scale_.assign(n_layers, 1.0f);
+  v_scale_.assign(n_layers, 1.0f);
+}
+
+void KvPool::set_layer_scales(const std::vector<float>& k, const std::vector<float>& v) {
+  if (static_cast<int64_t>(k.size()) != n_layers_ || static_cast<int64_t>(v.size()) != n_layers_)
+    fail("KV pool: ", k.size(), " K and ", v.size(), " V layer scales for ", n_layers_, " layers");
+  for (size_t i = 0; i < k.size(); ++i)
+    if (!(k[i] > 0.f) || !(v[i] > 0.f) || !std::isfinite(k[i]) || !std::isfinite(v[i]))
+      fail("KV pool: layer ", i, " scales k ", k[i], ", v ", v[i], " (expected finite and > 0)");
+  k_scale_ = k;
+  v_scale_ = v;
 }
 
 int64_t KvPool::allocate() {

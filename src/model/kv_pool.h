@@ -47,6 +47,11 @@ class KvPool {
   KvDType dtype() const { return dtype_; }
   int64_t page_tokens() const { return page_tokens_; }
 
+  // fp8_e4m3: per-layer K and V scales (stored code = fp8(x / scale)); 1.0 until set (vLLM's default when a
+  // checkpoint has no k_scale / v_scale). They hold for every sequence of the pool. k, v: [n_layers], > 0.
+  void set_layer_scales(const std::vector<float>& k, const std::vector<float>& v);
+  const float* layer_scale(int64_t layer, bool v) const { return &(v ? v_scale_ : k_scale_)[layer]; }
+
  private:
   struct FreeDeleter {
     void operator()(uint8_t* p) const;
@@ -57,6 +62,7 @@ class KvPool {
   std::unique_ptr<uint8_t, FreeDeleter> data_;                        // [n_pages, page_bytes]
   std::vector<int64_t> free_;                                         // stack of free pages
   std::vector<uint8_t> taken_;                                        // [n_pages] 1: allocated
+  std::vector<float> k_scale_, v_scale_;                              // [n_layers] fp8_e4m3 layer scales
 };
 
 }  // namespace blockspec

@@ -96,6 +96,7 @@ class QuantCheckpointSource : public WeightSource {
   const std::string& path() const override { return ckpt_.path(); }
   const ModelConfig& config() const override { return cfg_; }
   bool has(const std::string& n) const override { return module_of(n) != nullptr || ckpt_.has(n); }
+  bool requires_kv_scales() const override { return qc_.ct.has_kv_cache_scheme; }
   Shape shape(const std::string& n) const override {
     if (const Module* m = module_of(n)) return {m->N, m->K};
     return ckpt_.entry(n).shape;
@@ -383,7 +384,15 @@ class QuantCheckpointSource : public WeightSource {
       fail(w, ": quantization_status \"", c.quantization_status, "\" is not supported (expected \"compressed\")");
     if (c.has_transform) fail(w, ": transform_config (runtime Hadamard/rotation transforms) is not supported yet");
     if (c.has_sparsity) fail(w, ": sparsity_config is not supported yet");
-    if (c.has_kv_cache_scheme) fail(w, ": kv_cache_scheme (quantized KV cache scales) is not supported yet");
+    if (c.has_kv_cache_scheme) {  // vLLM's validator (quant_formats.md §6): FP8, one static scale per tensor
+      const CtQuantArgs& a = *c.kv_cache_scheme;
+      if (a.num_bits != 8 || a.type != "float" || (!a.strategy.empty() && a.strategy != "tensor") || !a.symmetric ||
+          a.dynamic != "false")
+        fail(w, ".kv_cache_scheme: only {num_bits 8, type float, strategy tensor, symmetric, dynamic false} (FP8 "
+                "k_scale / v_scale per layer) is supported, found num_bits ", a.num_bits, ", type ", a.type,
+             ", strategy ", a.strategy.empty() ? "(none)" : a.strategy, ", symmetric ", a.symmetric, ", dynamic ",
+             a.dynamic);
+    }
   }
   bool ignored(const std::string& m) const {
     const bool lin = is_linear_module(m);

@@ -61,7 +61,9 @@ uint64_t Transformer::weight_bytes() const {
 KvCache Transformer::new_cache(int64_t capacity) const { return new_cache(capacity, kv_dtype_); }
 
 KvCache Transformer::new_cache(int64_t capacity, KvDType dtype) const {
-  return KvCache(cfg_.n_layers, capacity, cfg_.n_kv_heads, cfg_.head_dim, dtype);
+  KvCache c(cfg_.n_layers, capacity, cfg_.n_kv_heads, cfg_.head_dim, dtype);
+  if (!w_.kv_k_scale.empty()) c.set_layer_scales(w_.kv_k_scale, w_.kv_v_scale);
+  return c;
 }
 
 int64_t Transformer::kv_bytes_per_token() const {

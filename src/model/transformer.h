@@ -50,6 +50,9 @@ class Transformer {
   KvCache new_cache(int64_t capacity) const;  // in kv_cache_dtype()
   KvCache new_cache(int64_t capacity, KvDType dtype) const;  // in another dtype (eval sweeps)
   KvDType kv_cache_dtype() const { return kv_dtype_; }  // resolved (never "auto")
+  // The checkpoint's FP8 KV scales per layer (self_attn.k_scale / v_scale), empty when it has none (1.0 is used).
+  const std::vector<float>& kv_k_scales() const { return w_.kv_k_scale; }
+  const std::vector<float>& kv_v_scales() const { return w_.kv_v_scale; }
   // KV bytes held (and read by each decode step) per cached token.
   int64_t kv_bytes_per_token() const;
 

@@ -47,6 +47,9 @@ class WeightSource {
   // MXFP4): natural_format(name) is that format and fp_native(name) gives the
   // stored codes and scales as a QuantTensor of it, never re-quantized.
   virtual bool has_fp_native(const std::string& hf_name) const { return false; }
+  // The config declares a quantized KV cache (compressed-tensors kv_cache_scheme): every attention layer must
+  // then store self_attn.k_scale and self_attn.v_scale.
+  virtual bool requires_kv_scales() const { return false; }
   virtual QuantTensor fp_native(const std::string& hf_name) const;
 };
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -38,6 +39,45 @@ void linear_group(const OpContext& ctx, const float* x, const LinearGroup& g, fl
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < g.rows; ++n) y[m * g.rows + n] += g.bias.ptr<float>()[n];
 }
+
+namespace {
+
+// FP8 KV cache scales as vLLM reads them (quant_formats.md §6): one f32 scalar per attention layer,
+// self_attn.k_scale and self_attn.v_scale, or a legacy self_attn.kv_scale used for both. All layers or none;
+// required when the config declares a kv_cache_scheme.
+void load_kv_scales(const WeightSource& src, const ModelConfig& c, ModelWeights& w) {
+  auto scalar = [&](const std::string& n) {
+    const Tensor t = src.load(n);
+    if (t.numel() != 1)
+      fail(src.path(), ": ", n, " has shape ", shape_str(t.shape()), "; expected a scalar (one FP8 KV scale per layer)");
+    const float v = t.dtype() == DType::kF32    ? t.ptr<float>()[0]
+                    : t.dtype() == DType::kBF16 ? bf16_to_f32(t.ptr<uint16_t>()[0])
+                                                : f16_to_f32(t.ptr<uint16_t>()[0]);
+    if (!(v > 0.f) || !std::isfinite(v)) fail(src.path(), ": ", n, " = ", v, "; a KV cache scale must be finite and > 0");
+    return v;
+  };
+  auto name = [](int64_t i, const char* s) { return "model.layers." + std::to_string(i) + ".self_attn." + s; };
+  bool any = false;
+  for (int64_t i = 0; i < c.n_layers && !any; ++i)
+    any = src.has(name(i, "k_scale")) || src.has(name(i, "v_scale")) || src.has(name(i, "kv_scale"));
+  if (!any && !src.requires_kv_scales()) return;
+  const char* why = src.requires_kv_scales() ? " (config.json quantization_config.kv_cache_scheme declares FP8 KV scales)"
+                                             : " (other layers store FP8 KV cache scales)";
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const bool k = src.has(name(i, "k_scale")), v = src.has(name(i, "v_scale"));
+    if (k && v) {
+      w.kv_k_scale.push_back(scalar(name(i, "k_scale")));
+      w.kv_v_scale.push_back(scalar(name(i, "v_scale")));
+    } else if (!k && !v && src.has(name(i, "kv_scale"))) {
+      w.kv_k_scale.push_back(scalar(name(i, "kv_scale")));
+      w.kv_v_scale.push_back(w.kv_k_scale.back());
+    } else {
+      fail(src.path(), ": ", name(i, k ? "v_scale" : "k_scale"), " is missing", why);
+    }
+  }
+}
+
+}  // namespace
 
 ModelWeights load_weights(const WeightSource& src, const ModelConfig& c, const WeightOptions& opts,
                           const OpContext& ctx) {
@@ -82,6 +122,7 @@ ModelWeights load_weights(const WeightSource& src, const ModelConfig& c, const W
     l.ffn_down = L.matrix(p + "mlp.down_proj.weight", {H, I});
     if (c.mlp_bias) l.ffn_down_bias = L.vec(p + "mlp.down_proj.bias", H);
   }
+  load_kv_scales(src, c, w);
   for (const auto& [f, n] : L.formats_used)
     w.format_summary += (w.format_summary.empty() ? "" : ", ") + f + " (" + std::to_string(n) + ")";
   return w;

@@ -46,6 +46,8 @@ struct ModelWeights {
   Tensor out_norm;       // [hidden] f32
   QuantTensor lm_head;   // [vocab, hidden]; shares tok_embd's buffers when tied
   std::vector<LayerWeights> layers;
+  // FP8 KV cache scales per layer from the checkpoint (self_attn.k_scale / v_scale); empty when it has none.
+  std::vector<float> kv_k_scale, kv_v_scale;
   std::string format_summary;  // e.g. "q4 (197), q8 (1)": formats in use with counts
 };
 

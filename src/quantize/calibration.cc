@@ -13,7 +13,7 @@
 namespace blockspec {
 
 void accumulate_hessian(const OpContext& ctx, const float* X, int64_t T, int64_t K, std::vector<double>& H) {
-  accumulate_xtx(X, T, K, H, *ctx.pool);
+  accumulate_xtx(ctx, X, T, K, H);
 }
 
 void finish_hessian(std::vector<double>& H, int64_t K) {
@@ -57,7 +57,8 @@ void run_lin(const OpContext& ctx, const Lin& l, const float* x, float* y, int64
 }  // namespace
 
 void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::vector<std::vector<int32_t>>& windows,
-                      const LayerCallback& on_layer, const std::function<bool(const std::string&)>& needs) {
+                      const LayerCallback& on_layer, const std::function<bool(const std::string&)>& needs,
+                      KvAbsmax* kv_absmax) {
   const ModelConfig& c = src.config();
   const int64_t H = c.hidden_size, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, I = c.intermediate_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -79,6 +80,12 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
   }
   std::vector<float> xn(n * H), q(n * nh * hd), k(n * nkv * hd), v(n * nkv * hd), att(n * nh * hd), tmp(n * H);
   std::vector<float> gate(n * I), up(n * I);
+  if (kv_absmax) kv_absmax->k.assign(c.n_layers, 0.f), kv_absmax->v.assign(c.n_layers, 0.f);
+  auto absmax = [](const std::vector<float>& a) {
+    float m = 0.f;
+    for (float t : a) m = std::max(m, std::fabs(t));
+    return m;
+  };
   for (int64_t li = 0; li < c.n_layers; ++li) {
     const std::string p = "model.layers." + std::to_string(li) + ".";
     const std::vector<float> attn_norm = tensor_f32(src.load(p + "input_layernorm.weight"));
@@ -129,6 +136,7 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
                          att.data() + row * nh * hd);
         row += t;
       }
+      if (kv_absmax) kv_absmax->k[li] = absmax(k), kv_absmax->v[li] = absmax(v);  // the last pass run wins
       if (pass == 0 && w_o) accumulate_hessian(ctx, att.data(), n, nh * hd, h_o);
       run_lin(ctx, L("self_attn.o_proj"), att.data(), tmp.data(), n);
       for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];

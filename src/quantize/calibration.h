@@ -29,8 +29,14 @@ using LayerCallback = std::function<std::map<std::string, std::vector<float>>(in
 
 // windows: token ids, each a fresh causal sequence.
 // needs(module): whether a module wants its Hessian (an input none of whose modules does is not accumulated).
+// kv_absmax (optional): per layer, max |K| (after k_norm and RoPE, as the KV cache stores it) and max |V| over
+// every calibration token, from the layer's final weights (quantized ones when the callback replaced them).
+struct KvAbsmax {
+  std::vector<float> k, v;  // [n_layers]
+};
 void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::vector<std::vector<int32_t>>& windows,
-                      const LayerCallback& on_layer, const std::function<bool(const std::string&)>& needs);
+                      const LayerCallback& on_layer, const std::function<bool(const std::string&)>& needs,
+                      KvAbsmax* kv_absmax = nullptr);
 
 // H [K, K] += X^T X for X [T, K] (lower triangle accumulated, then mirrored by finish_hessian).
 void accumulate_hessian(const OpContext& ctx, const float* X, int64_t T, int64_t K, std::vector<double>& H);

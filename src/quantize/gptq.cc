@@ -11,7 +11,8 @@ namespace blockspec {
 
 
 bool gptq_quantize(QuantWeight& qw, const float* w, const std::vector<double>& H0, const GptqOptions& opts,
-                   ThreadPool& pool) {
+                   const OpContext& ctx) {
+  ThreadPool& pool = *ctx.pool;
   const int64_t N = qw.N, K = qw.K;
   quantize_rtn(qw, w);  // the fallback
   std::vector<double> H = H0;
@@ -31,15 +32,22 @@ bool gptq_quantize(QuantWeight& qw, const float* w, const std::vector<double>& H
   for (int64_t i = 0; i < K; ++i)
     for (int64_t j = 0; j <= i; ++j) A[i * K + j] = static_cast<float>(H[perm[K - 1 - i] * K + perm[K - 1 - j]]);
   for (int64_t i = 0; i < K; ++i) A[i * K + i] += static_cast<float>(opts.percdamp * mean);
-  if (!cholesky_lower(A, K, pool)) return false;
+  if (!cholesky_lower(A, K, ctx)) return false;
   std::vector<float> Xt;  // Xt[c][i] = (L^-1)[i][c]
-  invert_lower_transposed(A, K, Xt, pool);
+  invert_lower_transposed(A, K, Xt, ctx);
   A.clear();
   A.shrink_to_fit();
   // U[i][j] = X[K-1-i][K-1-j] = Xt[K-1-j][K-1-i], upper (j >= i).
   std::vector<float> U(K * K, 0.f);
-  for (int64_t i = 0; i < K; ++i)
-    for (int64_t j = i; j < K; ++j) U[i * K + j] = Xt[(K - 1 - j) * K + (K - 1 - i)];
+  constexpr int64_t T = 64;  // transposed in T x T tiles: Xt is read a cache line at a time
+  const int64_t nt = (K + T - 1) / T;
+  pool.parallel_for(nt, [&](int64_t a, int64_t b) {
+    for (int64_t ti = a; ti < b; ++ti)
+      for (int64_t tj = ti; tj < nt; ++tj)
+        for (int64_t j = tj * T; j < std::min(K, tj * T + T); ++j)
+          for (int64_t i = ti * T; i < std::min(j + 1, ti * T + T); ++i)
+            U[i * K + j] = Xt[(K - 1 - j) * K + (K - 1 - i)];
+  });
   Xt.clear();
   Xt.shrink_to_fit();
 
@@ -47,7 +55,7 @@ bool gptq_quantize(QuantWeight& qw, const float* w, const std::vector<double>& H
   for (int64_t c = 0; c < K; ++c)
     for (int64_t n = 0; n < N; ++n) Wt[c * N + n] = dead[perm[c]] ? 0.f : w[n * K + perm[c]];
   const int64_t B = opts.block;
-  std::vector<float> Err(B * N);
+  std::vector<float> Err(B * N), ErrT(N * B), At, Y;
   for (int64_t i1 = 0; i1 < K; i1 += B) {
     const int64_t i2 = std::min(K, i1 + B);
     for (int64_t c = i1; c < i2; ++c) {
@@ -62,10 +70,24 @@ bool gptq_quantize(QuantWeight& qw, const float* w, const std::vector<double>& H
       }
       for (int64_t j = c + 1; j < i2; ++j) axpy_sub(Wt.data() + j * N, e, U[c * K + j], N);
     }
-    pool.parallel_for(K - i2, [&](int64_t a, int64_t b) {
-      for (int64_t j = i2 + a; j < i2 + b; ++j) {
-        float* wj = Wt.data() + j * N;
-        for (int64_t c = i1; c < i2; ++c) axpy_sub(wj, Err.data() + (c - i1) * N, U[c * K + j], N);
+    // Lazy batch update of the columns after the block, one f32 GEMM (GPTQ's W[:, i2:] -= Err U[i1:i2, i2:]):
+    // Y [R, N] = At [R, Bp] . ErrT [N, Bp]^T with At[j][c] = U[i1 + c][i2 + j], then Wt[i2 + j] -= Y[j].
+    const int64_t R = K - i2, Bp = i2 - i1;
+    if (R == 0) break;
+    for (int64_t c = 0; c < Bp; ++c)
+      for (int64_t n = 0; n < N; ++n) ErrT[n * Bp + c] = Err[c * N + n];
+    At.resize(R * Bp);
+    Y.resize(R * N);
+    pool.parallel_for(R, [&](int64_t a, int64_t b) {
+      for (int64_t j = a; j < b; ++j)
+        for (int64_t c = 0; c < Bp; ++c) At[j * Bp + c] = U[(i1 + c) * K + i2 + j];
+    });
+    linear(ctx, At.data(), Tensor::view(DType::kF32, {N, Bp}, ErrT.data()), nullptr, Y.data(), R);
+    pool.parallel_for(R, [&](int64_t a, int64_t b) {
+      for (int64_t j = a; j < b; ++j) {
+        float* wj = Wt.data() + (i2 + j) * N;
+        const float* yj = Y.data() + j * N;
+        for (int64_t n = 0; n < N; ++n) wj[n] -= yj[n];
       }
     });
   }

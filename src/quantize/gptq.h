@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/ops.h"
 #include "quantize/quantizer.h"
 
 namespace blockspec {
@@ -30,7 +31,8 @@ struct GptqOptions {
 // w: [N, K] original weight; H: [K, K] sum of x x^T over the calibration inputs (any positive scale).
 // Fills qw.q (qw from make_params(spec, w, ...)). Returns false, leaving RTN codes, when H + damping is not
 // positive definite.
+// ctx: kernels for the lazy batch updates (f32 GEMMs) and the thread pool.
 bool gptq_quantize(QuantWeight& qw, const float* w, const std::vector<double>& H, const GptqOptions& opts,
-                   ThreadPool& pool);
+                   const OpContext& ctx);
 
 }  // namespace blockspec

@@ -280,7 +280,7 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
       GptqOptions g;
       g.percdamp = o.damp;
       g.act_order = o.act_order;
-      if (gptq_quantize(qw, w, *H, g, pool)) how += o.act_order ? " gptq act-order" : " gptq";
+      if (gptq_quantize(qw, w, *H, g, ctx)) how += o.act_order ? " gptq act-order" : " gptq";
       else how += " rtn (GPTQ: H not positive definite)";
     } else {
       quantize_rtn(qw, w);
@@ -294,6 +294,10 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
   };
 
   const bool calibrate = !o.calib_ids.empty() && (!in.is_draft || !o.target.empty());
+  if (o.kv_fp8 && in.is_draft) fail(o.in, ": --kv-cache-scheme is for a target model (a drafter has no KV cache of its own to serve)");
+  if (o.kv_fp8 && o.format == QFormat::kGptq)
+    fail("--kv-cache-scheme fp8 needs --format compressed-tensors (GPTQ checkpoints have no kv_cache_scheme)");
+  if (o.kv_fp8 && o.calib_ids.empty()) fail("--kv-cache-scheme fp8 needs calibration text (--calib FILE)");
   if (o.gptq && o.calib_ids.empty()) fail("--method gptq needs calibration text (--calib FILE)");
   if (calibrate && o.calib_window <= 0) fail("--calib-window ", o.calib_window, ": expected > 0");
   std::vector<std::vector<int32_t>> windows;
@@ -321,6 +325,7 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
     if (!in.src) in.src = open_weight_source(o.in);
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t n_layers = in.src->config().n_layers;
+    KvAbsmax kv;
     calibrate_layers(*in.src, ctx, windows, [&](int64_t li, const LayerHessians& hs) {
       // Calibration takes minutes on a real model: one line per layer when stderr is not a progress bar.
       if (o.progress && !bar)
@@ -336,7 +341,13 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
         repl[m] = quantize_one(m, w.data(), H.get(), rep.calib_tokens);
       }
       return repl;
-    }, [&](const std::string& m) { return specs.count(m) > 0; });
+    }, [&](const std::string& m) { return specs.count(m) > 0; }, o.kv_fp8 ? &kv : nullptr);
+    // FP8 KV scales as llm-compressor calibrates them (static, per tensor): absmax / 448, the E4M3 maximum,
+    // so the largest calibration value lands on the largest code; an all-zero layer keeps 1.0.
+    for (size_t i = 0; o.kv_fp8 && i < kv.k.size(); ++i) {
+      rep.kv_k_scale.push_back(kv.k[i] > 0.f ? kv.k[i] / 448.f : 1.f);
+      rep.kv_v_scale.push_back(kv.v[i] > 0.f ? kv.v[i] / 448.f : 1.f);
+    }
     rep.calib_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   for (const std::string& m : quant_mods) {
@@ -359,6 +370,12 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
     if (o.format == QFormat::kGptq) append_gptq_tensors(m, done.at(m), tensors);
     else append_ct_tensors(m, done.at(m), tensors);
   }
+  for (size_t i = 0; i < rep.kv_k_scale.size(); ++i)
+    for (const bool v : {false, true}) {
+      Tensor t(DType::kF32, {1});
+      t.mutable_ptr<float>()[0] = (v ? rep.kv_v_scale : rep.kv_k_scale)[i];
+      tensors.emplace_back("model.layers." + std::to_string(i) + ".self_attn." + (v ? "v_scale" : "k_scale"), t);
+    }
   const std::string st = o.out + "/model.safetensors";
   write_safetensors(st, tensors, {{"format", "pt"}});
   rep.out_bytes = fs::file_size(st);
@@ -390,6 +407,9 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
     if (main != 0) std::swap(groups[0], groups[main]);
     qc = ct_quant_config(groups, rep.dense_linears, o.act_order && o.gptq ? "static" : "");
   }
+  if (!rep.kv_k_scale.empty())
+    qc["kv_cache_scheme"] = {{"num_bits", 8}, {"type", "float"}, {"strategy", "tensor"}, {"dynamic", false},
+                             {"symmetric", true}};
   cfg["quantization_config"] = qc;
   write_file(o.out + "/config.json", cfg.dump(2) + "\n");
 

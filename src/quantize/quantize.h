@@ -44,6 +44,7 @@ struct QuantizeOptions {
   std::string target;                // drafter input: the target model (required for GPTQ calibration)
   int64_t anchor_stride = 1;         // drafter calibration: every n-th window position is a block anchor
   double damp = 0.01;
+  bool kv_fp8 = false;               // write FP8 KV cache scales (compressed-tensors kv_cache_scheme)
   int n_threads = 0;
   bool progress = true;              // progress bar on stderr (TTY only)
 };
@@ -65,6 +66,7 @@ struct QuantizeReport {
   double calib_seconds = 0, total_seconds = 0;
   uint64_t out_bytes = 0;
   std::vector<std::string> notes;          // e.g. "drafter: RTN"
+  std::vector<float> kv_k_scale, kv_v_scale;  // per layer, when kv_fp8
 };
 
 QuantizeReport quantize_model(const QuantizeOptions& opts);

@@ -276,9 +276,11 @@ TEST(Gptq, IdentityHessianIsRtn) {
     QuantWeight a = make_params(s, w.data(), N, K), b = a;
     quantize_rtn(a, w.data());
     ThreadPool pool(1);
+    const KernelTable kt = select_kernels("");
+    const OpContext ctx{&kt, &pool};
     GptqOptions g;
     g.act_order = ao;
-    ASSERT_TRUE(gptq_quantize(b, w.data(), H, g, pool));
+    ASSERT_TRUE(gptq_quantize(b, w.data(), H, g, ctx));
     EXPECT_EQ(a.q, b.q);
     EXPECT_EQ(a.scale, b.scale);
   }

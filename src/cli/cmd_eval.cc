@@ -28,6 +28,7 @@
 #include "cli/model_files.h"
 #include "model/transformer.h"
 #include "runtime/fidelity.h"
+#include "runtime/fidelity_run.h"
 #include "tensor/quant_tensor.h"
 #include "tokenizer/tokenizer.h"
 
@@ -94,22 +95,6 @@ void check_model(const Transformer& m, const Tokenizer& tok, const std::string& 
          "; pass a smaller --ctx");
 }
 
-struct Window {
-  int64_t start, n;  // tokens [start, start + n)
-};
-
-// Non-overlapping windows of ctx tokens; a window of n tokens scores n - 1.
-// The last one is cut so that at most max_scored tokens are scored in all.
-std::vector<Window> make_windows(int64_t n_ids, int64_t ctx, int64_t max_scored) {
-  std::vector<Window> w;
-  int64_t scored = 0;
-  for (int64_t start = 0; start + 1 < n_ids && scored < max_scored; start += ctx) {
-    const int64_t n = std::min({ctx, n_ids - start, max_scored - scored + 1});
-    w.push_back({start, n});
-    scored += n - 1;
-  }
-  return w;
-}
 // One variant of the model under test: its weight format (nullopt: stored)
 // and KV cache dtype (nullopt: the model's auto rule).
 struct Candidate {
@@ -237,26 +222,16 @@ int cmd_eval(const std::vector<std::string>& argv) {
   check_model(*ref, tok, ref_path, ctx);
 
   const int64_t n_ids = static_cast<int64_t>(ids.size());
-  const std::vector<Window> windows = make_windows(n_ids, ctx, has_max ? max_tokens : n_ids);
-  std::vector<FidelityStats> stats(cands.size());
-  std::vector<float> logits_a, logits_b;  // [n, vocab] each
-  for (size_t wi = 0; wi < windows.size(); ++wi) {
-    const Window& w = windows[wi];
-    KvCache cache_b = ref->new_cache(w.n);
-    ref->prefill(ids.data() + w.start, w.n, cache_b, logits_b, /*all_logits=*/true);
-    for (size_t c = 0; c < cands.size(); ++c) {
-      Transformer& model = *models[model_of[c]];
-      KvCache cache_a = model.new_cache(w.n, kv_of[c]);
-      model.prefill(ids.data() + w.start, w.n, cache_a, logits_a, /*all_logits=*/true);
-      for (int64_t t = 0; t + 1 < w.n; ++t)
-        stats[c].add(logits_a.data() + t * vocab, logits_b.data() + t * vocab, vocab, ids[w.start + t + 1]);
-    }
-    std::fprintf(stderr, "window %zu/%zu: %lld tokens scored, ppl_reference %.4f", wi + 1, windows.size(),
-                 static_cast<long long>(stats[0].n_tokens()), stats[0].ppl_reference());
-    for (size_t c = 0; c < cands.size(); ++c)
-      std::fprintf(stderr, " | ppl %.4f kld_mean %.6f", stats[c].ppl(), stats[c].kld_mean());
-    std::fprintf(stderr, "\n");
-  }
+  const std::vector<TokenWindow> windows = fidelity_windows(n_ids, ctx, has_max ? max_tokens : n_ids);
+  std::vector<FidelityCandidate> fc;
+  for (size_t c = 0; c < cands.size(); ++c) fc.push_back({models[model_of[c]].get(), kv_of[c]});
+  const std::vector<FidelityStats> stats =
+      score_fidelity(*ref, fc, ids, windows, [&](size_t wi, const std::vector<FidelityStats>& st) {
+        std::fprintf(stderr, "window %zu/%zu: %lld tokens scored, ppl_reference %.4f", wi + 1, windows.size(),
+                     static_cast<long long>(st[0].n_tokens()), st[0].ppl_reference());
+        for (const FidelityStats& s : st) std::fprintf(stderr, " | ppl %.4f kld_mean %.6f", s.ppl(), s.kld_mean());
+        std::fprintf(stderr, "\n");
+      });
   const double seconds = timer.seconds();
 
   auto result = [&](size_t c) {

@@ -3,8 +3,10 @@
 // IN: an HF safetensors directory (Qwen3 / Qwen2 / Llama target, DFlash / DFlash2 drafter) or a GGUF file; OUT:
 // an HF directory (quantize/quantize.h has the module rules, quantize/writer.h the formats). Prints, per
 // quantized layer, the relative output error ||W x - Wq x|| / ||W x|| (calibration inputs when there are any,
-// else random inputs) and a suggested `blockspec eval` command.
+// else random inputs), then a summary eval of OUT against IN (KLD, top-1 agreement, perplexities) on held-out
+// text: --eval-text, else the calibration text's tokens after the calibration ones.
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -18,7 +20,9 @@
 #include "cli/model_files.h"
 #include "formats/dflash_config.h"
 #include "quantize/drafter_calibration.h"
+#include "model/transformer.h"
 #include "quantize/quantize.h"
+#include "runtime/fidelity_run.h"
 #include "tokenizer/tokenizer.h"
 
 namespace blockspec {
@@ -36,6 +40,10 @@ std::vector<FlagSpec> flags() {
       {"--fp8-strategy", "", true, "fp8 scales: channel (default) or tensor"},
       {"--calib", "", true, "calibration text file (.jsonl: the string fields of each line)"},
       {"--calib-tokens", "", true, "calibration tokens (default 2048)"},
+      {"--eval-text", "", true,
+       "text for the closing eval of OUT against IN (default: the --calib text after its calibration tokens)"},
+      {"--eval-tokens", "", true, "tokens scored by the closing eval (default 2048)"},
+      {"--no-eval", "", false, "skip the closing eval"},
       {"--kv-cache-scheme", "", true,
        "fp8: also write calibrated FP8 KV cache scales (k_scale / v_scale = absmax / 448 per layer, needs --calib)"},
       {"--calib-window", "", true, "tokens per calibration sequence (default 512)"},
@@ -132,6 +140,15 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
   o.anchor_stride = a.integer("--anchor-stride", 1);
   if (o.anchor_stride <= 0) fail("--anchor-stride must be > 0");
   const bool draft = is_draft_checkpoint(o.in);
+  std::vector<int32_t> held_out;  // calibration text after the calibration tokens: the default eval text
+  const int64_t eval_tokens = a.integer("--eval-tokens", 2048);
+  if (eval_tokens < 1) fail("--eval-tokens must be >= 1, found ", eval_tokens);
+  const bool do_eval = !draft && !a.has("--no-eval");
+  std::string eval_text;
+  if (a.has("--eval-text")) {
+    if (draft) fail("quantize: --eval-text is for a target model (a drafter is checked by check / bench, not eval)");
+    eval_text = read_calib(a.str("--eval-text"));  // fails naming the file before any work
+  }
   if (!draft && !o.target.empty())
     fail("quantize: --target is only for a drafter input (", o.in, " is not a DFlash / DFlash2 drafter)");
   if (draft && o.gptq && o.target.empty())
@@ -144,6 +161,7 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
       // A drafter has no tokenizer of its own: the calibration text is the target's tokens.
       const Tokenizer tok = load_tokenizer(draft ? o.target : o.in);
       std::vector<int32_t> ids = tok.encode(read_calib(a.str("--calib")));
+      if (static_cast<int64_t>(ids.size()) > calib_tokens) held_out.assign(ids.begin() + calib_tokens, ids.end());
       if (static_cast<int64_t>(ids.size()) < calib_tokens)
         std::fprintf(stderr, "quantize: --calib has only %zu tokens (asked for %lld)\n", ids.size(),
                      static_cast<long long>(calib_tokens));
@@ -182,8 +200,34 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
     std::fprintf(hout, "kv cache: fp8 scales for %zu layers, k_scale %.4g .. %.4g, v_scale %.4g .. %.4g (absmax / 448)\n",
                  r.kv_k_scale.size(), *k0, *k1, *v0, *v1);
   }
-  if (!draft)
-    std::fprintf(hout, "fidelity: blockspec eval -m %s --reference %s --text FILE\n", o.out.c_str(), o.in.c_str());
+  nlohmann::ordered_json ej;
+  if (do_eval) {
+    std::vector<int32_t> ids = held_out;
+    std::string what = "the calibration text after its " + std::to_string(o.calib_ids.size()) + " calibration tokens";
+    if (!eval_text.empty()) ids = load_tokenizer(o.in).encode(eval_text), what = a.str("--eval-text");
+    if (ids.size() < 64) {
+      std::fprintf(hout, "eval: no held-out text (pass --eval-text FILE); fidelity: blockspec eval -m %s --reference %s "
+                   "--text FILE\n", o.out.c_str(), o.in.c_str());
+    } else {
+      ModelOptions mo;
+      mo.n_threads = o.n_threads;
+      mo.kv_cache_dtype = KvDType::kF32;  // weights only: both models keep an exact cache
+      auto ref = Transformer::load(o.in, mo);
+      auto cand = Transformer::load(o.out, mo);
+      const int64_t ctx = std::min<int64_t>(512, ref->config().max_position_embeddings);
+      const auto windows = fidelity_windows(static_cast<int64_t>(ids.size()), ctx, eval_tokens);
+      const auto t0 = std::chrono::steady_clock::now();
+      const FidelityStats st = score_fidelity(*ref, {{cand.get(), KvDType::kF32}}, ids, windows)[0];
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(hout, "eval vs %s over %lld tokens of %s (windows of %lld, %.1f s): KLD mean %.6f, p99 %.6f, "
+                   "top-1 agreement %.4f, ppl %.4f (reference %.4f)\n", o.in.c_str(),
+                   static_cast<long long>(st.n_tokens()), what.c_str(), static_cast<long long>(ctx), secs,
+                   st.kld_mean(), st.kld_p99(), st.top1_agreement(), st.ppl(), st.ppl_reference());
+      ej = {{"text", what}, {"n_tokens", st.n_tokens()}, {"ctx", ctx}, {"kld_mean", st.kld_mean()},
+            {"kld_p99", st.kld_p99()}, {"top1_agreement", st.top1_agreement()}, {"ppl", st.ppl()},
+            {"ppl_reference", st.ppl_reference()}, {"seconds", secs}};
+    }
+  }
   if (json_out) {
     nlohmann::ordered_json j;
     j["out"] = o.out;
@@ -195,6 +239,7 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
     j["dense_linears"] = r.dense_linears;
     j["notes"] = r.notes;
     if (!r.kv_k_scale.empty()) j["kv_k_scale"] = r.kv_k_scale, j["kv_v_scale"] = r.kv_v_scale;
+    if (!ej.empty()) j["eval"] = ej;
     for (const LayerReport& l : r.layers)
       j["layers"].push_back({{"module", l.module}, {"how", l.how}, {"rel_err", l.rel_err}, {"on_calib", l.on_calib},
                             {"calib_rows", l.calib_rows}});

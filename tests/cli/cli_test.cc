@@ -347,3 +347,49 @@ TEST(Cli, EvalBadInputIsOneLineErrorAndNonZeroExit) {
 }
 
 }  // namespace
+
+namespace blockspec {
+namespace {
+
+// quantize closes with an eval of OUT against IN: on the calibration text's held-out tokens by default, on
+// --eval-text when given (then equal to `blockspec eval` with an f32 cache), skipped with --no-eval.
+TEST(Cli, QuantizeClosingEval) {
+  const std::string out = std::string(BS_BINARY_DIR) + "/cli_test_quantize_eval";
+  std::filesystem::remove_all(out);
+  CmdResult r = run("quantize " + kModel + " " + out + " --scheme w8a16 --calib " + kText +
+                    " --calib-tokens 256 --eval-tokens 200 --threads 1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("eval")) << r.out;
+  EXPECT_EQ(j["eval"]["n_tokens"], 200);
+  EXPECT_GT(j["eval"]["kld_mean"].get<double>(), 0.0);
+  EXPECT_LT(j["eval"]["kld_mean"].get<double>(), 0.1);
+  EXPECT_NE(j["eval"]["text"].get<std::string>().find("after its 256 calibration tokens"), std::string::npos);
+  EXPECT_NE(r.err.find("top-1 agreement"), std::string::npos);
+  std::filesystem::remove_all(out);
+
+  r = run("quantize " + kModel + " " + out + " --scheme w4a16 --eval-text " + kText +
+          " --eval-tokens 128 --threads 1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  CmdResult e = run(eval_args(out, kModel, "--max-tokens 128 --kv-cache-dtype f32 --threads 1 --json"));
+  ASSERT_EQ(e.code, 0) << e.err;
+  auto ej = nlohmann::json::parse(e.out);
+  for (const char* k : {"kld_mean", "kld_p99", "top1_agreement", "ppl", "ppl_reference", "n_tokens"})
+    EXPECT_EQ(j["eval"][k], ej[k]) << k;
+  std::filesystem::remove_all(out);
+
+  r = run("quantize " + kModel + " " + out + " --scheme w4a16 --no-eval --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(nlohmann::json::parse(r.out).contains("eval"));
+  std::filesystem::remove_all(out);
+  for (const std::string& bad : {" --eval-tokens 0", " --eval-text /nonexistent/text.txt"}) {
+    r = run("quantize " + kModel + " " + out + " --scheme w4a16" + bad);
+    EXPECT_NE(r.code, 0) << bad;
+    EXPECT_EQ(count_lines(r.err), 1) << bad << "\n" << r.err;
+    EXPECT_FALSE(std::filesystem::exists(out)) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace blockspec

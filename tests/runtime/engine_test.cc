@@ -12,6 +12,11 @@
 #include <mutex>
 #include <thread>
 
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "formats/safetensors.h"
 #include "runtime/generate.h"
 
 namespace blockspec {
@@ -50,9 +55,8 @@ std::vector<int32_t> prompt_of(int i, int len, int64_t V) {
   return p;
 }
 
-void run_batch_matches_plain(const std::string& model_dir, std::optional<SpecConfig> spec, int64_t kv_mb,
-                             int n_req) {
-  ModelOptions mo;
+std::vector<std::vector<int32_t>> run_batch_matches_plain(const std::string& model_dir, std::optional<SpecConfig> spec,
+                                                          int64_t kv_mb, int n_req, ModelOptions mo = {}) {
   mo.n_threads = 2;
   auto ref = Transformer::load(model_dir, mo);
   const int64_t V = ref->config().vocab_size;
@@ -100,9 +104,38 @@ void run_batch_matches_plain(const std::string& model_dir, std::optional<SpecCon
                 static_cast<long long>(m.spec.num_drafts), static_cast<long long>(m.spec.num_accepted_tokens),
                 m.spec.mean_acceptance_length());
   }
+  return expect;
 }
 
 TEST(Engine, ContinuousBatchingMatchesPlainGreedy) { run_batch_matches_plain(golden("qwen3-tiny-f32"), {}, 0, 10); }
+
+// An fp8_e4m3 cache runs with the checkpoint's k_scale / v_scale in the engine's shared pool exactly as in a
+// plain generate (which would differ without them: scales of 50 push the tiny model's K / V into E4M3's subnormals).
+TEST(Engine, Fp8KvUsesCheckpointScales) {
+  namespace fs = std::filesystem;
+  const std::string src = golden("qwen3-tiny-f32");
+  const std::string dir = (fs::temp_directory_path() / ("bs_engine_kvscales_" + std::to_string(getpid()))).string();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(src))
+    if (e.path().filename() != "model.safetensors") fs::copy_file(e.path(), dir + "/" + e.path().filename().string());
+  SafetensorsCheckpoint ck(src);
+  std::vector<std::pair<std::string, Tensor>> t;
+  for (const std::string& n : ck.names()) t.emplace_back(n, ck.tensor(n));
+  for (int l = 0; l < 3; ++l)
+    for (const char* s : {"k_scale", "v_scale"}) {
+      Tensor v(DType::kF32, {1});
+      v.mutable_ptr<float>()[0] = 50.f;
+      t.emplace_back("model.layers." + std::to_string(l) + ".self_attn." + s, v);
+    }
+  write_safetensors(dir + "/model.safetensors", t);
+  ModelOptions mo;
+  mo.kv_cache_dtype = KvDType::kFP8E4M3;
+  const auto scaled = run_batch_matches_plain(dir, {}, 0, 6, mo);
+  const auto unscaled = run_batch_matches_plain(src, {}, 0, 6, mo);
+  EXPECT_NE(scaled, unscaled);
+  fs::remove_all(dir);
+}
 
 TEST(Engine, SmallKvBudgetQueuesAndServesAll) {
   // 1 MiB holds a few requests' worst case at a time: the rest must wait.

@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "formats/hf_config.h"
+#include "kernels/quant_layout.h"
 #include "quantize/linalg.h"
 
 namespace blockspec {
@@ -15,6 +16,20 @@ namespace blockspec {
 void accumulate_hessian(const OpContext& ctx, const float* X, int64_t T, int64_t K, std::vector<double>& H) {
   accumulate_xtx(ctx, X, T, K, H);
 }
+
+namespace {
+// x [T, K] -> its W8A8 activation rounding (codes * scales, exactly what the int8 GEMM multiplies).
+std::vector<float> int8_rounded(const OpContext& ctx, const float* x, int64_t T, int64_t K) {
+  const int64_t Kp = q_padded_k(K), G = q_groups(K);
+  std::vector<uint8_t> q(T * Kp);
+  std::vector<float> s(T * G), out(T * K);
+  ctx.k->quantize_acts(x, T, K, q.data(), s.data());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < K; ++k)
+      out[t * K + k] = static_cast<float>(static_cast<int>(q[t * Kp + k]) - 128) * s[t * G + k / kQGroup];
+  return out;
+}
+}  // namespace
 
 void finish_hessian(std::vector<double>& H, int64_t K) {
   for (int64_t i = 0; i < K; ++i)
@@ -58,7 +73,7 @@ void run_lin(const OpContext& ctx, const Lin& l, const float* x, float* y, int64
 
 void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::vector<std::vector<int32_t>>& windows,
                       const LayerCallback& on_layer, const std::function<bool(const std::string&)>& needs,
-                      KvAbsmax* kv_absmax) {
+                      KvAbsmax* kv_absmax, bool act_int8_hessians) {
   const ModelConfig& c = src.config();
   const int64_t H = c.hidden_size, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, I = c.intermediate_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -81,6 +96,11 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
   std::vector<float> xn(n * H), q(n * nh * hd), k(n * nkv * hd), v(n * nkv * hd), att(n * nh * hd), tmp(n * H);
   std::vector<float> gate(n * I), up(n * I);
   if (kv_absmax) kv_absmax->k.assign(c.n_layers, 0.f), kv_absmax->v.assign(c.n_layers, 0.f);
+  auto hessian = [&](const float* X, int64_t T, int64_t K, std::vector<double>& h) {
+    if (!act_int8_hessians) return accumulate_hessian(ctx, X, T, K, h);
+    const std::vector<float> xq = int8_rounded(ctx, X, T, K);
+    accumulate_hessian(ctx, xq.data(), T, K, h);
+  };
   auto absmax = [](const std::vector<float>& a) {
     float m = 0.f;
     for (float t : a) m = std::max(m, std::fabs(t));
@@ -114,7 +134,7 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
       std::vector<double> h_attn, h_o, h_mlp, h_down;
       if (pass == 1) x = x_in;
       rmsnorm(x.data(), attn_norm.data(), eps, n, H, xn.data());
-      if (pass == 0 && w_attn) accumulate_hessian(ctx, xn.data(), n, H, h_attn);
+      if (pass == 0 && w_attn) hessian(xn.data(), n, H, h_attn);
       run_lin(ctx, L("self_attn.q_proj"), xn.data(), q.data(), n);
       run_lin(ctx, L("self_attn.k_proj"), xn.data(), k.data(), n);
       run_lin(ctx, L("self_attn.v_proj"), xn.data(), v.data(), n);
@@ -137,15 +157,15 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
         row += t;
       }
       if (kv_absmax) kv_absmax->k[li] = absmax(k), kv_absmax->v[li] = absmax(v);  // the last pass run wins
-      if (pass == 0 && w_o) accumulate_hessian(ctx, att.data(), n, nh * hd, h_o);
+      if (pass == 0 && w_o) hessian(att.data(), n, nh * hd, h_o);
       run_lin(ctx, L("self_attn.o_proj"), att.data(), tmp.data(), n);
       for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
       rmsnorm(x.data(), ffn_norm.data(), eps, n, H, xn.data());
-      if (pass == 0 && w_mlp) accumulate_hessian(ctx, xn.data(), n, H, h_mlp);
+      if (pass == 0 && w_mlp) hessian(xn.data(), n, H, h_mlp);
       run_lin(ctx, L("mlp.gate_proj"), xn.data(), gate.data(), n);
       run_lin(ctx, L("mlp.up_proj"), xn.data(), up.data(), n);
       silu_mul(gate.data(), up.data(), n * I);
-      if (pass == 0 && w_down) accumulate_hessian(ctx, gate.data(), n, I, h_down);
+      if (pass == 0 && w_down) hessian(gate.data(), n, I, h_down);
       run_lin(ctx, L("mlp.down_proj"), gate.data(), tmp.data(), n);
       for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
       if (pass == 1) break;

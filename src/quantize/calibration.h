@@ -31,12 +31,16 @@ using LayerCallback = std::function<std::map<std::string, std::vector<float>>(in
 // needs(module): whether a module wants its Hessian (an input none of whose modules does is not accumulated).
 // kv_absmax (optional): per layer, max |K| (after k_norm and RoPE, as the KV cache stores it) and max |V| over
 // every calibration token, from the layer's final weights (quantized ones when the callback replaced them).
+// act_int8_hessians (W8A8): every Hessian is taken over the inputs as the W8A8 kernels see them, rounded to
+// int8 by the runtime's own dynamic activation quantization (kernel quantize_acts: per row and 128 inputs,
+// absmax / 127, half to even). E[x_q x_q^T] = H + the rounding noise's (near diagonal) covariance, so GPTQ no
+// longer moves error into input channels whose rounding noise the int8 activations add anyway.
 struct KvAbsmax {
   std::vector<float> k, v;  // [n_layers]
 };
 void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::vector<std::vector<int32_t>>& windows,
                       const LayerCallback& on_layer, const std::function<bool(const std::string&)>& needs,
-                      KvAbsmax* kv_absmax = nullptr);
+                      KvAbsmax* kv_absmax = nullptr, bool act_int8_hessians = false);
 
 // H [K, K] += X^T X for X [T, K] (lower triangle accumulated, then mirrored by finish_hessian).
 void accumulate_hessian(const OpContext& ctx, const float* X, int64_t T, int64_t K, std::vector<double>& H);

@@ -341,7 +341,8 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
         repl[m] = quantize_one(m, w.data(), H.get(), rep.calib_tokens);
       }
       return repl;
-    }, [&](const std::string& m) { return specs.count(m) > 0; }, o.kv_fp8 ? &kv : nullptr);
+    }, [&](const std::string& m) { return specs.count(m) > 0; }, o.kv_fp8 ? &kv : nullptr,
+    o.scheme == QScheme::kW8A8);
     // FP8 KV scales as llm-compressor calibrates them (static, per tensor): absmax / 448, the E4M3 maximum,
     // so the largest calibration value lands on the largest code; an all-zero layer keeps 1.0.
     for (size_t i = 0; o.kv_fp8 && i < kv.k.size(); ++i) {

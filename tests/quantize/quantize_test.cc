@@ -17,6 +17,8 @@
 #include "model/transformer.h"
 #include "model/weight_source.h"
 #include "kernels/kernel_table.h"
+#include "kernels/quant_layout.h"
+#include "kernels/ops.h"
 #include "quantize/calibration.h"
 #include "quantize/gptq.h"
 #include "quantize/quantize.h"
@@ -294,6 +296,53 @@ namespace {
 
 // The calibration forward is the engine's: layer 1's attention-input Hessian equals the one built from the
 // engine's hidden states after layer 0 (Transformer taps), for Qwen3 and for a Qwen2 GGUF (q/k/v biases).
+// W8A8 calibration takes its Hessians over the int8-rounded inputs the W8A8 kernels multiply (quantize_acts,
+// dequantized): layer 0's q_proj H equals X_q^T X_q of its own input norm, and differs from the f32 H.
+TEST(Calibration, W8A8HessiansOverInt8RoundedInputs) {
+  auto src = open_weight_source(kTiny);
+  const ModelConfig& c = src->config();
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back((i * 37 + 11) % 200);
+  const int64_t H = c.hidden_size, n = static_cast<int64_t>(ids.size());
+  std::vector<float> x(n * H), xn(n * H);
+  embedding_lookup(src->load("model.embed_tokens.weight"), ids.data(), n, x.data());
+  rmsnorm(x.data(), f32_of(src->load("model.layers.0.input_layernorm.weight")).data(),
+          static_cast<float>(c.rms_norm_eps), n, H, xn.data());
+  ThreadPool pool(1);
+  const KernelTable kt = select_kernels("");
+  const OpContext ctx{&kt, &pool};
+  const int64_t Kp = q_padded_k(H), G = q_groups(H);
+  std::vector<uint8_t> q(n * Kp);
+  std::vector<float> sc(n * G), xq(n * H);
+  kt.quantize_acts(xn.data(), n, H, q.data(), sc.data());
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t k = 0; k < H; ++k) xq[t * H + k] = (static_cast<int>(q[t * Kp + k]) - 128) * sc[t * G + k / kQGroup];
+  std::vector<double> want, plain;
+  accumulate_hessian(ctx, xq.data(), n, H, want);
+  finish_hessian(want, H);
+  accumulate_hessian(ctx, xn.data(), n, H, plain);
+  finish_hessian(plain, H);
+  for (bool int8 : {false, true}) {
+    bool seen = false;
+    calibrate_layers(*src, ctx, {ids}, [&](int64_t li, const LayerHessians& hs) -> std::map<std::string, std::vector<float>> {
+      if (li != 0) return {};
+      const std::vector<double>& got = *hs.at("model.layers.0.self_attn.q_proj");
+      const std::vector<double>& ref = int8 ? want : plain;
+      double err = 0, mag = 0, other = 0;
+      for (int64_t i = 0; i < H * H; ++i) {
+        err = std::max(err, std::fabs(got[i] - ref[i]));
+        mag = std::max(mag, std::fabs(ref[i]));
+        other = std::max(other, std::fabs(want[i] - plain[i]));
+      }
+      EXPECT_LE(err, 1e-5 * mag) << int8;
+      EXPECT_GT(other, 1e-4 * mag);  // the rounding is visible in H
+      seen = true;
+      return {};
+    }, [](const std::string&) { return true; }, nullptr, int8);
+    EXPECT_TRUE(seen);
+  }
+}
+
 TEST(Calibration, MatchesEngineForward) {
   for (const std::string path : {kTiny, kSrc + "/tests/fixtures/gguf/tiny_qwen2.gguf"}) {
     SCOPED_TRACE(path);

@@ -212,18 +212,22 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
       ModelOptions mo;
       mo.n_threads = o.n_threads;
       mo.kv_cache_dtype = KvDType::kF32;  // weights only: both models keep an exact cache
-      auto ref = Transformer::load(o.in, mo);
       auto cand = Transformer::load(o.out, mo);
+      // The reference is IN at the precision quantize read it in: an HF directory at its stored precision; a GGUF
+      // file (whose blocks would load as q8) as bf16, like `eval --reference-weights bf16`.
+      if (!gguf_path_of(o.in).empty()) mo.weights = WeightFormat::kBF16;
+      auto ref = Transformer::load(o.in, mo);
       const int64_t ctx = std::min<int64_t>(512, ref->config().max_position_embeddings);
       const auto windows = fidelity_windows(static_cast<int64_t>(ids.size()), ctx, eval_tokens);
       const auto t0 = std::chrono::steady_clock::now();
       const FidelityStats st = score_fidelity(*ref, {{cand.get(), KvDType::kF32}}, ids, windows)[0];
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::fprintf(hout, "eval vs %s over %lld tokens of %s (windows of %lld, %.1f s): KLD mean %.6f, p99 %.6f, "
+      std::fprintf(hout, "eval vs %s (%s) over %lld tokens of %s (windows of %lld, %.1f s): KLD mean %.6f, p99 %.6f, "
                    "top-1 agreement %.4f, ppl %.4f (reference %.4f)\n", o.in.c_str(),
+                   ref->weights().format_summary.c_str(),
                    static_cast<long long>(st.n_tokens()), what.c_str(), static_cast<long long>(ctx), secs,
                    st.kld_mean(), st.kld_p99(), st.top1_agreement(), st.ppl(), st.ppl_reference());
-      ej = {{"text", what}, {"n_tokens", st.n_tokens()}, {"ctx", ctx}, {"kld_mean", st.kld_mean()},
+      ej = {{"text", what}, {"reference_weights", ref->weights().format_summary}, {"n_tokens", st.n_tokens()}, {"ctx", ctx}, {"kld_mean", st.kld_mean()},
             {"kld_p99", st.kld_p99()}, {"top1_agreement", st.top1_agreement()}, {"ppl", st.ppl()},
             {"ppl_reference", st.ppl_reference()}, {"seconds", secs}};
     }

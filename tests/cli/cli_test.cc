@@ -379,6 +379,14 @@ TEST(Cli, QuantizeClosingEval) {
     EXPECT_EQ(j["eval"][k], ej[k]) << k;
   std::filesystem::remove_all(out);
 
+  // A GGUF input (its blocks would load as q8) is the reference at bf16, as `eval --reference-weights bf16`.
+  const std::string gguf = std::string(BS_SOURCE_DIR) + "/tests/fixtures/gguf/tiny_qwen2.gguf";
+  r = run("quantize " + gguf + " " + out + " --scheme w8a16 --eval-text " + kText + " --eval-tokens 64 --threads 1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["eval"]["reference_weights"].get<std::string>().rfind("bf16", 0), 0u) << j["eval"];
+  std::filesystem::remove_all(out);
+
   r = run("quantize " + kModel + " " + out + " --scheme w4a16 --no-eval --json");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_FALSE(nlohmann::json::parse(r.out).contains("eval"));

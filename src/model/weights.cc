@@ -50,9 +50,9 @@ void load_kv_scales(const WeightSource& src, const ModelConfig& c, ModelWeights&
     const Tensor t = src.load(n);
     if (t.numel() != 1)
       fail(src.path(), ": ", n, " has shape ", shape_str(t.shape()), "; expected a scalar (one FP8 KV scale per layer)");
-    const float v = t.dtype() == DType::kF32    ? t.ptr<float>()[0]
-                    : t.dtype() == DType::kBF16 ? bf16_to_f32(t.ptr<uint16_t>()[0])
-                                                : f16_to_f32(t.ptr<uint16_t>()[0]);
+    if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16)
+      fail(src.path(), ": ", n, " is ", dtype_name(t.dtype()), "; expected an F32, BF16 or F16 KV cache scale");
+    const float v = to_f32(t).ptr<float>()[0];
     if (!(v > 0.f) || !std::isfinite(v)) fail(src.path(), ": ", n, " = ", v, "; a KV cache scale must be finite and > 0");
     return v;
   };

@@ -454,12 +454,12 @@ def group_for(spec, module):
 
 
 def fake_quant_acts(_module, args):
+    # vLLM's dynamic per-token int8 (quant_formats.md §3.7): one absmax per row, codes rni(x * (127 / absmax)).
     x = args[0]
-    xg = x.reshape(-1, x.shape[-1] // 128, 128)
-    amax = xg.abs().amax(-1, keepdim=True)
+    amax = x.abs().amax(-1, keepdim=True)
     inv = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
-    q = torch.clamp(torch.round(xg * inv), -127, 127)
-    return ((q * (amax / 127.0)).reshape(x.shape),)
+    q = torch.clamp(torch.round(x * inv), -128, 127)
+    return (q * (amax / 127.0),)
 
 
 @torch.no_grad()
@@ -528,8 +528,8 @@ def make_fixture(spec):
         golden[f"p{i}.input_ids"] = torch.tensor(ids, dtype=torch.int32)
         golden[f"p{i}.logits"] = logits.contiguous()
     # The same model with the engine's activation quantization simulated before every W8A8 linear (the
-    # compressed-tensors groups with input_activations; kernels/quant_layout.h: per row and group of 128,
-    # scale = max|x| / 127, code = round_half_even(x * (127 / max|x|)) in [-127, 127]): the reference for the
+    # compressed-tensors groups with input_activations, run per token as they declare and vLLM runs them:
+    # scale = max|x| / 127 over the row, code = round_half_even(x * (127 / max|x|))): the reference for the
     # native W8A8 path. Weight-only modules (GPTQ, W4A16 / W8A16, FP) keep f32 activations; a fixture without
     # W8A8 modules has no logits_a8.
     # Asymmetric W8A8 modules run weight-only in the engine (exact f32 dequantization): not simulated.

@@ -39,6 +39,7 @@ KernelTable select_kernels(const std::string& name) {
   t.axpy = axpy_ref;
   t.swiglu = swiglu_ref;  // AVX2 keeps the scalar twin
   t.quantize_acts = quantize_acts_ref;
+  t.quantize_acts_token = quantize_acts_token_ref;
   t.gemm_q8g128 = gemm_q8g128_ref;
   t.gemm_q4g128 = gemm_q4g128_ref;
   t.gemm_q8g128_wo = gemm_q8g128_wo_ref;

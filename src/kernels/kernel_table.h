@@ -37,6 +37,9 @@ struct KernelTable {
   // Integer formats (layouts and exact arithmetic in kernels/quant_layout.h).
   // Quantizes activation rows: x [M, K] f32 -> q [M, Kp] u8, scales [M, G] f32.
   void (*quantize_acts)(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales) = nullptr;
+  // The same with one scale per row (vLLM's dynamic per-token int8, what compressed-tensors W8A8 checkpoints
+  // declare), written into each of the row's G scale slots. Scalar on every ISA: O(M K), noise next to the GEMM.
+  void (*quantize_acts_token)(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales) = nullptr;
   // y[m, n] for all m < a.M and rows n of weight tiles [tile0, tile1) (clipped
   // to N); y: [M, N] f32. tile0 is a multiple of kQPanel, tile1 too or n_tiles. One kernel per format serves decode (M = 1),
   // verification (small M) and prefill (large M).
@@ -68,6 +71,7 @@ float dot_ref(const float* a, const float* b, int64_t n);
 void axpy_ref(float a, const float* x, float* y, int64_t n);
 void swiglu_ref(const float* gate, const float* up, float* out, int64_t n, bool round_bf16);
 void quantize_acts_ref(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales);
+void quantize_acts_token_ref(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales);
 void gemm_q8g128_ref(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q4g128_ref(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q8g128_wo_ref(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);

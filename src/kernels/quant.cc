@@ -264,7 +264,8 @@ void linear(const OpContext& ctx, const float* x, const QuantTensor& w, const fl
   std::vector<uint8_t> xq(M * p.Kp);      // [M, Kp] u8 codes + 128
   std::vector<float> xs(M * p.n_groups);  // [M, G]
   ctx.pool->parallel_for(M, [&](int64_t m0, int64_t m1) {
-    ctx.k->quantize_acts(x + m0 * K, m1 - m0, K, xq.data() + m0 * p.Kp, xs.data() + m0 * p.n_groups);
+    (w.act_per_token ? ctx.k->quantize_acts_token : ctx.k->quantize_acts)(x + m0 * K, m1 - m0, K, xq.data() + m0 * p.Kp,
+                                                                           xs.data() + m0 * p.n_groups);
   });
   const QuantActs a{xq.data(), xs.data(), M};
   auto gemm = p.q4 ? ctx.k->gemm_q4g128 : ctx.k->gemm_q8g128;

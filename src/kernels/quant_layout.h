@@ -32,6 +32,9 @@
 // group): scale = max|x| / 127, code = round_half_even(x * (127 / max|x|))
 // clamped to [-127, 127], stored as u8 code + 128 in q [M, Kp] (padding = 128,
 // i.e. code 0), with scales [M, G] f32. An all-zero group has scale 0, codes 0.
+// Compressed-tensors W8A8 checkpoints declare per-token activations and run
+// them so (QuantTensor::act_per_token, kernel quantize_acts_token: vLLM's one
+// absmax per row, its scale repeated in the row's G slots); the GEMM is the same.
 //
 // Per output: acc = 0; for each group g in order:
 //   d   = sum_k q[m, k] * code(n, k) - corr[n, g]        (exact, int32)

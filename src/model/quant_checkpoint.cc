@@ -485,15 +485,16 @@ class QuantCheckpointSource : public WeightSource {
       if (w.shape.size() != 2) fail(in, ": weight must be 2-D, found ", shape_str(w.shape));
       m.N = w.shape[0];
       m.K = w.shape[1];
-      // W8A8: the engine quantizes activations dynamically per row and per
-      // group of 128 (kernels/quant_layout.h), finer than the checkpoint's
-      // per-token scheme, so the weights are exact but the products are not
-      // bit-identical to a per-token W8A8 reference (vLLM).
+      // W8A8: the engine quantizes activations dynamically per token exactly as
+      // vLLM does (kernel quantize_acts_token, QuantTensor::act_per_token).
+      // Dynamic per-tensor would make a row's result depend on the rest of the
+      // batch (no batch invariance, so no lossless verification): refused.
       if (const auto& ia = grp->input_activations) {
         if (ia->type != "int" || ia->num_bits != 8 || !ia->symmetric || ia->dynamic != "true" ||
-            (ia->strategy != "token" && ia->strategy != "tensor"))
+            ia->strategy != "token")
           fail(in, ": input activations (", ia->type, ia->num_bits, ", ", ia->symmetric ? "sym" : "asym", ", ",
-               ia->strategy, ", dynamic=", ia->dynamic, ") are not supported: only dynamic symmetric int8");
+               ia->strategy, ", dynamic=", ia->dynamic,
+               ") are not supported: only dynamic symmetric int8 per token");
       }
       m.act_int8 = grp->input_activations.has_value();
       if (ckpt_.has(mod + ".input_scale")) fail(in, ": static input_scale present: static activation scales are not supported");

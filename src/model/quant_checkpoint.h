@@ -11,7 +11,8 @@
 // scale and a <= 8-bit code is exact). Everything else (embeddings, norms,
 // biases, modules left dense by "ignore") is served as stored.
 // native_act_int8() is true only for compressed-tensors modules with dynamic
-// int8 input_activations (W8A8); GPTQ and the rest run weight-only (W4A16 /
+// int8 per-token input_activations (W8A8, run per token like vLLM: QuantTensor::act_per_token);
+// GPTQ and the rest run weight-only (W4A16 /
 // W8A16: QuantTensor::act_int8 = false).
 // GPTQ modules whose codes do not map onto those symmetric groups of 128 --
 // asymmetric (sym=false; v1 zeros restored by whole-word addition, as

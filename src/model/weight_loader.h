@@ -82,7 +82,7 @@ struct WeightLoader {
                         : make_weight(ctx, src.load(name), f);
     // Stored codes run as the checkpoint does (weight-only unless it quantizes activations);
     // conversions (--weights q8 / q4 of other formats) keep make_weight's default, W8A8 / W4A8.
-    if (nat) q.act_int8 = src.native_act_int8(name);
+    if (nat) q.act_int8 = q.act_per_token = src.native_act_int8(name);
     src.release(name);
     formats_used[weight_format_name(f)]++;
     tick();
@@ -117,7 +117,7 @@ struct WeightLoader {
         }
       };
       g.mats.push_back(make_weight_from_codes(ctx, g.rows, K, fmts[0], rows));
-      g.mats.back().act_int8 = n_act_int8 > 0;
+      g.mats.back().act_int8 = g.mats.back().act_per_token = n_act_int8 > 0;
       formats_used[weight_format_name(fmts[0])] += static_cast<int>(parts.size());
       for (const auto& p : parts) {
         src.release(p.first);

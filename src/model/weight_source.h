@@ -41,7 +41,8 @@ class WeightSource {
   virtual void load_native(const std::string& hf_name, int64_t r0, int64_t r1, int8_t* codes, float* scales) const;
   // When has_native(name): whether the checkpoint also quantizes the module's
   // activations (compressed-tensors W8A8 with dynamic int8 input_activations:
-  // QuantTensor::act_int8) or is weight-only (GPTQ, W4A16 / W8A16).
+  // QuantTensor::act_int8) or is weight-only (GPTQ, W4A16 / W8A16). Such activations are quantized per token
+  // (QuantTensor::act_per_token), as the checkpoint declares and vLLM runs it.
   virtual bool native_act_int8(const std::string& hf_name) const { return false; }
   // Float codes stored in the checkpoint (compressed-tensors FP8 / NVFP4 /
   // MXFP4): natural_format(name) is that format and fp_native(name) gives the

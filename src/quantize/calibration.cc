@@ -18,12 +18,13 @@ void accumulate_hessian(const OpContext& ctx, const float* X, int64_t T, int64_t
 }
 
 namespace {
-// x [T, K] -> its W8A8 activation rounding (codes * scales, exactly what the int8 GEMM multiplies).
+// x [T, K] -> its W8A8 activation rounding (codes * scales, exactly what the int8 GEMM multiplies for a
+// checkpoint quantize writes: per token, QuantTensor::act_per_token).
 std::vector<float> int8_rounded(const OpContext& ctx, const float* x, int64_t T, int64_t K) {
   const int64_t Kp = q_padded_k(K), G = q_groups(K);
   std::vector<uint8_t> q(T * Kp);
   std::vector<float> s(T * G), out(T * K);
-  ctx.k->quantize_acts(x, T, K, q.data(), s.data());
+  ctx.k->quantize_acts_token(x, T, K, q.data(), s.data());  // per token, as the written checkpoint declares
   for (int64_t t = 0; t < T; ++t)
     for (int64_t k = 0; k < K; ++k)
       out[t * K + k] = static_cast<float>(static_cast<int>(q[t * Kp + k]) - 128) * s[t * G + k / kQGroup];

@@ -32,7 +32,7 @@ using LayerCallback = std::function<std::map<std::string, std::vector<float>>(in
 // kv_absmax (optional): per layer, max |K| (after k_norm and RoPE, as the KV cache stores it) and max |V| over
 // every calibration token, from the layer's final weights (quantized ones when the callback replaced them).
 // act_int8_hessians (W8A8): every Hessian is taken over the inputs as the W8A8 kernels see them, rounded to
-// int8 by the runtime's own dynamic activation quantization (kernel quantize_acts: per row and 128 inputs,
+// int8 by the runtime's own dynamic activation quantization of W8A8 checkpoints (kernel quantize_acts_token: per row,
 // absmax / 127, half to even). E[x_q x_q^T] = H + the rounding noise's (near diagonal) covariance, so GPTQ no
 // longer moves error into input channels whose rounding noise the int8 activations add anyway.
 struct KvAbsmax {

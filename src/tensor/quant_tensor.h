@@ -37,6 +37,10 @@ struct QuantTensor {
   // W8A16 / W4A16, f32 activations times the codes dequantized in-register (kernels/quant_layout.h); what GPTQ
   // and weight-only compressed-tensors checkpoints load as.
   bool act_int8 = true;
+  // act_int8 only: one activation scale per row instead of per row and group of 128 — vLLM's dynamic per-token
+  // int8, what compressed-tensors W8A8 checkpoints declare (strategy "token") and load as. Our own q8 / q4
+  // conversions keep the per-group scales (one outlier channel then costs precision only in its own group).
+  bool act_per_token = false;
 
   bool empty() const { return rows == 0; }
   // Bytes a matmul reads: what the roofline counts per decode step.

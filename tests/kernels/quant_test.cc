@@ -129,6 +129,64 @@ TEST(QuantActs, CodesInRangeErrorWithinHalfStepPaddingIsZero) {
   EXPECT_EQ(q[2 * Kp + 7], 1);  // -127 + 128
 }
 
+// Per token (vLLM's dynamic_scaled_int8_quant): one absmax over the whole row, scale absmax / 127 in every group
+// slot, code rni(x * (127 / absmax)). An outlier in group 0 coarsens the other groups too (unlike per group).
+TEST(QuantActs, PerTokenIsVllmFormula) {
+  const int64_t M = 3, K = 300, Kp = q_padded_k(K), G = q_groups(K);
+  auto x = randv(M * K, 21);
+  x[K + 5] = 90.f;                                     // row 1: outlier in group 0
+  for (int64_t k = 0; k < K; ++k) x[2 * K + k] = 0.f;  // row 2: all zero
+  std::vector<uint8_t> q(M * Kp, 7);
+  std::vector<float> s(M * G, -1.f);
+  quantize_acts_token_ref(x.data(), M, K, q.data(), s.data());
+  for (int64_t m = 0; m < M; ++m) {
+    float amax = 0.f;
+    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(x[m * K + k]));
+    for (int64_t g = 0; g < G; ++g) ASSERT_EQ(s[m * G + g], amax / 127.0f) << m << " " << g;
+    for (int64_t k = 0; k < K; ++k) {
+      const float want = amax > 0.f ? std::nearbyint(x[m * K + k] * (127.0f / amax)) : 0.f;
+      ASSERT_EQ(static_cast<int>(q[m * Kp + k]) - 128, static_cast<int>(want)) << m << " " << k;
+    }
+    for (int64_t k = K; k < Kp; ++k) ASSERT_EQ(q[m * Kp + k], 128);
+  }
+  EXPECT_EQ(q[Kp + 5], 255);  // the outlier is +127
+  // Per group keeps a finer scale in row 1's groups 1 and 2.
+  std::vector<uint8_t> qg(M * Kp);
+  std::vector<float> sg(M * G);
+  quantize_acts_ref(x.data(), M, K, qg.data(), sg.data());
+  EXPECT_LT(sg[G + 1], s[G + 1] / 10.f);
+}
+
+// linear() with act_per_token runs the int8 GEMM on per-token codes: y equals the dequantized per-token
+// activations times the dequantized weight (f32 summation-order noise), and differs from the per-group result
+// on a row with an outlier.
+TEST(QuantActs, LinearPerTokenMatchesDequantizedProduct) {
+  Fixture f;
+  const int64_t M = 2, K = 384, N = 40, Kp = q_padded_k(K), G = q_groups(K);
+  auto x = randv(M * K, 31);
+  x[3] = 60.f;  // row 0: outlier
+  const auto w = randv(N * K, 32, 0.05f);
+  QuantTensor qt = make_weight(f.ref_ctx, tensor_of(w, N, K), WeightFormat::kQ8_G128);
+  const Tensor wd = dequantize_weight(qt);
+  std::vector<uint8_t> q(M * Kp);
+  std::vector<float> s(M * G), yt(M * N), yg(M * N);
+  quantize_acts_token_ref(x.data(), M, K, q.data(), s.data());
+  qt.act_per_token = true;
+  linear(f.ref_ctx, x.data(), qt, nullptr, yt.data(), M);
+  qt.act_per_token = false;
+  linear(f.ref_ctx, x.data(), qt, nullptr, yg.data(), M);
+  double max_diff_g = 0.0;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double ref = 0.0;
+      for (int64_t k = 0; k < K; ++k)
+        ref += (static_cast<int>(q[m * Kp + k]) - 128) * static_cast<double>(s[m * G]) * wd.ptr<float>()[n * K + k];
+      ASSERT_NEAR(yt[m * N + n], ref, 1e-4 * (1.0 + std::fabs(ref))) << m << " " << n;
+      if (m == 0) max_diff_g = std::max(max_diff_g, std::fabs(yg[n] - ref));
+    }
+  EXPECT_GT(max_diff_g, 1e-3);
+}
+
 // ---- every ISA against the scalar twin, bit for bit ----
 
 class QuantIsaTest : public ::testing::TestWithParam<std::string> {};

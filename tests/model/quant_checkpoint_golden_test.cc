@@ -9,8 +9,8 @@
 //  - natively, weight-only modules (GPTQ, compressed-tensors W4A16 / W8A16)
 //    run f32 activations against the stored codes, so a fixture without W8A8
 //    modules matches HF on the dequantized model to kTolF32; with W8A8
-//    modules (int8 input_activations: the engine quantizes activations per row
-//    and group of 128 before those linears) the logits match HF with that
+//    modules (int8 input_activations: the engine quantizes activations per
+//    token before those linears, as the checkpoint declares and vLLM does) the logits match HF with that
 //    activation quantization simulated on exactly those modules
 //    (p{i}.logits_a8) within kTolA8, and HF without it within kTolNative.
 #include <gtest/gtest.h>

@@ -425,6 +425,26 @@ TEST_F(QuantBroken, CtW8A8StaticActivationsRefused) {
   expect_error({"mlp.", "input activations", "dynamic=false"});
 }
 
+// A W8A8 module runs its activations per token, as the checkpoint declares and vLLM runs it; the weight-only
+// (W4A16) attention of the same checkpoint does not quantize activations at all.
+TEST_F(QuantBroken, CtW8A8RunsPerTokenActivations) {
+  use("llama-ct-mixed");
+  ASSERT_EQ(load_error(), "");
+  auto m = Transformer::load(dir_.string(), ModelOptions{});
+  const LayerWeights& l = m->weights().layers[0];
+  EXPECT_TRUE(l.ffn_down.act_int8);
+  EXPECT_TRUE(l.ffn_down.act_per_token);
+  ASSERT_EQ(l.ffn_gate_up.mats.size(), 1u);
+  EXPECT_TRUE(l.ffn_gate_up.mats[0].act_per_token);
+  EXPECT_FALSE(l.attn_o.act_int8);
+}
+
+TEST_F(QuantBroken, CtW8A8DynamicPerTensorActivationsRefused) {
+  use("llama-ct-mixed");
+  edit("config.json", "\"strategy\": \"token\"", "\"strategy\": \"tensor\"");
+  expect_error({"mlp.", "input activations", "tensor", "only dynamic symmetric int8 per token"});
+}
+
 // ---- compressed-tensors FP8 / NVFP4 / MXFP4 ----
 
 const std::string kDown0 = "model.layers.0.mlp.down_proj";

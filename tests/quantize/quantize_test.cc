@@ -296,7 +296,7 @@ namespace {
 
 // The calibration forward is the engine's: layer 1's attention-input Hessian equals the one built from the
 // engine's hidden states after layer 0 (Transformer taps), for Qwen3 and for a Qwen2 GGUF (q/k/v biases).
-// W8A8 calibration takes its Hessians over the int8-rounded inputs the W8A8 kernels multiply (quantize_acts,
+// W8A8 calibration takes its Hessians over the int8-rounded inputs the W8A8 kernels multiply (quantize_acts_token,
 // dequantized): layer 0's q_proj H equals X_q^T X_q of its own input norm, and differs from the f32 H.
 TEST(Calibration, W8A8HessiansOverInt8RoundedInputs) {
   auto src = open_weight_source(kTiny);
@@ -314,7 +314,7 @@ TEST(Calibration, W8A8HessiansOverInt8RoundedInputs) {
   const int64_t Kp = q_padded_k(H), G = q_groups(H);
   std::vector<uint8_t> q(n * Kp);
   std::vector<float> sc(n * G), xq(n * H);
-  kt.quantize_acts(xn.data(), n, H, q.data(), sc.data());
+  kt.quantize_acts_token(xn.data(), n, H, q.data(), sc.data());
   for (int64_t t = 0; t < n; ++t)
     for (int64_t k = 0; k < H; ++k) xq[t * H + k] = (static_cast<int>(q[t * Kp + k]) - 128) * sc[t * G + k / kQGroup];
   std::vector<double> want, plain;

@@ -31,6 +31,27 @@ void quantize_acts_ref(const float* x, int64_t M, int64_t K, uint8_t* q, float* 
   }
 }
 
+// vLLM's dynamic per-token int8 (csrc int8_quant_kernels.cu, dynamic_scaled_int8_quant_kernel): one absmax over
+// the whole row, scale = absmax / 127, code = rni(x * (127 / absmax)) saturated. The row's scale is written into
+// every group slot so the GEMMs above run unchanged. absmax = 0 gives codes 0 and scale 0 (vLLM: NaN -> 0).
+void quantize_acts_token_ref(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales) {
+  const int64_t Kp = q_padded_k(K), G = q_groups(K);
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xr = x + m * K;  // [K]
+    uint8_t* qr = q + m * Kp;      // [Kp]
+    float amax = 0.f;
+    for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(xr[k]));
+    const float inv = amax > 0.f ? 127.0f / amax : 0.f;
+    for (int64_t g = 0; g < G; ++g) scales[m * G + g] = amax / 127.0f;
+    for (int64_t k = 0; k < K; ++k) {
+      float c = std::nearbyint(xr[k] * inv);  // half to even, like cvt.rni
+      c = std::min(127.f, std::max(-128.f, c));
+      qr[k] = static_cast<uint8_t>(static_cast<int>(c) + 128);
+    }
+    for (int64_t k = K; k < Kp; ++k) qr[k] = 128;
+  }
+}
+
 namespace {
 
 void gemm_ref(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1) {

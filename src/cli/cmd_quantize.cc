@@ -37,6 +37,8 @@ std::vector<FlagSpec> flags() {
       {"--group", "", true, "int schemes: group size 128 (default) or -1 (per channel)"},
       {"--asym", "", false, "w4a16 / w8a16: asymmetric (zero points; GPTQ writes gptq_v2)"},
       {"--act-order", "", false, "gptq: columns by descending Hessian diagonal (static groups, trivial g_idx)"},
+      {"--no-act-target", "", false,
+       "w8a8 gptq: minimise |(W - Q) x_q| instead of |W x - Q x_q| (x_q: int8-rounded inputs; see docs/quantize.md)"},
       {"--fp8-strategy", "", true, "fp8 scales: channel (default) or tensor"},
       {"--calib", "", true, "calibration text file (.jsonl: the string fields of each line)"},
       {"--calib-tokens", "", true, "calibration tokens (default 2048)"},
@@ -120,6 +122,8 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
   o.group = a.integer("--group", 128);
   o.asym = a.has("--asym");
   o.act_order = a.has("--act-order");
+  o.act_target = !a.has("--no-act-target");
+  if (!o.act_target && !(o.gptq && o.scheme == QScheme::kW8A8)) fail("--no-act-target is for --scheme w8a8 --method gptq");
   if (o.act_order && !o.gptq) fail("--act-order needs --method gptq");
   o.fp8_strategy = a.str("--fp8-strategy", "channel");
   o.fc_bits = static_cast<int>(a.integer("--fc-bits", 0));

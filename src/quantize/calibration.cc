@@ -74,7 +74,7 @@ void run_lin(const OpContext& ctx, const Lin& l, const float* x, float* y, int64
 
 void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::vector<std::vector<int32_t>>& windows,
                       const LayerCallback& on_layer, const std::function<bool(const std::string&)>& needs,
-                      KvAbsmax* kv_absmax, bool act_int8_hessians) {
+                      KvAbsmax* kv_absmax, bool act_int8_hessians, bool act_cross) {
   const ModelConfig& c = src.config();
   const int64_t H = c.hidden_size, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, I = c.intermediate_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -97,10 +97,15 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
   std::vector<float> xn(n * H), q(n * nh * hd), k(n * nkv * hd), v(n * nkv * hd), att(n * nh * hd), tmp(n * H);
   std::vector<float> gate(n * I), up(n * I);
   if (kv_absmax) kv_absmax->k.assign(c.n_layers, 0.f), kv_absmax->v.assign(c.n_layers, 0.f);
-  auto hessian = [&](const float* X, int64_t T, int64_t K, std::vector<double>& h) {
+  // h += X_q^T X_q (X_q = X without act_int8_hessians); with act_cross also d += (X - X_q)^T X_q.
+  auto hessian = [&](const float* X, int64_t T, int64_t K, std::vector<double>& h, std::vector<double>& d) {
     if (!act_int8_hessians) return accumulate_hessian(ctx, X, T, K, h);
-    const std::vector<float> xq = int8_rounded(ctx, X, T, K);
+    std::vector<float> xq = int8_rounded(ctx, X, T, K);
     accumulate_hessian(ctx, xq.data(), T, K, h);
+    if (!act_cross) return;
+    std::vector<float> e(T * K);  // [T, K] rounding error
+    for (int64_t i = 0; i < T * K; ++i) e[i] = X[i] - xq[i];
+    accumulate_atb(ctx, e.data(), xq.data(), T, K, d);
   };
   auto absmax = [](const std::vector<float>& a) {
     float m = 0.f;
@@ -132,10 +137,10 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
                w_down = want({"mlp.down_proj"});
     // pass 0: original weights, Hessians; pass 1: quantized weights, the next layer's input.
     for (int pass = 0; pass < 2; ++pass) {
-      std::vector<double> h_attn, h_o, h_mlp, h_down;
+      std::vector<double> h_attn, h_o, h_mlp, h_down, d_attn, d_o, d_mlp, d_down;
       if (pass == 1) x = x_in;
       rmsnorm(x.data(), attn_norm.data(), eps, n, H, xn.data());
-      if (pass == 0 && w_attn) hessian(xn.data(), n, H, h_attn);
+      if (pass == 0 && w_attn) hessian(xn.data(), n, H, h_attn, d_attn);
       run_lin(ctx, L("self_attn.q_proj"), xn.data(), q.data(), n);
       run_lin(ctx, L("self_attn.k_proj"), xn.data(), k.data(), n);
       run_lin(ctx, L("self_attn.v_proj"), xn.data(), v.data(), n);
@@ -158,31 +163,36 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
         row += t;
       }
       if (kv_absmax) kv_absmax->k[li] = absmax(k), kv_absmax->v[li] = absmax(v);  // the last pass run wins
-      if (pass == 0 && w_o) hessian(att.data(), n, nh * hd, h_o);
+      if (pass == 0 && w_o) hessian(att.data(), n, nh * hd, h_o, d_o);
       run_lin(ctx, L("self_attn.o_proj"), att.data(), tmp.data(), n);
       for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
       rmsnorm(x.data(), ffn_norm.data(), eps, n, H, xn.data());
-      if (pass == 0 && w_mlp) hessian(xn.data(), n, H, h_mlp);
+      if (pass == 0 && w_mlp) hessian(xn.data(), n, H, h_mlp, d_mlp);
       run_lin(ctx, L("mlp.gate_proj"), xn.data(), gate.data(), n);
       run_lin(ctx, L("mlp.up_proj"), xn.data(), up.data(), n);
       silu_mul(gate.data(), up.data(), n * I);
-      if (pass == 0 && w_down) hessian(gate.data(), n, I, h_down);
+      if (pass == 0 && w_down) hessian(gate.data(), n, I, h_down, d_down);
       run_lin(ctx, L("mlp.down_proj"), gate.data(), tmp.data(), n);
       for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
       if (pass == 1) break;
-      LayerHessians hs;
-      auto share = [&](std::vector<double>& h, int64_t K, std::initializer_list<const char*> mods) {
+      LayerHessians hs, cross;
+      auto share = [&](std::vector<double>& h, std::vector<double>& d, int64_t K, std::initializer_list<const char*> mods) {
         if (h.empty()) return;  // not needed
         finish_hessian(h, K);
         auto sp = std::make_shared<std::vector<double>>(std::move(h));
-        for (const char* m : mods) hs[p + m] = sp;
+        auto sd = d.empty() ? nullptr : std::make_shared<std::vector<double>>(std::move(d));
+        for (const char* m : mods) {
+          hs[p + m] = sp;
+          if (sd) cross[p + m] = sd;
+        }
       };
-      share(h_attn, H, {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"});
-      share(h_o, nh * hd, {"self_attn.o_proj"});
-      share(h_mlp, H, {"mlp.gate_proj", "mlp.up_proj"});
-      share(h_down, I, {"mlp.down_proj"});
-      std::map<std::string, std::vector<float>> repl = on_layer(li, hs);
+      share(h_attn, d_attn, H, {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"});
+      share(h_o, d_o, nh * hd, {"self_attn.o_proj"});
+      share(h_mlp, d_mlp, H, {"mlp.gate_proj", "mlp.up_proj"});
+      share(h_down, d_down, I, {"mlp.down_proj"});
+      std::map<std::string, std::vector<float>> repl = on_layer(li, hs, cross);
       hs.clear();
+      cross.clear();
       if (repl.empty()) break;  // unchanged weights: pass 0's output is the next input
       for (auto& [m, w] : repl) {
         auto it = lin.find(m);

@@ -25,7 +25,10 @@ using Hessian = std::shared_ptr<std::vector<double>>;  // [K, K], symmetric, sum
 // module ("model.layers.3.mlp.down_proj") -> H of its input. Modules of one input share the same H.
 using LayerHessians = std::map<std::string, Hessian>;
 // Returns module -> dequantized [N, K] weight to use from now on (modules absent keep their original weight).
-using LayerCallback = std::function<std::map<std::string, std::vector<float>>(int64_t layer, const LayerHessians&)>;
+// cross: with act_cross, module -> D = sum over tokens of (x - x_q) x_q^T [K, K] (x_q: x rounded as the W8A8
+// kernels round it), for the asymmetric GPTQ target of gptq.h; empty otherwise.
+using LayerCallback = std::function<std::map<std::string, std::vector<float>>(int64_t layer, const LayerHessians&,
+                                                                              const LayerHessians& cross)>;
 
 // windows: token ids, each a fresh causal sequence.
 // needs(module): whether a module wants its Hessian (an input none of whose modules does is not accumulated).
@@ -40,7 +43,7 @@ struct KvAbsmax {
 };
 void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::vector<std::vector<int32_t>>& windows,
                       const LayerCallback& on_layer, const std::function<bool(const std::string&)>& needs,
-                      KvAbsmax* kv_absmax = nullptr, bool act_int8_hessians = false);
+                      KvAbsmax* kv_absmax = nullptr, bool act_int8_hessians = false, bool act_cross = false);
 
 // H [K, K] += X^T X for X [T, K] (lower triangle accumulated, then mirrored by finish_hessian).
 void accumulate_hessian(const OpContext& ctx, const float* X, int64_t T, int64_t K, std::vector<double>& H);

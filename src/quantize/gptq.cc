@@ -94,4 +94,37 @@ bool gptq_quantize(QuantWeight& qw, const float* w, const std::vector<double>& H
   return true;
 }
 
+std::vector<float> asymmetric_target(const float* w, int64_t N, int64_t K, const std::vector<double>& H,
+                                     const std::vector<double>& D, double percdamp, const OpContext& ctx) {
+  ThreadPool& pool = *ctx.pool;
+  std::vector<float> A(K * K, 0.f);  // lower triangle: H + damping, then its Cholesky factor L
+  double mean = 0.0;
+  for (int64_t i = 0; i < K; ++i) mean += H[i * K + i] == 0.0 ? 1.0 : H[i * K + i];
+  mean /= static_cast<double>(K);
+  for (int64_t i = 0; i < K; ++i) {
+    for (int64_t j = 0; j < i; ++j) A[i * K + j] = static_cast<float>(H[i * K + j]);
+    A[i * K + i] = static_cast<float>((H[i * K + i] == 0.0 ? 1.0 : H[i * K + i]) + percdamp * mean);
+  }
+  if (!cholesky_lower(A, K, ctx)) return {};
+  std::vector<float> Xt;  // Xt = L^-T
+  invert_lower_transposed(A, K, Xt, ctx);
+  // linear(x, w) is y = x w^T, so: P = W D takes w = D^T; Z = P L^-T takes w = L^-1 (Xt transposed);
+  // Y = Z L^-1 takes w = Xt. Then W' = W + Y = W + W D (L L^T)^-1.
+  std::vector<float>& M = A;  // reused [K, K]
+  pool.parallel_for(K, [&](int64_t a, int64_t b) {
+    for (int64_t j = a; j < b; ++j)
+      for (int64_t i = 0; i < K; ++i) M[j * K + i] = static_cast<float>(D[i * K + j]);
+  });
+  std::vector<float> P(N * K), Z(N * K);
+  linear(ctx, w, Tensor::view(DType::kF32, {K, K}, M.data()), nullptr, P.data(), N);
+  pool.parallel_for(K, [&](int64_t a, int64_t b) {
+    for (int64_t j = a; j < b; ++j)
+      for (int64_t i = 0; i < K; ++i) M[j * K + i] = Xt[i * K + j];
+  });
+  linear(ctx, P.data(), Tensor::view(DType::kF32, {K, K}, M.data()), nullptr, Z.data(), N);
+  linear(ctx, Z.data(), Tensor::view(DType::kF32, {K, K}, Xt.data()), nullptr, P.data(), N);
+  for (int64_t i = 0; i < N * K; ++i) P[i] += w[i];
+  return P;
+}
+
 }  // namespace blockspec

@@ -35,4 +35,14 @@ struct GptqOptions {
 bool gptq_quantize(QuantWeight& qw, const float* w, const std::vector<double>& H, const GptqOptions& opts,
                    const OpContext& ctx);
 
+// The asymmetric target of W8A8 GPTQ. The int8 kernels multiply the rounded input x_q, not x, so the error that
+// matters is sum_t |W x_t - Q x_q,t|^2, not sum_t |(W - Q) x_q,t|^2. Its unconstrained minimiser is
+//   W' = W (sum x x_q^T)(sum x_q x_q^T)^-1 = W + W D H^-1,   D = sum (x - x_q) x_q^T,  H = sum x_q x_q^T,
+// and sum |W x - Q x_q|^2 = sum |(W' - Q) x_q|^2 + const, so GPTQ run on the target W' with H minimises the
+// real error (the asymmetric calibration of GPTAQ, Li et al. 2025, arXiv:2504.02692, here for the activation
+// rounding). H gets GPTQ's dead-input rule and damping (percdamp * mean diag H) before the solve.
+// w [N, K]; H, D [K, K] (H symmetric). Returns W' [N, K], or empty when H + damping is not positive definite.
+std::vector<float> asymmetric_target(const float* w, int64_t N, int64_t K, const std::vector<double>& H,
+                                     const std::vector<double>& D, double percdamp, const OpContext& ctx);
+
 }  // namespace blockspec

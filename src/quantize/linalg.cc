@@ -175,4 +175,35 @@ void accumulate_xtx(const OpContext& ctx, const float* X, int64_t T, int64_t K, 
   }
 }
 
+void accumulate_atb(const OpContext& ctx, const float* A, const float* B, int64_t T, int64_t K, std::vector<double>& D) {
+  if (D.empty()) D.assign(K * K, 0.0);
+  ThreadPool& pool = *ctx.pool;
+  constexpr int64_t Tc = 256;  // tokens per f32 partial sum, then added to the f64 D
+  constexpr int64_t P = 512;   // rows of D per product
+  std::vector<float> AT(K * Tc), BT(K * Tc);  // [K, tc]: the chunk's columns as contiguous rows
+  std::vector<float> C(P * K);                // [P, K]
+  for (int64_t t0 = 0; t0 < T; t0 += Tc) {
+    const int64_t tc = std::min(Tc, T - t0);
+    pool.parallel_for(K, [&](int64_t k0, int64_t k1) {
+      for (int64_t t = 0; t < tc; ++t) {
+        const float* a = A + (t0 + t) * K;
+        const float* b = B + (t0 + t) * K;
+        for (int64_t k = k0; k < k1; ++k) AT[k * tc + t] = a[k], BT[k * tc + t] = b[k];
+      }
+    });
+    const Tensor w = Tensor::view(DType::kF32, {K, tc}, BT.data());
+    for (int64_t i0 = 0; i0 < K; i0 += P) {
+      const int64_t i1 = std::min(K, i0 + P), m = i1 - i0;
+      linear(ctx, AT.data() + i0 * tc, w, nullptr, C.data(), m);  // C[r][j] = sum_t A[t][i0 + r] B[t][j]
+      pool.parallel_for(m, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          double* d = D.data() + (i0 + r) * K;
+          const float* c = C.data() + r * K;
+          for (int64_t j = 0; j < K; ++j) d[j] += c[j];
+        }
+      });
+    }
+  }
+}
+
 }  // namespace blockspec

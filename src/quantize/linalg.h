@@ -35,4 +35,7 @@ void invert_lower_transposed(const std::vector<float>& L, int64_t K, std::vector
 // each chunk's sums added to H in f64.
 void accumulate_xtx(const OpContext& ctx, const float* X, int64_t T, int64_t K, std::vector<double>& H);
 
+// D [K, K] (f64, full) += A^T B for A, B [T, K] (D[i][j] += sum_t A[t][i] B[t][j]): the same chunked f32 GEMMs.
+void accumulate_atb(const OpContext& ctx, const float* A, const float* B, int64_t T, int64_t K, std::vector<double>& D);
+
 }  // namespace blockspec

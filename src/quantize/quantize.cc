@@ -272,7 +272,10 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
   // ---- quantize ----
   std::map<std::string, QuantWeight> done;
   int64_t n_done = 0;
-  auto quantize_one = [&](const std::string& m, const float* w, const std::vector<double>* H, int64_t rows) {
+  // D (W8A8 with act_target): GPTQ rounds the asymmetric target W + W D H^-1 (gptq.h) on the grid of w's own
+  // scales; the report's error stays that of w.
+  auto quantize_one = [&](const std::string& m, const float* w, const std::vector<double>* H, int64_t rows,
+                          const std::vector<double>* D = nullptr) {
     const Shape s = in.shape(m + ".weight");
     QuantWeight qw = make_params(specs.at(m), w, s[0], s[1]);
     std::string how = specs.at(m).describe();
@@ -280,7 +283,11 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
       GptqOptions g;
       g.percdamp = o.damp;
       g.act_order = o.act_order;
-      if (gptq_quantize(qw, w, *H, g, ctx)) how += o.act_order ? " gptq act-order" : " gptq";
+      std::vector<float> target;
+      if (D != nullptr) target = asymmetric_target(w, s[0], s[1], *H, *D, o.damp, ctx);
+      const float* tw = target.empty() ? w : target.data();
+      if (gptq_quantize(qw, tw, *H, g, ctx))
+        how += str_cat(o.act_order ? " gptq act-order" : " gptq", target.empty() ? "" : " asym-target");
       else how += " rtn (GPTQ: H not positive definite)";
     } else {
       quantize_rtn(qw, w);
@@ -326,7 +333,8 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t n_layers = in.src->config().n_layers;
     KvAbsmax kv;
-    calibrate_layers(*in.src, ctx, windows, [&](int64_t li, const LayerHessians& hs) {
+    const bool act_cross = o.gptq && o.act_target && o.scheme == QScheme::kW8A8;
+    calibrate_layers(*in.src, ctx, windows, [&](int64_t li, const LayerHessians& hs, const LayerHessians& cross) {
       // Calibration takes minutes on a real model: one line per layer when stderr is not a progress bar.
       if (o.progress && !bar)
         std::fprintf(stderr, "calibrate: layer %lld/%lld at %.0f s\n", static_cast<long long>(li + 1),
@@ -338,11 +346,12 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
         const Shape s = in.shape(m + ".weight");
         std::vector<float> w(s[0] * s[1]);
         in.src->load_rows(m + ".weight", 0, s[0], w.data());
-        repl[m] = quantize_one(m, w.data(), H.get(), rep.calib_tokens);
+        const auto d = cross.find(m);
+        repl[m] = quantize_one(m, w.data(), H.get(), rep.calib_tokens, d == cross.end() ? nullptr : d->second.get());
       }
       return repl;
     }, [&](const std::string& m) { return specs.count(m) > 0; }, o.kv_fp8 ? &kv : nullptr,
-    o.scheme == QScheme::kW8A8);
+    o.scheme == QScheme::kW8A8, act_cross);
     // FP8 KV scales as llm-compressor calibrates them (static, per tensor): absmax / 448, the E4M3 maximum,
     // so the largest calibration value lands on the largest code; an all-zero layer keeps 1.0.
     for (size_t i = 0; o.kv_fp8 && i < kv.k.size(); ++i) {

@@ -35,6 +35,7 @@ struct QuantizeOptions {
   int64_t group = 128;               // int schemes: 128 or -1 (per channel)
   bool asym = false;                 // int weight-only schemes
   bool act_order = false;            // GPTQ: columns by descending diag(H), static groups
+  bool act_target = true;            // W8A8 GPTQ: solve for the asymmetric target of gptq.h (x vs int8-rounded x)
   std::string fp8_strategy = "channel";  // "tensor" | "channel"
   int fc_bits = 0;                   // drafter fc: 0 = as the scheme, 4, 8, 16 = dense
   bool quantize_lm_head = false;

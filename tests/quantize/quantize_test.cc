@@ -324,7 +324,7 @@ TEST(Calibration, W8A8HessiansOverInt8RoundedInputs) {
   finish_hessian(plain, H);
   for (bool int8 : {false, true}) {
     bool seen = false;
-    calibrate_layers(*src, ctx, {ids}, [&](int64_t li, const LayerHessians& hs) -> std::map<std::string, std::vector<float>> {
+    calibrate_layers(*src, ctx, {ids}, [&](int64_t li, const LayerHessians& hs, const LayerHessians&) -> std::map<std::string, std::vector<float>> {
       if (li != 0) return {};
       const std::vector<double>& got = *hs.at("model.layers.0.self_attn.q_proj");
       const std::vector<double>& ref = int8 ? want : plain;
@@ -371,7 +371,7 @@ TEST(Calibration, MatchesEngineForward) {
     accumulate_hessian(ctx, xn.data(), n, H, want);
     finish_hessian(want, H);
     bool seen = false;
-    calibrate_layers(*src, ctx, {ids}, [&](int64_t li, const LayerHessians& hs) -> std::map<std::string, std::vector<float>> {
+    calibrate_layers(*src, ctx, {ids}, [&](int64_t li, const LayerHessians& hs, const LayerHessians&) -> std::map<std::string, std::vector<float>> {
       if (li != 1) return {};
       const std::vector<double>& got = *hs.at("model.layers.1.self_attn.q_proj");
       double err = 0, ref = 0;

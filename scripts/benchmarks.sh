@@ -2,7 +2,7 @@
 # Reproduces the tables of BENCHMARKS.md on this machine (run it on a quiet
 # machine: the numbers are only as good as the machine is idle). Needs a
 # Release build in build/ and the models from scripts/fetch_models.sh all.
-#   scripts/benchmarks.sh OUTDIR [engine|serve|all] [NPROMPTS]
+#   [SERVE_WEIGHTS=q4|q8|default] scripts/benchmarks.sh OUTDIR [engine|serve|all] [NPROMPTS]
 # Writes one JSON (or text) file per measurement into OUTDIR.
 set -eu
 cd "$(dirname "$0")/.."
@@ -33,7 +33,10 @@ if [ "$WHAT" = engine ] || [ "$WHAT" = all ]; then
 fi
 
 if [ "$WHAT" = serve ] || [ "$WHAT" = all ]; then
-  $B serve "$Q" --weights q4 --max-num-seqs 8 --max-model-len 2048 --port 8201 --served-model-name qwen \
+  # SERVE_WEIGHTS=default serves the GGUF as it loads without --weights (q8).
+  WFLAG="--weights ${SERVE_WEIGHTS:-q4}"
+  [ "${SERVE_WEIGHTS:-q4}" = default ] && WFLAG=""
+  $B serve "$Q" $WFLAG --max-num-seqs 8 --max-model-len 2048 --port 8201 --served-model-name qwen \
     > "$O/serve.log" 2>&1 &
   SP=$!
   trap 'kill $SP 2>/dev/null' EXIT

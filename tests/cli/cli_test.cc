@@ -391,7 +391,7 @@ TEST(Cli, QuantizeClosingEval) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_FALSE(nlohmann::json::parse(r.out).contains("eval"));
   std::filesystem::remove_all(out);
-  for (const std::string& bad : {" --eval-tokens 0", " --eval-text /nonexistent/text.txt"}) {
+  for (const std::string& bad : {" --eval-tokens 0", " --eval-text /nonexistent/text.txt", " --no-act-target"}) {
     r = run("quantize " + kModel + " " + out + " --scheme w4a16" + bad);
     EXPECT_NE(r.code, 0) << bad;
     EXPECT_EQ(count_lines(r.err), 1) << bad << "\n" << r.err;

@@ -143,6 +143,16 @@ void invert_lower_transposed(const std::vector<float>& L, int64_t K, std::vector
   }
 }
 
+namespace {
+// XT [K, tc] = X [tc, K]^T: a chunk of token rows as contiguous per-column rows.
+void transpose_chunk(ThreadPool& pool, const float* X, int64_t tc, int64_t K, float* XT) {
+  pool.parallel_for(K, [&](int64_t k0, int64_t k1) {
+    for (int64_t t = 0; t < tc; ++t)
+      for (int64_t k = k0; k < k1; ++k) XT[k * tc + t] = X[t * K + k];
+  });
+}
+}  // namespace
+
 void accumulate_xtx(const OpContext& ctx, const float* X, int64_t T, int64_t K, std::vector<double>& H) {
   if (H.empty()) H.assign(K * K, 0.0);
   ThreadPool& pool = *ctx.pool;
@@ -152,12 +162,7 @@ void accumulate_xtx(const OpContext& ctx, const float* X, int64_t T, int64_t K, 
   std::vector<float> C(P * K);    // [P, i1]
   for (int64_t t0 = 0; t0 < T; t0 += Tc) {
     const int64_t tc = std::min(Tc, T - t0);
-    pool.parallel_for(K, [&](int64_t k0, int64_t k1) {
-      for (int64_t t = 0; t < tc; ++t) {
-        const float* x = X + (t0 + t) * K;
-        for (int64_t k = k0; k < k1; ++k) XT[k * tc + t] = x[k];
-      }
-    });
+    transpose_chunk(pool, X + t0 * K, tc, K, XT.data());
     // Lower triangle by row panels: H[i0..i1)[0..i1) += XT[i0..i1) . XT[0..i1)^T, one f32 GEMM each (y = x w^T
     // with x = the panel's rows, w = all rows up to i1, inner dimension = the chunk's tokens).
     for (int64_t i0 = 0; i0 < K; i0 += P) {
@@ -184,13 +189,8 @@ void accumulate_atb(const OpContext& ctx, const float* A, const float* B, int64_
   std::vector<float> C(P * K);                // [P, K]
   for (int64_t t0 = 0; t0 < T; t0 += Tc) {
     const int64_t tc = std::min(Tc, T - t0);
-    pool.parallel_for(K, [&](int64_t k0, int64_t k1) {
-      for (int64_t t = 0; t < tc; ++t) {
-        const float* a = A + (t0 + t) * K;
-        const float* b = B + (t0 + t) * K;
-        for (int64_t k = k0; k < k1; ++k) AT[k * tc + t] = a[k], BT[k * tc + t] = b[k];
-      }
-    });
+    transpose_chunk(pool, A + t0 * K, tc, K, AT.data());
+    transpose_chunk(pool, B + t0 * K, tc, K, BT.data());
     const Tensor w = Tensor::view(DType::kF32, {K, tc}, BT.data());
     for (int64_t i0 = 0; i0 < K; i0 += P) {
       const int64_t i1 = std::min(K, i0 + P), m = i1 - i0;

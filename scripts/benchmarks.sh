@@ -12,7 +12,7 @@ N=${3:-16}
 mkdir -p "$O"
 Q=${BLOCKSPEC_MODELS:-$HOME/.cache/blockspec/models}/qwen2.5-coder-1.5b.gguf
 B=build/blockspec
-PROMPTS=../shared/data/prompts/mt_bench.jsonl
+PROMPTS=data/prompts/mt_bench.jsonl
 uptime > "$O/uptime_start.txt"
 
 if [ "$WHAT" = engine ] || [ "$WHAT" = all ]; then

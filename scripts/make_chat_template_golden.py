@@ -3,7 +3,7 @@
 
 Writes under tests/fixtures/chat/:
 
-  qwen3.jinja           Qwen3's template (shared/data/tokenizers/qwen3/tokenizer_config.json)
+  qwen3.jinja           Qwen3's template (data/tokenizers/qwen3/tokenizer_config.json)
   qwen2.5-coder.jinja   GGUF tokenizer.chat_template of qwen2.5-coder-1.5b.gguf
   smollm2.jinja         GGUF tokenizer.chat_template of smollm2.gguf
   cases.json            {"templates": {name: file}, "cases": [{template, name,
@@ -30,7 +30,7 @@ import transformers
 from transformers import AutoTokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-QWEN3_DIR = os.path.join(ROOT, "..", "shared", "data", "tokenizers", "qwen3")
+QWEN3_DIR = os.path.join(ROOT, "data", "tokenizers", "qwen3")
 MODELS = os.path.expanduser("~/.cache/blockspec/models")
 OUT = os.path.join(ROOT, "tests", "fixtures", "chat")
 

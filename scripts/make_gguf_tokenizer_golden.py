@@ -50,7 +50,7 @@ EXPECTED = {"tokenizers": "0.23.3", "transformers": "5.23.0", "gguf": "0.19.0"}
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(REPO, "tests", "fixtures", "tokenizer_gguf")
 MODELS_DIR = os.path.join(os.environ.get("BLOCKSPEC_CACHE", os.path.expanduser("~/.cache/blockspec")), "models")
-QWEN3_JSON = os.path.join(REPO, "..", "shared", "data", "tokenizers", "qwen3", "tokenizer.json")
+QWEN3_JSON = os.path.join(REPO, "data", "tokenizers", "qwen3", "tokenizer.json")
 MODELS = ["smollm2", "qwen2.5-coder-1.5b"]
 TYPE_NAMES = {0: "undefined", 1: "normal", 2: "unknown", 3: "control", 4: "user_defined", 5: "unused", 6: "byte"}
 

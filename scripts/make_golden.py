@@ -71,7 +71,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Co
 from transformers import LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-CORPUS = Path("/work/shared/data/text/tinyshakespeare.txt")
+CORPUS = Path(__file__).resolve().parent.parent / "data" / "text" / "tinyshakespeare.txt"
 
 # ---------------------------------------------------------------------------------------------
 # Tokenizer

@@ -5,7 +5,7 @@ N(0, 0.02) in bf16 (norms 1), so outputs are meaningless; the shapes are real.
 
   scripts/make_random_model.py OUT_DIR [--preset qwen3-0.6b|tiny] [--seed S]
 
-Needs only numpy. The tokenizer is the real Qwen3 one from ../shared/data.
+Needs only numpy. The tokenizer is the real Qwen3 one from the repository's data/.
 """
 import argparse
 import json
@@ -77,7 +77,7 @@ def main():
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     here = os.path.dirname(os.path.abspath(__file__))
-    shutil.copy(os.path.join(here, "..", "..", "shared", "data", "tokenizers", "qwen3", "tokenizer.json"),
+    shutil.copy(os.path.join(here, "..", "data", "tokenizers", "qwen3", "tokenizer.json"),
                 os.path.join(args.out, "tokenizer.json"))
     print(f"wrote {args.out}: {off / 1e6:.1f} MB of bf16 weights")
 

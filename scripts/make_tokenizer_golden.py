@@ -15,7 +15,7 @@ writes under tests/fixtures/tokenizer/:
   golden_ids.bin       int32 little-endian ids of the subset
 
 The corpus is NOT stored whole: the large part is rebuilt by the C++ test
-from ../shared/data (relative to the repo root) by the same rules as
+from data/ (in the repo; copied from the team's shared data) by the same rules as
 `shared_documents` below; keep the two in sync
 (tests/tokenizer/golden_corpus.cc).
 
@@ -46,7 +46,7 @@ DOC_BYTES = 16384
 FULL_IDS_EVERY = 10  # shared-data documents with full ids: every 10th
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.join(REPO, "..", "shared", "data")
+SHARED = os.path.join(REPO, "data")
 OUT = os.path.join(REPO, "tests", "fixtures", "tokenizer")
 TOKENIZER_JSON = os.path.join(SHARED, "tokenizers", "qwen3", "tokenizer.json")
 JSONL_FILES = ["mt_bench", "humaneval", "gsm8k_test", "gsm8k_train"]

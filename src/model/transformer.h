@@ -10,7 +10,7 @@
 #include "base/thread_pool.h"
 #include "formats/hf_config.h"
 #include "kernels/ops.h"
-#include "model/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "model/weights.h"
 
 namespace blockspec {

@@ -44,35 +44,51 @@ Engine::Engine(std::unique_ptr<Transformer> model, const EngineOptions& opts) : 
          c.max_position_embeddings);
   if (opts.max_step_tokens < 16) fail("max_step_tokens must be >= 16, found ", opts.max_step_tokens);
   max_model_len_ = I.max_model_len;
+  // A given num_speculative_tokens is the draft length of every step (as in
+  // vLLM); without it the draft length adapts to the measured verify cost.
+  int64_t max_draft = 0;
+  if (opts.spec) {
+    I.spec = opts.spec;
+    I.drafter = load_drafter(*I.spec, *I.model);  // fills in K for drafters
+    max_draft = I.spec->num_speculative_tokens;
+    if (I.spec->adaptive_k)
+      I.ksel = opts.verify_cost_ms.empty() ? KSelector(*I.model, max_draft, opts.max_num_seqs)
+                                           : KSelector(opts.verify_cost_ms, max_draft);
+  }
   // KV budget in pages of kPageTokens tokens.
   const int64_t per_token = I.model->kv_bytes_per_token();
   // Default: room for max_num_seqs full-length sequences, but at most 2 GiB
   // of KV (and at least one full-length sequence).
   const int64_t page_bytes = per_token * kPageTokens;
-  const int64_t full = opts.max_num_seqs * ((I.max_model_len + kPageTokens - 1) / kPageTokens);
-  I.pages_total = opts.kv_cache_mb > 0
-                      ? opts.kv_cache_mb * (int64_t(1) << 20) / page_bytes
-                      : std::max((I.max_model_len + kPageTokens - 1) / kPageTokens,
-                                 std::min(full, (int64_t(2) << 30) / page_bytes));
-  if (I.pages_total * kPageTokens < I.max_model_len)
-    fail("the KV cache budget (", I.pages_total * kPageTokens, " tokens) is smaller than --max-model-len ",
-         I.max_model_len, "; raise the KV memory or lower --max-model-len");
+  const int64_t longest = I.max_model_len + (max_draft > 0 ? max_draft + 1 : 0);  // a verify block past the end
+  const int64_t longest_pages = (longest + kPageTokens - 1) / kPageTokens;
+  const int64_t full = opts.max_num_seqs * longest_pages;
+  const int64_t pages_total = opts.kv_cache_mb > 0 ? opts.kv_cache_mb * (int64_t(1) << 20) / page_bytes
+                                                   : std::max(longest_pages, std::min(full, (int64_t(2) << 30) / page_bytes));
+  if (pages_total < longest_pages)
+    fail("the KV cache budget (", pages_total * kPageTokens, " tokens) is smaller than --max-model-len ",
+         I.max_model_len, longest > I.max_model_len ? " plus a verify block" : "",
+         "; raise the KV memory or lower --max-model-len");
   {
     const ModelConfig& mc = I.model->config();
     I.pool = std::make_unique<KvPool>(mc.n_layers, mc.n_kv_heads, mc.head_dim, I.model->kv_cache_dtype(), kPageTokens,
-                                      I.pages_total);
+                                      pages_total);
     if (!I.model->kv_k_scales().empty()) I.pool->set_layer_scales(I.model->kv_k_scales(), I.model->kv_v_scales());
   }
-  if (opts.spec) {
-    I.spec = opts.spec;
-    I.drafter = load_drafter(*I.spec, *I.model);
-    I.ksel = KSelector(*I.model, I.spec->num_speculative_tokens, opts.max_num_seqs);
-  }
+  I.blocks = std::make_unique<BlockAllocator>(pages_total);
+  SchedulerOptions so;
+  so.max_num_seqs = opts.max_num_seqs;
+  so.max_step_tokens = opts.max_step_tokens;
+  so.page_tokens = kPageTokens;
+  so.max_model_len = I.max_model_len;
+  so.max_draft = max_draft;
+  I.sched = std::make_unique<Scheduler>(so, *I.blocks);
+  I.runner = std::make_unique<ModelRunner>(*I.model);
   I.m.ttft_s = make_hist({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80});
   I.m.tpot_s = make_hist({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80});
   I.m.e2e_s = make_hist({0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960});
   I.m.kv_page_tokens = kPageTokens;
-  I.m.kv_pages_total = I.pages_total;
+  I.m.kv_pages_total = pages_total;
   I.dead = &dead_;
   I.thread = std::thread([&I] { I.loop(); });
 }
@@ -106,15 +122,18 @@ uint64_t Engine::submit(RequestParams p, std::function<void(const TokenEvent&)> 
   if (dead_.load()) fail("the engine has stopped after an internal error");
   auto s = std::make_unique<Sequence>();
   s->params = std::move(p);
+  s->st.prompt_len = static_cast<int64_t>(s->params.prompt.size());
+  s->st.max_tokens = s->params.max_tokens;
+  s->st.may_draft = I.spec.has_value() && !s->penalized();
   s->on_event = std::move(on_event);
   s->t_submit = now_s();
   s->rng = Rng(s->params.sampling.seed);
   uint64_t id;
   {
     std::lock_guard<std::mutex> g(I.mu);
-    id = s->id = I.next_id++;
-    I.waiting.push_back(std::move(s));
-    I.m.waiting = static_cast<int64_t>(I.waiting.size());
+    id = s->st.id = I.next_id++;
+    I.incoming.push_back(std::move(s));
+    ++I.m.waiting;
   }
   I.cv.notify_all();
   return id;
@@ -136,28 +155,32 @@ EngineMetrics Engine::metrics() const {
 }
 
 void Engine::Impl::finish(Sequence& s, const std::string& reason, const std::string& error) {
-  if (s.done) return;
-  s.done = true;
+  if (s.ended) return;
+  s.ended = true;
   TokenEvent ev;
   ev.finished = true;
   ev.finish_reason = reason;
   ev.error = error;
-  ev.prompt_tokens = static_cast<int64_t>(s.params.prompt.size());
-  ev.completion_tokens = s.n_generated;
+  ev.prompt_tokens = s.st.prompt_len;
+  ev.completion_tokens = s.st.n_generated;
   ev.spec = s.stats;
   const double t = now_s();
+  if (s.running) sched->finish(&s.st);  // its pages go back now
+  s.running = false;
+  s.cache.reset();
+  s.proposer = nullptr;
+  s.owned_proposer.reset();
   {
     std::lock_guard<std::mutex> g(mu);
     if (reason == "abort") ++m.requests_aborted;
     else ++m.requests_finished;
     m.e2e_s.observe(t - s.t_submit);
-    if (s.n_generated > 1 && s.t_first > 0) m.tpot_s.observe((t - s.t_first) / static_cast<double>(s.n_generated - 1));
+    if (s.st.n_generated > 1 && s.t_first > 0)
+      m.tpot_s.observe((t - s.t_first) / static_cast<double>(s.st.n_generated - 1));
     m.spec.merge(s.stats);
     m.finished_by_reason[reason]++;
   }
   if (s.on_event) s.on_event(ev);
-  s.cache.reset();  // KV memory back at once; the pages return when the step drops it from running
-  s.proposer.reset();
 }
 
 void Engine::Impl::loop() {
@@ -165,23 +188,25 @@ void Engine::Impl::loop() {
     for (;;) {
       {
         std::unique_lock<std::mutex> lk(mu);
-        cv.wait(lk, [&] { return stop || !waiting.empty() || !to_cancel.empty() || !running.empty(); });
+        cv.wait(lk, [&] { return stop || !incoming.empty() || !to_cancel.empty() || !live.empty(); });
         if (stop) break;
       }
+      if (opts.before_step) opts.before_step();
       step();
     }
   } catch (const std::exception& e) {
     dead->store(true);
-    for (auto& s : running) finish(*s, "error", std::string("internal error: ") + e.what());
+    for (auto& [id, s] : live)
+      if (s->running) finish(*s, "error", std::string("internal error: ") + e.what());
   }
   // Stopping: everything still queued or running ends as aborted.
-  std::deque<std::unique_ptr<Sequence>> rest;
   {
     std::lock_guard<std::mutex> g(mu);
-    rest.swap(waiting);
+    for (auto& s : incoming) live.emplace(s->st.id, std::move(s));
+    incoming.clear();
   }
-  for (auto& s : running) finish(*s, "abort");
-  for (auto& s : rest) finish(*s, "abort");
+  for (auto& [id, s] : live) finish(*s, "abort");  // no-op for those that ended in error
+  live.clear();
 }
 
 }  // namespace blockspec

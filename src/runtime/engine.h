@@ -35,6 +35,19 @@ struct EngineOptions {
   int64_t kv_cache_mb = 0;        // KV pool budget; 0: max_num_seqs * max_model_len tokens
   int64_t max_step_tokens = 256;  // tokens one step forwards (prefill chunks fill what decodes leave)
   std::optional<SpecConfig> spec;  // speculative decoding for every request
+  // Adaptive K (spec without num_speculative_tokens): the target's verify
+  // cost {rows, ms}, rows increasing; empty: measured at start-up.
+  std::vector<std::pair<int64_t, double>> verify_cost_ms;
+  // A test seam, empty in production: takes the proposer `spec` made for a
+  // new request and returns the one to use (a test wraps it, e.g. to break
+  // its proposal distribution on purpose, or replaces it with one whose
+  // drafts it knows). spec still sets the draft length.
+  std::function<std::unique_ptr<Proposer>(std::unique_ptr<Proposer>)> wrap_proposer;
+  // A test seam, empty in production: called on the engine thread before
+  // every step, with no lock held. A test blocks in it to hold requests at a
+  // known point (e.g. unfinished while a client hangs up), so it can wait on
+  // a condition instead of racing the engine.
+  std::function<void()> before_step;
 };
 
 struct RequestParams {

@@ -18,7 +18,10 @@ namespace blockspec {
 class KSelector {
  public:
   KSelector() = default;
-  KSelector(Transformer& model, int64_t K, int64_t max_seqs);
+  KSelector(Transformer& model, int64_t K, int64_t max_seqs);  // measures the table
+  // From a given cost table {rows, ms} with rows increasing (tests, or a
+  // table measured elsewhere).
+  KSelector(std::vector<std::pair<int64_t, double>> table, int64_t K) : K_(K), table_(std::move(table)) {}
   int64_t choose(int64_t n_decoding, const SpecStats& seen, double draft_ms_per_seq) const;
   int64_t max_k() const { return K_; }
 

@@ -7,9 +7,13 @@
 #include "base/timer.h"
 #include "formats/dflash_config.h"
 #include "runtime/dflash_proposer.h"
+#include "kv/block_allocator.h"
+#include "kv/kv_pool.h"
 #include "runtime/k_selector.h"
+#include "runtime/model_runner.h"
 #include "runtime/ngram.h"
-#include "runtime/spec_verify.h"
+#include "runtime/scheduler.h"
+#include "runtime/sequence.h"
 
 namespace blockspec {
 
@@ -108,91 +112,83 @@ SpecResult generate_speculative(Transformer& model, Proposer& proposer, int64_t 
                                 const GenerateOptions& opts, const std::function<void(int32_t)>& on_token,
                                 const KSelector* ksel) {
   const ModelConfig& c = model.config();
-  const int64_t V = c.vocab_size;
   validate_generate(model, prompt, opts);
   if (K < 0) fail("num_speculative_tokens must be >= 0, found ", K);
   const int64_t P0 = static_cast<int64_t>(prompt.size());
-  const int64_t total = P0 + opts.max_new_tokens;
-  const std::vector<int32_t>& eos = opts.eos_ids.empty() ? c.eos_token_ids : opts.eos_ids;
-  const bool greedy = opts.sampling.temperature <= 0;
-  const bool taps = !proposer.tap_layers().empty();
-  if (taps && proposer.tap_layers() != model.tap_layers()) model.set_tap_layers(proposer.tap_layers());
-
   SpecResult res;
   GenerateResult& r = res.gen;
   r.prompt_tokens = P0;
   r.finish_reason = "length";
-  // The verify block may reach K positions past the last emitted token.
-  KvCache cache = model.new_cache(total + K + 1);
-  Rng rng(opts.sampling.seed);
-  std::vector<float> logits, feats;
-  std::vector<int32_t> seq = prompt;
-  proposer.reset();
+  if (!proposer.tap_layers().empty() && proposer.tap_layers() != model.tap_layers())
+    model.set_tap_layers(proposer.tap_layers());
   Timer timer;
-  model.prefill(prompt.data(), P0, cache, logits, false, taps ? &feats : nullptr);
-  r.prefill_seconds = timer.seconds();
-  if (opts.max_new_tokens == 0) return res;
-  timer.reset();
-  proposer.observe(seq, 0, P0, taps ? feats.data() : nullptr);
-
-  std::vector<float> probs;
-  bool done = false;
-  // Appends a token; false once generation must stop.
-  auto emit = [&](int32_t t) {
-    seq.push_back(t);
-    r.tokens.push_back(t);
-    if (on_token) on_token(t);
-    if (opts.stop_at_eos && std::find(eos.begin(), eos.end(), t) != eos.end()) {
-      r.finish_reason = "stop";
-      return false;
-    }
-    return static_cast<int64_t>(r.tokens.size()) < opts.max_new_tokens;
-  };
-  int32_t first;
-  if (greedy) {
-    first = argmax(logits.data(), V);
-  } else {
-    sampling_probs(logits.data(), V, opts.sampling, probs);
-    first = sample_from_probs(probs.data(), V, rng);
+  if (opts.max_new_tokens == 0) {  // the prompt only
+    KvCache cache = model.new_cache(P0);
+    std::vector<float> logits;
+    model.prefill(prompt.data(), P0, cache, logits, false);
+    r.prefill_seconds = timer.seconds();
+    return res;
   }
-  done = !emit(first);
-  Draft draft;
-  std::vector<int32_t> block;
-  double draft_ms = 0;  // measured proposer time per step (EMA)
-  while (!done) {
-    const int64_t remaining = opts.max_new_tokens - static_cast<int64_t>(r.tokens.size());
-    int64_t k = std::min<int64_t>(K, remaining - 1);  // a pass emits accepted + 1 <= remaining
-    if (ksel != nullptr) k = std::min(k, ksel->choose(1, res.stats, draft_ms));
-    draft.clear();
-    if (k > 0) {
-      Timer dt;
-      proposer.propose(seq, k, opts.sampling, rng, draft);
-      const double ms = dt.seconds() * 1e3;
+  // One sequence through the serving engine's step (scheduler plan +
+  // ModelRunner), over a pool that holds exactly its worst case.
+  Sequence s;
+  s.st.id = 1;
+  s.st.prompt_len = P0;
+  s.st.max_tokens = opts.max_new_tokens;
+  s.st.may_draft = K > 0;
+  s.params.prompt = prompt;
+  s.params.max_tokens = opts.max_new_tokens;
+  s.params.sampling = opts.sampling;
+  s.params.ignore_eos = !opts.stop_at_eos || !opts.eos_ids.empty();
+  if (opts.stop_at_eos) s.params.stop_token_ids = opts.eos_ids;  // empty: the model's eos (ignore_eos false)
+  s.rng = Rng(opts.sampling.seed);
+  s.proposer = &proposer;
+  proposer.reset();
+  SchedulerOptions so;
+  so.max_num_seqs = 1;
+  so.max_step_tokens = EngineOptions{}.max_step_tokens;
+  so.page_tokens = 16;
+  so.max_model_len = c.max_position_embeddings;
+  so.max_draft = K;
+  so.draft_within_budget = true;
+  const int64_t n_pages = Scheduler::pages_for(so, s.st);
+  BlockAllocator blocks(n_pages);
+  KvPool pool(c.n_layers, c.n_kv_heads, c.head_dim, model.kv_cache_dtype(), so.page_tokens, n_pages);
+  if (!model.kv_k_scales().empty()) pool.set_layer_scales(model.kv_k_scales(), model.kv_v_scales());
+  Scheduler sched(so, blocks);
+  sched.add(&s.st);
+  ModelRunner runner(model);
+  double draft_ms = 0;  // measured proposer time per step (EMA), for ksel
+  auto choose = [&](int64_t n) { return ksel ? std::min(K, ksel->choose(n, s.stats, draft_ms)) : K; };
+  while (s.end_reason.empty()) {
+    const StepPlan plan = sched.plan(choose);
+    for (SeqState* st : plan.admitted) {
+      BS_ASSERT(st == &s.st);
+      s.cache = std::make_unique<KvCache>(pool);
+      s.cache->append_pages(s.st.blocks);
+      s.tokens = prompt;
+    }
+    BS_ASSERT(!plan.rows.empty());  // the pool holds the one sequence's worst case
+    const bool verify = plan.rows[0].decode;
+    const ModelRunner::StepOutcome o = runner.run(plan, [&](const SeqState&) -> Sequence& { return s; });
+    if (o.n_drafted > 0) {
+      const double ms = o.draft_seconds * 1e3;
       draft_ms = draft_ms == 0 ? ms : 0.8 * draft_ms + 0.2 * ms;
     }
-    if (draft.size() > k) fail(proposer.method(), ": proposed ", draft.size(), " tokens, asked for ", k);
-    const int64_t kd = draft.size();
-    block.assign(1, seq.back());
-    block.insert(block.end(), draft.tokens.begin(), draft.tokens.end());
-    const int64_t start = cache.size();
-    model.forward_batch({Transformer::SeqChunk{block.data(), kd + 1, &cache, true, taps ? &feats : nullptr}}, logits);
-    ++res.target_passes;
-    const VerifyOutcome v =
-        greedy ? verify_greedy(draft, logits.data(), V) : verify_sampled(draft, logits.data(), V, opts.sampling, rng);
-    if (kd > 0) res.stats.record(kd, v.accepted);
-    // The anchor and the accepted drafts are now committed and in the
-    // target's cache; rejected rows are dropped by cropping. v.next (the
-    // correction or bonus) is the new anchor: committed, not yet run.
-    cache.set_size(start + v.accepted + 1);
-    const int64_t n_seen = static_cast<int64_t>(seq.size()) - 1;
-    bool go = true;
-    for (int64_t i = 0; i < v.accepted && go; ++i) go = emit(draft.tokens[i]);
-    if (go) go = emit(v.next);
-    done = !go;
-    if (!done) proposer.observe(seq, n_seen, v.accepted + 1, taps ? feats.data() : nullptr);
+    if (verify) ++res.target_passes;
+    if (on_token)
+      for (int32_t t : s.out) on_token(t);
+    if (!verify && !s.out.empty()) {  // the prompt is in: the first token came from the prefill
+      r.prefill_seconds = timer.seconds();
+      timer.reset();
+    }
   }
   r.decode_seconds = timer.seconds();
+  r.finish_reason = s.end_reason;
+  r.tokens.assign(s.tokens.begin() + P0, s.tokens.end());
   r.decode_steps = static_cast<int64_t>(r.tokens.size()) - 1;
+  res.stats = s.stats;
+  sched.finish(&s.st);
   return res;
 }
 

@@ -119,7 +119,7 @@ TEST(Cli, BadInputIsOneLineErrorAndNonZeroExit) {
 
 // ---- eval ----
 
-const std::string kText = std::string(BS_SOURCE_DIR) + "/../shared/data/text/tinyshakespeare.txt";
+const std::string kText = std::string(BS_SOURCE_DIR) + "/data/text/tinyshakespeare.txt";
 
 std::string eval_args(const std::string& model, const std::string& ref, const std::string& extra) {
   return "eval -m " + model + " --reference " + ref + " --text " + kText + " " + extra;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kv/block_allocator.h"
 #include "model/transformer.h"
 
 namespace blockspec {
@@ -125,22 +126,9 @@ TEST(KvCacheDtypes, AutoFollowsTheModelDtype) {
 
 // ---- paged storage ----
 
-TEST(KvPool, AllocateFreeAndExhaustion) {
+TEST(KvPool, PagesAndSectionsAreAligned) {
   KvPool pool(2, 2, 32, KvDType::kInt8BlockG128, 16, 3);
   EXPECT_EQ(pool.pages_total(), 3);
-  EXPECT_EQ(pool.pages_free(), 3);
-  EXPECT_EQ(pool.allocate(), 0);  // a fresh pool hands pages out in order
-  EXPECT_EQ(pool.allocate(), 1);
-  EXPECT_EQ(pool.allocate(), 2);
-  EXPECT_EQ(pool.allocate(), -1);
-  EXPECT_EQ(pool.pages_free(), 0);
-  pool.free(1);
-  EXPECT_EQ(pool.pages_free(), 1);
-  EXPECT_THROW(pool.free(1), Error);   // double free
-  EXPECT_THROW(pool.free(3), Error);   // not a page
-  EXPECT_THROW(pool.free(-1), Error);
-  EXPECT_EQ(pool.allocate(), 1);
-  EXPECT_EQ(pool.allocate(), -1);
   // 64-byte aligned pages and sections; sections inside the page.
   for (int64_t p = 0; p < 3; ++p) EXPECT_EQ(reinterpret_cast<uintptr_t>(pool.page_data(p)) % 64, 0u);
   for (int64_t l = 0; l < 2; ++l)
@@ -153,44 +141,43 @@ TEST(KvPool, AllocateFreeAndExhaustion) {
   EXPECT_THROW(KvPool(2, 2, 32, KvDType::kF32, 0, 3), Error);
 }
 
-TEST(KvPool, ReserveTakesAllOrNothingAndReleaseReturnsPages) {
+// Grows a paged cache to hold n tokens with pages from `alloc`, as the
+// engine's scheduler does at admission; false (taking nothing) when too few
+// are free. Contiguous caches (alloc null) only check their capacity.
+bool grow(KvCache& c, BlockAllocator* alloc, int64_t page_tokens, int64_t n) {
+  if (!alloc) return n <= c.capacity();
+  const int64_t need = (n + page_tokens - 1) / page_tokens - c.n_pages();
+  if (need <= 0) return true;
+  std::vector<int32_t> pages = alloc->allocate(need);
+  if (pages.empty()) return false;
+  c.append_pages(pages);
+  return true;
+}
+
+TEST(KvPaged, ACacheViewsThePagesItIsGiven) {
   KvPool pool(3, 2, 32, KvDType::kBF16, 4, 5);
-  KvCache a(pool), b(pool);
+  KvCache a(pool);
   EXPECT_EQ(a.capacity(), 0);
-  EXPECT_TRUE(a.reserve(9));  // 3 pages
+  a.append_pages({3, 1});
+  EXPECT_EQ(a.capacity(), 8);
+  EXPECT_EQ(a.pages(), (std::vector<int32_t>{3, 1}));
+  a.append_pages({4});
   EXPECT_EQ(a.capacity(), 12);
-  EXPECT_EQ(pool.pages_free(), 2);
-  EXPECT_TRUE(a.reserve(12));  // already held
-  EXPECT_EQ(pool.pages_free(), 2);
-  EXPECT_FALSE(b.reserve(9));  // needs 3, 2 free: takes nothing
-  EXPECT_EQ(b.capacity(), 0);
-  EXPECT_EQ(pool.pages_free(), 2);
-  EXPECT_TRUE(b.reserve(8));
-  EXPECT_EQ(pool.pages_free(), 0);
+  EXPECT_THROW(a.append_pages({5}), Error);  // not a page of the pool
   a.set_size(10);
   a.set_size(3);  // rollback keeps the pages
   EXPECT_EQ(a.capacity(), 12);
   EXPECT_THROW(a.set_size(13), Error);
-  a.release();
-  EXPECT_EQ(a.size(), 0);
-  EXPECT_EQ(a.capacity(), 0);
-  EXPECT_EQ(pool.pages_free(), 3);
-  {
-    KvCache c(pool);
-    EXPECT_TRUE(c.reserve(5));
-    KvCache d = std::move(c);  // pages move with the cache
-    EXPECT_EQ(d.capacity(), 8);
-    EXPECT_EQ(pool.pages_free(), 1);
-    d = KvCache(pool);  // assignment returns the old pages
-    EXPECT_EQ(pool.pages_free(), 3);
-    EXPECT_TRUE(d.reserve(1));
-  }  // destructor returns them
-  EXPECT_EQ(pool.pages_free(), 3);
-  // Contiguous caches are one private page; they cannot grow.
+  KvCache b = std::move(a);  // the page table moves with the cache
+  EXPECT_EQ(b.capacity(), 12);
+  EXPECT_EQ(b.size(), 3);
+  b.release();
+  EXPECT_EQ(b.size(), 0);
+  EXPECT_EQ(b.capacity(), 0);
+  // Contiguous caches are one private page of their capacity.
   KvCache e(3, 10, 2, 32, KvDType::kF32);
   EXPECT_EQ(e.capacity(), 10);
-  EXPECT_TRUE(e.reserve(10));
-  EXPECT_FALSE(e.reserve(11));
+  EXPECT_EQ(e.n_pages(), 1);
   EXPECT_EQ(KvCache(3, 0, 2, 32).capacity(), 0);
 }
 
@@ -198,10 +185,8 @@ TEST(KvPool, RowsLiveWhereTheLayoutSays) {
   // Token pos's K row of layer l: page_data(page) + code_offset(l, K) + (pos % page_tokens) * code_row_bytes.
   const int64_t L = 2, H = 2, D = 40, pt = 3;
   KvPool pool(L, H, D, KvDType::kInt8PerTokenHead, pt, 4);
-  const int64_t spare = pool.allocate();  // so the cache's pages do not start at 0
   KvCache c(pool);
-  ASSERT_TRUE(c.reserve(7));
-  pool.free(spare);
+  c.append_pages({2, 1, 3});  // not starting at page 0, not in order
   std::vector<float> k(7 * H * D), v(7 * H * D);
   for (size_t i = 0; i < k.size(); ++i) k[i] = std::sin(0.1f * i), v[i] = std::cos(0.3f * i);
   c.write(1, 0, 7, k.data(), v.data());
@@ -225,9 +210,11 @@ TEST(KvPool, RowsLiveWhereTheLayoutSays) {
 // Three sequences batched: prefills of 13 / 6 / 21 tokens in one forward
 // (all logits), 5 batched decode steps, then a speculative block of 6 tokens
 // on each, rolled back to 1 / 4 / 0 accepted (set_size), and 3 more batched
-// decode steps after the rollback. Each cache reserves what every forward
-// needs first (a no-op on contiguous caches). Returns every logit.
-std::vector<float> batched_run(Transformer& m, std::vector<KvCache>& caches) {
+// decode steps after the rollback. Each cache grows to what every forward
+// needs first (paged caches, from alloc; contiguous ones have room). Returns
+// every logit.
+std::vector<float> batched_run(Transformer& m, std::vector<KvCache>& caches, BlockAllocator* alloc = nullptr,
+                               int64_t page_tokens = 0) {
   std::vector<std::vector<int32_t>> prompts;
   for (int64_t n : {13, 6, 21}) {
     auto p = prompt(n + 7);
@@ -238,7 +225,7 @@ std::vector<float> batched_run(Transformer& m, std::vector<KvCache>& caches) {
     std::vector<Transformer::SeqChunk> chunks;
     for (size_t i = 0; i < caches.size(); ++i) {
       const auto n = static_cast<int64_t>(toks[i].size());
-      EXPECT_TRUE(caches[i].reserve(caches[i].size() + n));
+      EXPECT_TRUE(grow(caches[i], alloc, page_tokens, caches[i].size() + n));
       chunks.push_back({toks[i].data(), n, &caches[i], all_logits});
     }
     m.forward_batch(chunks, l);
@@ -263,6 +250,7 @@ TEST(KvPaged, ScatteredPagesGiveLogitsIdenticalToContiguousCaches) {
     const auto want = batched_run(*m, contiguous);
 
     KvPool pool(c.n_layers, c.n_kv_heads, c.head_dim, dc.t, kPageTokens, 64);
+    BlockAllocator alloc(64);
     std::vector<KvCache> paged;
     for (int i = 0; i < 3; ++i) paged.emplace_back(pool);
     {
@@ -270,11 +258,12 @@ TEST(KvPaged, ScatteredPagesGiveLogitsIdenticalToContiguousCaches) {
       // the spacer's pages are freed so later growth refills the holes.
       KvCache spacer(pool);
       for (int64_t n = 1; n <= 3; ++n) {
-        for (auto& pc : paged) ASSERT_TRUE(pc.reserve(n * kPageTokens));
-        ASSERT_TRUE(spacer.reserve(n * kPageTokens));
+        for (auto& pc : paged) ASSERT_TRUE(grow(pc, &alloc, kPageTokens, n * kPageTokens));
+        ASSERT_TRUE(grow(spacer, &alloc, kPageTokens, n * kPageTokens));
       }
+      alloc.free(spacer.pages());
     }
-    const auto got = batched_run(*m, paged);
+    const auto got = batched_run(*m, paged, &alloc, kPageTokens);
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << kv_dtype_name(dc.t) << " i=" << i;
     for (const auto& pc : paged) {
@@ -283,8 +272,11 @@ TEST(KvPaged, ScatteredPagesGiveLogitsIdenticalToContiguousCaches) {
       EXPECT_FALSE(adjacent) << "pages should be scattered";
       EXPECT_GE(pc.n_pages(), 3);
     }
-    for (auto& pc : paged) pc.release();
-    EXPECT_EQ(pool.pages_free(), pool.pages_total());
+    for (auto& pc : paged) {
+      alloc.free(pc.pages());
+      pc.release();
+    }
+    EXPECT_EQ(alloc.n_free(), pool.pages_total());
   }
 }
 

@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <string>
 
 #include "base/error.h"
@@ -74,19 +73,15 @@ TEST(Ngram, ValidatesBounds) {
   }
 }
 
-TEST(Ngram, FastOnLongSequences) {
+// The match is found across a long sequence (its speed is a benchmark's
+// business, not a test's: a timed assertion fails on a busy machine).
+TEST(Ngram, FindsTheMatchAcrossALongSequence) {
   // 4096 distinct tokens, then the first again: the scan walks the whole sequence.
   std::vector<int32_t> seq;
   for (int32_t i = 0; i < 4096; ++i) seq.push_back(i);
   seq.push_back(0);
   NgramProposer p(1, 5);
-  auto t0 = std::chrono::steady_clock::now();
-  std::vector<int32_t> d;
-  for (int rep = 0; rep < 200; ++rep) d = propose(p, seq, 4);
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 200;
-  EXPECT_EQ(d, (std::vector<int32_t>{1, 2, 3, 4}));
-  printf("ngram propose on 4097 tokens: %.4f ms/call\n", ms);
-  EXPECT_LT(ms, 5.0);
+  EXPECT_EQ(propose(p, seq, 4), (std::vector<int32_t>{1, 2, 3, 4}));
 }
 
 }  // namespace

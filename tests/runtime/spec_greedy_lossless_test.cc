@@ -55,13 +55,17 @@ class Recording : public Proposer {
 };
 
 // Proposes the target's own greedy continuation `ref` (prompt + plain greedy
-// output) with the token at a random offset c in [0, k] replaced (c == k: no
-// corruption; always when !corrupt), so exactly c drafts must be accepted. Checks, at each call,
-// that the previous step accepted exactly what it expected.
+// output, at least K tokens past the budget's end) with the token at a
+// random offset c in [0, k] replaced (c == k: no corruption; always when
+// !corrupt), so exactly c drafts must be accepted. Checks, at each call, that
+// the previous step accepted exactly what it expected. The loop drafts K
+// tokens even in its last steps and counts as accepted only what the budget
+// (ending at position `end`, prompt + max_new_tokens) can still use:
+// expected_accepted does the same.
 class TeacherForced : public Proposer {
  public:
-  TeacherForced(std::vector<int32_t> ref, int64_t V, uint64_t seed, bool corrupt = true)
-      : ref_(std::move(ref)), V_(V), gen_(seed), corrupt_(corrupt) {}
+  TeacherForced(std::vector<int32_t> ref, int64_t V, uint64_t seed, int64_t end, bool corrupt = true)
+      : ref_(std::move(ref)), V_(V), gen_(seed), corrupt_(corrupt), end_(end) {}
   std::string method() const override { return "teacher-forced"; }
   void observe(const std::vector<int32_t>&, int64_t, int64_t, const float*) override {}
   void propose(const std::vector<int32_t>& seq, int64_t k, const SamplingParams&, Rng&, Draft& out) override {
@@ -78,7 +82,7 @@ class TeacherForced : public Proposer {
       out.tokens.push_back(i == c ? static_cast<int32_t>((t + 1 + gen_() % (V_ - 1)) % V_) : t);
     }
     last_n_ = n, last_expected_ = c;
-    expected_accepted += c;
+    expected_accepted += std::min<int64_t>(c, end_ - n - 1);
   }
   void reset() override { last_n_ = -1, expected_accepted = 0; }
   int64_t expected_accepted = 0;
@@ -88,6 +92,7 @@ class TeacherForced : public Proposer {
   int64_t V_;
   std::mt19937_64 gen_;
   bool corrupt_;
+  int64_t end_;
   int64_t last_n_ = -1, last_expected_ = 0;
 };
 
@@ -240,10 +245,11 @@ TEST_F(SpecGreedyLossless, TeacherForcedPartialAcceptance) {
     SpecStats st;
     for (size_t i = 0; i < ps.size(); ++i) {
       SCOPED_TRACE("K=" + std::to_string(K) + " prompt " + std::to_string(i));
-      const std::vector<int32_t> out = generate(*model_, ps[i], greedy(kNew)).tokens;
+      const std::vector<int32_t> more = generate(*model_, ps[i], greedy(kNew + 15)).tokens;
+      const std::vector<int32_t> out(more.begin(), more.begin() + kNew);
       std::vector<int32_t> ref = ps[i];
-      ref.insert(ref.end(), out.begin(), out.end());
-      TeacherForced tf(ref, V, 100 * K + i);
+      ref.insert(ref.end(), more.begin(), more.end());
+      TeacherForced tf(ref, V, 100 * K + i, static_cast<int64_t>(ps[i].size()) + kNew);
       Recording rec(tf);
       const SpecResult r = generate_speculative(*model_, rec, K, ps[i], greedy(kNew));
       ASSERT_EQ(r.gen.tokens, out);
@@ -276,7 +282,9 @@ TEST_F(SpecGreedyLossless, StopAtEosInsideAcceptedSpan) {
       for (int64_t K : {3, 15}) {
         SCOPED_TRACE(std::string(method) + " K=" + std::to_string(K) + " prompt " + std::to_string(i));
         std::unique_ptr<Proposer> p =
-            std::string(method) == "teacher" ? std::make_unique<TeacherForced>(ref, V, i, false) : proposer(method, K);
+            std::string(method) == "teacher"
+                ? std::make_unique<TeacherForced>(ref, V, i, static_cast<int64_t>(ps[i].size()) + kNew, false)
+                : proposer(method, K);
         Recording rec(*p);
         const SpecResult r = generate_speculative(*model_, rec, K, ps[i], go);
         EXPECT_EQ(r.gen.tokens, want.tokens);
@@ -296,7 +304,7 @@ TEST_F(SpecGreedyLossless, StopAtEosInsideAcceptedSpan) {
 TEST_F(SpecGreedyLossless, ShortBudgetsAndOneTokenPrompt) {
   const std::vector<std::vector<int32_t>> ps = {{42}, {17, 254, 3, 99, 17, 254, 3, 99, 17, 254}};
   for (const auto& p : ps) {
-    const std::vector<int32_t> out = generate(*model_, p, greedy(20)).tokens;
+    const std::vector<int32_t> out = generate(*model_, p, greedy(20 + 15)).tokens;
     std::vector<int32_t> ref = p;
     ref.insert(ref.end(), out.begin(), out.end());
     for (const char* method : {"teacher", "ngram", "dflash", "dflash2"}) {
@@ -306,7 +314,8 @@ TEST_F(SpecGreedyLossless, ShortBudgetsAndOneTokenPrompt) {
           SCOPED_TRACE(std::string(method) + " K=" + std::to_string(K) + " n=" + std::to_string(n) + " prompt len " +
                        std::to_string(p.size()));
           std::unique_ptr<Proposer> pr = std::string(method) == "teacher"
-                                             ? std::make_unique<TeacherForced>(ref, model_->config().vocab_size, n)
+                                             ? std::make_unique<TeacherForced>(ref, model_->config().vocab_size, n,
+                                                                               static_cast<int64_t>(p.size()) + n)
                                              : proposer(method, K);
           Recording rec(*pr);
           const SpecResult r = generate_speculative(*model_, rec, K, p, greedy(n));

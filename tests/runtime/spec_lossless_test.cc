@@ -13,6 +13,7 @@
 #include <string>
 
 #include "runtime/spec_verify.h"
+#include "sampling_harness.h"
 
 namespace blockspec {
 namespace {
@@ -173,34 +174,16 @@ Verdict run_harness(const Config& cfg, const VerifyFn& verify, int64_t N, uint64
     ++count[idx];
   }
   *mean_len = static_cast<double>(n_tokens) / n_steps;
-  // Chi-square over cells with expected count >= 5; the rest merged into one
-  // bucket (folded into the smallest kept cell if that bucket is still < 5).
+  // Chi-square over the possible cells (sampling_harness.h pools the small ones).
   Verdict v;
-  std::vector<std::pair<double, int64_t>> buckets;  // (expected, observed)
-  double small_e = 0;
-  int64_t small_o = 0;
+  std::vector<std::pair<double, int64_t>> cells;  // (expected, observed)
   for (int64_t c = 0; c < n_cells; ++c) {
-    const double e = expect[c] * N;
     v.tv += 0.5 * std::fabs(expect[c] - static_cast<double>(count[c]) / N);
-    if (expect[c] == 0) {
-      v.impossible += count[c];
-    } else if (e < 5) {
-      small_e += e, small_o += count[c];
-    } else {
-      buckets.push_back({e, count[c]});
-    }
+    if (expect[c] == 0) v.impossible += count[c];
+    else cells.push_back({expect[c] * N, count[c]});
   }
-  if (small_e >= 5 || buckets.empty()) {
-    buckets.push_back({small_e, small_o});
-  } else if (small_e > 0) {
-    auto it = std::min_element(buckets.begin(), buckets.end());
-    it->first += small_e, it->second += small_o;
-  }
-  for (auto [e, o] : buckets) v.chi2 += (o - e) * (o - e) / e;
-  v.df = static_cast<int64_t>(buckets.size()) - 1;
-  // Wilson-Hilferty: chi2/df ~ normal, so z is comparable across df.
-  const double k = static_cast<double>(std::max<int64_t>(v.df, 1)), a = 2.0 / (9.0 * k);
-  v.z = (std::cbrt(v.chi2 / k) - (1 - a)) / std::sqrt(a);
+  const testing::ChiSquare cs = testing::pooled_chi_square(cells);
+  v.chi2 = cs.chi2, v.df = cs.df, v.z = cs.z;
   return v;
 }
 

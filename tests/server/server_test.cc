@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -28,11 +30,38 @@ const std::string kModelDir = std::string(BS_SOURCE_DIR) + "/tests/fixtures/gold
 const std::string kTemplate = std::string(BS_SOURCE_DIR) + "/tests/fixtures/chat/qwen3.jinja";
 constexpr int64_t kMaxModelLen = 512;
 
-std::shared_ptr<ServedModel> load_model() {
+// Holds the engine's step loop where a test wants it (EngineOptions::
+// before_step): open by default; hold(n) lets n more steps start and then
+// blocks the loop until open() (a Held guard opens it at the end of a test).
+class StepGate {
+ public:
+  void pass() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return steps_left_ != 0; });
+    if (steps_left_ > 0) --steps_left_;
+  }
+  void hold(int64_t steps) { set(steps); }
+  void open() { set(-1); }
+
+ private:
+  void set(int64_t n) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      steps_left_ = n;
+    }
+    cv_.notify_all();
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t steps_left_ = -1;  // -1: open
+};
+
+std::shared_ptr<ServedModel> load_model(const std::shared_ptr<StepGate>& gate) {
   ModelOptions mo;
   mo.n_threads = 1;
   EngineOptions eo;
   eo.max_num_seqs = 8;
+  eo.before_step = [gate] { gate->pass(); };
   auto engine = std::make_unique<Engine>(Transformer::load(kModelDir, mo), eo);
   return make_served_model(std::move(engine), Tokenizer::from_file(kModelDir + "/tokenizer.json"),
                            read_chat_assets(kModelDir, kTemplate), kModelDir);
@@ -40,7 +69,8 @@ std::shared_ptr<ServedModel> load_model() {
 
 // One server for the whole binary (loading once keeps the suite fast).
 struct Env {
-  std::shared_ptr<ServedModel> model = load_model();
+  std::shared_ptr<StepGate> gate = std::make_shared<StepGate>();
+  std::shared_ptr<ServedModel> model = load_model(gate);
   Server server{ServerOptions{"127.0.0.1", 0, "tiny", "", 32, false}};
   int port = 0;
   Env() {
@@ -52,6 +82,12 @@ Env& env() {
   static Env e;
   return e;
 }
+
+// Holds the shared engine for one scope: hold(n) now, open at the end.
+struct Held {
+  explicit Held(int64_t steps) { env().gate->hold(steps); }
+  ~Held() { env().gate->open(); }
+};
 
 httplib::Client client(int port) {
   httplib::Client c("127.0.0.1", port);
@@ -161,6 +197,35 @@ void expect_idle() {
   }
   ADD_FAILURE() << "engine not idle: running " << m["blockspec:num_requests_running"] << ", waiting "
                 << m["blockspec:num_requests_waiting"] << ", kv pages " << m["blockspec:kv_cache_pages_used"];
+}
+
+// Requests the server has answered or given up on, whatever the reason.
+double finished_total(std::map<std::string, double>& m) {
+  double n = 0;
+  for (const char* r : {"stop", "length", "abort", "error"})
+    n += m[std::string("blockspec:request_success_total{finished_reason=\"") + r + "\"}"];
+  return n;
+}
+
+// Waits until the server has counted `n` more finished requests than in
+// `before` (a request counts once its handler has seen the end: the engine's
+// last token, or a client that has gone), then until the engine is idle;
+// returns the metrics after both. An idle engine alone is no such condition:
+// a request the server has not yet parsed leaves the engine idle too.
+void wait_counted(std::map<std::string, double>& before, int n) {
+  const double want = finished_total(before) + n;
+  std::map<std::string, double> m;
+  for (int i = 0; i < 600; ++i) {
+    m = metrics();
+    if (finished_total(m) >= want) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(finished_total(m), want) << "the server has not counted the request as finished";
+}
+std::map<std::string, double> wait_finished(std::map<std::string, double>& before, int n) {
+  wait_counted(before, n);
+  expect_idle();
+  return metrics();
 }
 
 json completion(const std::string& prompt, int max_tokens) {
@@ -502,14 +567,14 @@ TEST(ServerTest, StopMatcherHoldsBackPrefixesAcrossPushes) {
 }
 
 // A raw socket that has sent `body` to `path` (so the test can hang up).
-int send_raw(const std::string& path, const std::string& body) {
+int send_raw(const std::string& path, const std::string& body, int port = 0) {
   const std::string http = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   EXPECT_GE(fd, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(env().port));
+  addr.sin_port = htons(static_cast<uint16_t>(port ? port : env().port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
   EXPECT_EQ(send(fd, http.data(), http.size(), 0), static_cast<ssize_t>(http.size()));
@@ -533,7 +598,7 @@ const std::string kLength = "blockspec:request_success_total{finished_reason=\"l
 
 TEST(ServerTest, ClientDisconnectMidStreamCancelsTheRequest) {
   expect_idle();
-  const double aborted_before = metrics()[kAbort];
+  auto before = metrics();
   json req = completion("A long story:", 480);
   req["stream"] = true;
   const int fd = send_raw("/v1/completions", req.dump());
@@ -541,8 +606,9 @@ TEST(ServerTest, ClientDisconnectMidStreamCancelsTheRequest) {
   ASSERT_TRUE(read_until(fd, "\"text\"", got)) << got;  // the first token chunk
   EXPECT_NE(got.find("200 OK"), std::string::npos) << got;
   close(fd);
-  expect_idle();
-  EXPECT_EQ(metrics()[kAbort], aborted_before + 1);
+  auto after = wait_finished(before, 1);
+  EXPECT_EQ(after[kAbort], before[kAbort] + 1);
+  EXPECT_EQ(after[kLength], before[kLength]);
 }
 
 // A non-streaming request watches its connection too: the engine request
@@ -550,6 +616,10 @@ TEST(ServerTest, ClientDisconnectMidStreamCancelsTheRequest) {
 // the 480 tokens it asked for. The client hangs up right after sending: on
 // the tiny model the engine makes the 480 tokens in tens of milliseconds,
 // so waiting for the status line first would race it on a busy machine.
+// The request still reaches the server (its bytes are in the socket), which
+// parses and submits it and then finds the connection closed; like vLLM it
+// counts such a request as aborted. The test waits for that count, not for
+// an idle engine: the engine is idle too before the server has parsed it.
 TEST(ServerTest, ClientDisconnectBeforeAJsonAnswerCancelsTheRequest) {
   for (bool chat : {false, true}) {
     SCOPED_TRACE(chat ? "chat" : "completions");
@@ -561,10 +631,16 @@ TEST(ServerTest, ClientDisconnectBeforeAJsonAnswerCancelsTheRequest) {
       req.erase("prompt");
       req["messages"] = json::array({{{"role", "user"}, {"content", "Tell a long story."}}});
     }
-    const int fd = send_raw(chat ? "/v1/chat/completions" : "/v1/completions", req.dump());
-    close(fd);
-    expect_idle();
-    auto after = metrics();
+    {
+      // The engine runs 2 steps (prefill + 1 token) and then waits, so the
+      // request cannot end by "length" before the server finds the client
+      // gone, however the threads are scheduled.
+      Held held(2);
+      const int fd = send_raw(chat ? "/v1/chat/completions" : "/v1/completions", req.dump());
+      close(fd);
+      wait_counted(before, 1);
+    }
+    auto after = wait_finished(before, 1);  // counted already; now the engine is idle too
     EXPECT_EQ(after[kAbort], before[kAbort] + 1);
     EXPECT_EQ(after[kLength], before[kLength]);
     EXPECT_LT(after["blockspec:generation_tokens_total"] - before["blockspec:generation_tokens_total"], 480);
@@ -585,13 +661,35 @@ TEST(ServerTest, SlowJsonAnswersStartWithSpacesAndStillParse) {
   json req = completion("Spaces first:", 200);
   req["seed"] = 7;
   Reply quick = post("/v1/completions", req);
-  Reply slow = post("/v1/completions", req.dump(), port);
-  ASSERT_EQ(slow.status, 200) << slow.body;
-  EXPECT_EQ(slow.body.find_first_not_of(' '), slow.body.find('{'));
-  EXPECT_GT(slow.body.find('{'), 0u) << "no heartbeat space before the answer";
-  ASSERT_TRUE(slow.j.is_object()) << slow.body;
-  EXPECT_EQ(slow.j["choices"][0]["text"], quick.j["choices"][0]["text"]);
-  EXPECT_EQ(slow.j["usage"], quick.j["usage"]);
+  expect_idle();
+  std::string raw;
+  {
+    // The engine holds the request unstarted until the first heartbeat
+    // space has arrived, so the answer is slow whatever the scheduling.
+    Held held(0);
+    const int fd = send_raw("/v1/completions", req.dump(), port);
+    ASSERT_TRUE(read_until(fd, "\r\n\r\n1\r\n \r\n", raw)) << raw;  // headers, then a chunk of one space
+    env().gate->open();
+    ASSERT_TRUE(read_until(fd, "\r\n0\r\n\r\n", raw)) << raw;  // the last chunk
+    close(fd);
+  }
+  ASSERT_EQ(raw.rfind("HTTP/1.1 200", 0), 0u) << raw;
+  // The chunked body, unframed: "<hex size>\r\n<data>\r\n" ... "0\r\n\r\n".
+  std::string body;
+  for (size_t pos = raw.find("\r\n\r\n") + 4;;) {
+    const size_t eol = raw.find("\r\n", pos);
+    ASSERT_NE(eol, std::string::npos) << raw;
+    const size_t n = std::stoul(raw.substr(pos, eol - pos), nullptr, 16);
+    if (n == 0) break;
+    body += raw.substr(eol + 2, n);
+    pos = eol + 2 + n + 2;
+  }
+  EXPECT_EQ(body.find_first_not_of(' '), body.find('{'));
+  EXPECT_GT(body.find('{'), 0u) << "no heartbeat space before the answer";
+  json slow = json::parse(body, nullptr, false);
+  ASSERT_TRUE(slow.is_object()) << body;
+  EXPECT_EQ(slow["choices"][0]["text"], quick.j["choices"][0]["text"]);
+  EXPECT_EQ(slow["usage"], quick.j["usage"]);
 }
 
 // A stop string ends the request normally: the engine counts it as "stop"
@@ -608,7 +706,14 @@ TEST(ServerTest, StopStringsCountAsStopNotAbort) {
   const EngineMetrics e0 = env().model->engine->metrics();
   json req = completion("Count me", 400);
   req["stop"] = stop;
-  Reply r = post("/v1/completions", req);
+  Reply r;
+  {
+    // At most 64 steps before the server has handled the stop string (in
+    // the first few bytes), so the engine cannot reach its 400 tokens first
+    // on a machine that deschedules the handler thread.
+    Held held(64);
+    r = post("/v1/completions", req);
+  }
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.j["choices"][0]["finish_reason"], "stop");
   EXPECT_LT(r.j["usage"]["completion_tokens"].get<int>(), 400);

@@ -1,4 +1,4 @@
-// The golden tokenizer corpus, rebuilt from ../shared/data and the committed
+// The golden tokenizer corpus, rebuilt from the repository's data/ and the committed
 // synthetic documents by the rules of scripts/make_tokenizer_golden.py
 // (see its docstring; the two must cut documents identically).
 #pragma once
@@ -23,11 +23,8 @@ struct Document {
   std::string text;
 };
 
-// ../shared/data next to the repo, or $BS_SHARED_DATA.
-inline std::string shared_data_dir() {
-  if (const char* env = std::getenv("BS_SHARED_DATA")) return env;
-  return std::string(BS_SOURCE_DIR) + "/../shared/data";
-}
+// The repository's data/ (copied there with its licences, data/README.md).
+inline std::string shared_data_dir() { return std::string(BS_SOURCE_DIR) + "/data"; }
 
 inline std::string fixture_dir() { return std::string(BS_SOURCE_DIR) + "/tests/fixtures/tokenizer"; }
 

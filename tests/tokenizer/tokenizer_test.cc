@@ -239,7 +239,7 @@ TEST(TokenizerErrors, EncodeRefusesInvalidUtf8) {
 // ------------------------------------------- Qwen3, checked against HF
 
 TEST(TokenizerQwen3, CasesCheckedAgainstHf) {
-  std::string path = std::string(BS_SOURCE_DIR) + "/../shared/data/tokenizers/qwen3/tokenizer.json";
+  std::string path = std::string(BS_SOURCE_DIR) + "/data/tokenizers/qwen3/tokenizer.json";
   Tokenizer t = Tokenizer::from_file(path);
   EXPECT_EQ(t.vocab_size(), 151669);
   EXPECT_EQ(t.encode("it'\xC5\xBF"), (Ids{275, 6, 144815}));  // 'ſ is not 's

@@ -4,9 +4,10 @@
 // place through the page table.
 //
 // Two modes:
-//   - paged: KvCache(pool) starts empty; reserve() takes pages from the shared
-//     pool as the sequence grows, release() (and the destructor) returns them.
-//     The pool must outlive the cache.
+//   - paged: KvCache(pool) is a view of pages the caller holds (a
+//     BlockAllocator counts who holds which): append_pages() extends the page
+//     table as the sequence's reservation grows, release() forgets it (the
+//     caller frees the pages). The pool must outlive the cache.
 //   - contiguous: KvCache(n_layers, capacity, ...) owns a private pool of one
 //     page of `capacity` tokens, so every layer's K (and V) is one contiguous
 //     [capacity, n_kv_heads, head_dim] buffer (what k() / v() return for f32).
@@ -17,7 +18,7 @@
 
 #include "base/error.h"
 #include "kernels/kv_attention.h"
-#include "model/kv_pool.h"
+#include "kv/kv_pool.h"
 
 namespace blockspec {
 
@@ -26,7 +27,7 @@ class KvCache {
   KvCache(int64_t n_layers, int64_t capacity, int64_t n_kv_heads, int64_t head_dim,
           KvDType dtype = KvDType::kF32);
   explicit KvCache(KvPool& pool);
-  ~KvCache() { release(); }
+  ~KvCache() = default;
   KvCache(KvCache&& o) noexcept;
   KvCache& operator=(KvCache&& o) noexcept;
   KvCache(const KvCache&) = delete;  // pages have one owner
@@ -39,13 +40,14 @@ class KvCache {
     BS_ASSERT(n >= 0 && n <= capacity());
     size_ = n;
   }
-  // Takes pages until capacity() >= n_tokens. False, taking nothing, when
-  // the pool has too few free pages.
-  bool reserve(int64_t n_tokens);
-  // Returns every page to the pool; size and capacity become 0.
+  // Paged mode: pages (of the pool, held by the caller) follow the current
+  // ones in token order.
+  void append_pages(const std::vector<int32_t>& pages);
+  // Paged mode: forgets the page table (the caller frees the pages); size
+  // and capacity become 0.
   void release();
   int64_t n_pages() const { return static_cast<int64_t>(pages_.size()); }
-  const std::vector<int64_t>& pages() const { return pages_; }  // page table, in token order
+  const std::vector<int32_t>& pages() const { return pages_; }  // page table, in token order
 
   KvDType dtype() const { return pool_->dtype(); }
   // fp8_e4m3 layer scales of the pool (every cache sharing it); see KvPool::set_layer_scales.
@@ -75,7 +77,7 @@ class KvCache {
 
   std::unique_ptr<KvPool> own_pool_;  // contiguous mode: the private one-page pool
   KvPool* pool_;
-  std::vector<int64_t> pages_;             // [n_pages] pool page of tokens [i*page_tokens, (i+1)*page_tokens)
+  std::vector<int32_t> pages_;             // [n_pages] pool page of tokens [i*page_tokens, (i+1)*page_tokens)
   std::vector<const uint8_t*> page_ptrs_;  // [n_pages] their base addresses (KvView::pages)
   int64_t size_ = 0;
 };

@@ -1,4 +1,4 @@
-#include "model/kv_pool.h"
+#include "kv/kv_pool.h"
 
 #include <algorithm>
 #include <cmath>
@@ -41,10 +41,6 @@ KvPool::KvPool(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, KvDType d
                      " bytes); lower the KV cache budget");
     std::memset(data_.get(), 0, static_cast<size_t>(total));
   }
-  // Pages are handed out in increasing order from a fresh pool.
-  free_.reserve(n_pages);
-  for (int64_t p = n_pages - 1; p >= 0; --p) free_.push_back(p);
-  taken_.assign(n_pages, 0);
   k_scale_.assign(n_layers, 1.0f);
   v_scale_.assign(n_layers, 1.0f);
 }
@@ -57,20 +53,6 @@ void KvPool::set_layer_scales(const std::vector<float>& k, const std::vector<flo
       fail("KV pool: layer ", i, " scales k ", k[i], ", v ", v[i], " (expected finite and > 0)");
   k_scale_ = k;
   v_scale_ = v;
-}
-
-int64_t KvPool::allocate() {
-  if (free_.empty()) return -1;
-  const int64_t p = free_.back();
-  free_.pop_back();
-  taken_[p] = 1;
-  return p;
-}
-
-void KvPool::free(int64_t page) {
-  BS_ASSERT(page >= 0 && page < n_pages_ && taken_[page]);  // double free or foreign page
-  taken_[page] = 0;
-  free_.push_back(page);
 }
 
 }  // namespace blockspec

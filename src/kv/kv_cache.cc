@@ -1,4 +1,4 @@
-#include "model/kv_cache.h"
+#include "kv/kv_cache.h"
 
 #include <utility>
 
@@ -9,8 +9,7 @@ KvCache::KvCache(int64_t n_layers, int64_t capacity, int64_t n_kv_heads, int64_t
                                          capacity > 0 ? 1 : 0)),
       pool_(own_pool_.get()) {
   BS_ASSERT(capacity >= 0);
-  const bool ok = reserve(capacity);  // the private pool has exactly the page this needs
-  BS_ASSERT(ok);
+  if (capacity > 0) append_pages({0});  // the private pool's one page
 }
 
 KvCache::KvCache(KvPool& pool) : pool_(&pool) {}
@@ -24,7 +23,6 @@ KvCache::KvCache(KvCache&& o) noexcept
 
 KvCache& KvCache::operator=(KvCache&& o) noexcept {
   if (this != &o) {
-    release();  // our pages go back to our pool before we take o's
     own_pool_ = std::move(o.own_pool_);
     pool_ = o.pool_;
     pages_ = std::move(o.pages_);
@@ -36,22 +34,15 @@ KvCache& KvCache::operator=(KvCache&& o) noexcept {
   return *this;
 }
 
-bool KvCache::reserve(int64_t n_tokens) {
-  const int64_t pt = pool_->page_tokens();
-  const int64_t need = (n_tokens + pt - 1) / pt - n_pages();
-  if (need <= 0) return true;
-  if (pool_->pages_free() < need) return false;
-  for (int64_t i = 0; i < need; ++i) {
-    const int64_t p = pool_->allocate();
+void KvCache::append_pages(const std::vector<int32_t>& pages) {
+  for (int32_t p : pages) {
+    BS_ASSERT(p >= 0 && p < pool_->pages_total());
     pages_.push_back(p);
     page_ptrs_.push_back(pool_->page_data(p));
   }
-  return true;
 }
 
 void KvCache::release() {
-  // Newest page first, so a fresh pool hands a released sequence's pages out again in order.
-  for (auto it = pages_.rbegin(); it != pages_.rend(); ++it) pool_->free(*it);
   pages_.clear();
   page_ptrs_.clear();
   size_ = 0;

@@ -1,9 +1,10 @@
-// A pool of fixed-size KV pages shared by many sequences (continuous
+// The memory of the KV cache shared by many sequences (continuous
 // batching): one 64-byte aligned allocation of n_pages pages, each holding
-// page_tokens tokens of K and V (codes and per-token scales) for every layer.
-// A sequence's KvCache takes pages as it grows and returns them when it is
-// released. Not thread-safe: the engine allocates and frees from its one step
-// thread (attention only reads page memory, from the thread pool).
+// page_tokens tokens of K and V (codes and per-token scales) for every
+// layer. Storage only: which page belongs to whom is a BlockAllocator's
+// business (kv/block_allocator.h), and a sequence's KvCache is a view
+// through its page table. Attention only reads page memory, from the thread
+// pool; rows are written by the forward that computes them.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -18,11 +19,7 @@ class KvPool {
   KvPool(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, KvDType dtype, int64_t page_tokens,
          int64_t n_pages);
 
-  // A free page's index, or -1 when every page is taken. Contents are stale.
-  int64_t allocate();
-  void free(int64_t page);  // page: taken from allocate(), not yet freed
   int64_t pages_total() const { return n_pages_; }
-  int64_t pages_free() const { return static_cast<int64_t>(free_.size()); }
 
   // Page layout, per layer l (sections rounded up to 64 bytes):
   //   K codes  [page_tokens, n_kv_heads, head_dim] of kv_code_bytes(dtype)
@@ -60,8 +57,6 @@ class KvPool {
   KvDType dtype_;
   int64_t code_section_, scale_section_, layer_bytes_, page_bytes_;  // bytes
   std::unique_ptr<uint8_t, FreeDeleter> data_;                        // [n_pages, page_bytes]
-  std::vector<int64_t> free_;                                         // stack of free pages
-  std::vector<uint8_t> taken_;                                        // [n_pages] 1: allocated
   std::vector<float> k_scale_, v_scale_;                              // [n_layers] fp8_e4m3 layer scales
 };
 

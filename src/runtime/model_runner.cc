@@ -1,0 +1,117 @@
+#include "runtime/model_runner.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "base/timer.h"
+#include "runtime/spec_verify.h"
+
+namespace blockspec {
+
+int32_t ModelRunner::pick(Sequence& s, const float* row) {
+  const int64_t V = model_.config().vocab_size;
+  if (s.penalized()) {  // OpenAI: logit -= presence * [count > 0] + frequency * count
+    s.adjusted.assign(row, row + V);
+    for (const auto& [t, c] : s.counts) s.adjusted[t] -= s.params.presence_penalty + s.params.frequency_penalty * c;
+    row = s.adjusted.data();
+  }
+  if (s.params.sampling.temperature <= 0) return argmax(row, V);
+  sampling_probs(row, V, s.params.sampling, s.probs);
+  return sample_from_probs(s.probs.data(), V, s.rng);
+}
+
+bool ModelRunner::emit(Sequence& s, int32_t t) {
+  s.tokens.push_back(t);
+  s.out.push_back(t);
+  ++s.st.n_generated;
+  s.counts[t]++;
+  if (s.st.n_generated == 1) s.t_first = now_s();
+  const auto& eos = model_.config().eos_token_ids;
+  const auto& stops = s.params.stop_token_ids;
+  if ((!s.params.ignore_eos && std::find(eos.begin(), eos.end(), t) != eos.end()) ||
+      std::find(stops.begin(), stops.end(), t) != stops.end()) {
+    s.end_reason = "stop";
+    return false;
+  }
+  if (s.st.n_generated >= s.params.max_tokens) {
+    s.end_reason = "length";
+    return false;
+  }
+  return true;
+}
+
+ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan,
+                                          const std::function<Sequence&(const SeqState&)>& seq_of) {
+  StepOutcome o;
+  const int64_t V = model_.config().vocab_size;
+  // ---- drafts, and one forward over every row of the plan ----
+  std::vector<Transformer::SeqChunk> chunks;
+  Timer draft_timer;
+  for (const StepPlan::Row& r : plan.rows) {
+    Sequence& s = seq_of(*r.seq);
+    o.touched.push_back(&s);
+    std::vector<float>* taps = s.wants_taps() ? &s.taps : nullptr;
+    if (!r.decode) {
+      chunks.push_back({s.params.prompt.data() + s.st.n_prefilled, r.n, s.cache.get(), false, taps});
+      continue;
+    }
+    s.draft.clear();
+    if (r.n_draft > 0 && s.proposer) {
+      s.proposer->propose(s.tokens, r.n_draft, s.params.sampling, s.rng, s.draft);
+      if (s.draft.size() > r.n_draft)
+        fail(s.proposer->method(), ": proposed ", s.draft.size(), " tokens, asked for ", r.n_draft);
+      ++o.n_drafted;
+    }
+    s.block.assign(1, s.tokens.back());
+    s.block.insert(s.block.end(), s.draft.tokens.begin(), s.draft.tokens.end());
+    chunks.push_back({s.block.data(), static_cast<int64_t>(s.block.size()), s.cache.get(), true, taps});
+  }
+  o.draft_seconds = draft_timer.seconds();
+  model_.forward_batch(chunks, logits_);
+
+  // ---- sample / verify, accept, crop, emit ----
+  int64_t row = 0;
+  for (size_t i = 0; i < plan.rows.size(); ++i) {
+    Sequence& s = *o.touched[i];
+    const Transformer::SeqChunk& ch = chunks[i];
+    const float* taps = s.wants_taps() ? s.taps.data() : nullptr;
+    s.out.clear();
+    if (!plan.rows[i].decode) {
+      const int64_t n_seen = s.st.n_prefilled;
+      s.st.n_prefilled += ch.n;
+      o.prompt_tokens += ch.n;
+      if (s.proposer) s.proposer->observe(s.tokens, n_seen, ch.n, taps);
+      if (!s.st.prefilling()) emit(s, pick(s, logits_.data() + row * V));
+      row += 1;
+    } else {
+      const int64_t kd = s.draft.size();
+      const int64_t start = s.cache->size() - kd - 1;
+      const int64_t remaining = s.params.max_tokens - s.st.n_generated;
+      VerifyOutcome v;
+      if (kd == 0) {
+        v.next = pick(s, logits_.data() + row * V);
+      } else {
+        v = s.params.sampling.temperature <= 0
+                ? verify_greedy(s.draft, logits_.data() + row * V, V)
+                : verify_sampled(s.draft, logits_.data() + row * V, V, s.params.sampling, s.rng);
+        // Drafts accepted past max_tokens are verified but never emitted:
+        // they count as accepted only up to what the request could use.
+        s.stats.record(kd, std::min(v.accepted, remaining - 1));
+      }
+      row += kd + 1;
+      // The anchor and the accepted drafts are now committed and in the KV;
+      // rejected rows are dropped by cropping. v.next (the correction or
+      // bonus) is the new anchor: committed, not yet run.
+      s.cache->set_size(start + v.accepted + 1);
+      const int64_t n_seen = static_cast<int64_t>(s.tokens.size()) - 1;
+      bool go = true;
+      for (int64_t j = 0; j < v.accepted && go; ++j) go = emit(s, s.draft.tokens[j]);
+      if (go) go = emit(s, v.next);
+      if (go && s.proposer) s.proposer->observe(s.tokens, n_seen, v.accepted + 1, taps);
+    }
+    o.new_tokens += static_cast<int64_t>(s.out.size());
+  }
+  return o;
+}
+
+}  // namespace blockspec

@@ -1,0 +1,42 @@
+// The ModelRunner: turns the scheduler's plan for one step into work on the
+// model. For every decoding row it asks the proposer for the planned draft,
+// then runs ONE target forward over all rows (verify blocks and prompt
+// chunks of every sequence), then samples or verifies each sequence's rows
+// (greedy: the longest matching prefix; T > 0: rejection sampling,
+// runtime/spec_verify.h), accepts, crops the KV cache to the committed
+// tokens and emits them. This is the only copy of the speculative step: the
+// serving engine runs it over many sequences, generate_speculative over one.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "model/transformer.h"
+#include "runtime/scheduler.h"
+#include "runtime/sequence.h"
+
+namespace blockspec {
+
+class ModelRunner {
+ public:
+  explicit ModelRunner(Transformer& model) : model_(model) {}
+
+  struct StepOutcome {
+    std::vector<Sequence*> touched;  // sequences of the plan, once each, in row order
+    int64_t new_tokens = 0, prompt_tokens = 0;
+    int64_t n_drafted = 0;           // sequences that drafted
+    double draft_seconds = 0;        // time spent in proposers
+  };
+  // Runs the plan's rows; seq_of maps a SeqState to its Sequence. After it,
+  // each touched sequence's `out` holds the tokens it emitted this step and
+  // `end_reason` is set when it ended ("stop": eos / stop token, "length").
+  StepOutcome run(const StepPlan& plan, const std::function<Sequence&(const SeqState&)>& seq_of);
+
+ private:
+  int32_t pick(Sequence& s, const float* logits_row);
+  bool emit(Sequence& s, int32_t t);  // false when s ended
+  Transformer& model_;
+  std::vector<float> logits_;  // [rows, V]
+};
+
+}  // namespace blockspec

@@ -1,0 +1,90 @@
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+
+namespace blockspec {
+
+Scheduler::Scheduler(const SchedulerOptions& opts, BlockAllocator& blocks) : o_(opts), blocks_(blocks) {
+  if (o_.max_num_seqs < 1) fail("scheduler: max_num_seqs must be >= 1, found ", o_.max_num_seqs);
+  if (o_.max_step_tokens < 1) fail("scheduler: max_step_tokens must be >= 1, found ", o_.max_step_tokens);
+  if (o_.page_tokens < 1) fail("scheduler: page_tokens must be >= 1, found ", o_.page_tokens);
+  if (o_.max_draft < 0) fail("scheduler: max_draft must be >= 0, found ", o_.max_draft);
+}
+
+int64_t Scheduler::pages_for(const SchedulerOptions& o, const SeqState& s) {
+  const int64_t tokens = s.prompt_len + s.max_tokens + (o.max_draft > 0 ? o.max_draft + 1 : 0);
+  return (tokens + o.page_tokens - 1) / o.page_tokens;
+}
+
+void Scheduler::add(SeqState* s) {
+  BS_ASSERT(s != nullptr && s->blocks.empty());
+  waiting_.push_back(s);
+}
+
+SeqState* Scheduler::drop_waiting(uint64_t id) {
+  auto it = std::find_if(waiting_.begin(), waiting_.end(), [id](const SeqState* s) { return s->id == id; });
+  if (it == waiting_.end()) return nullptr;
+  SeqState* s = *it;
+  waiting_.erase(it);
+  return s;
+}
+
+void Scheduler::admit(StepPlan& plan) {
+  while (!waiting_.empty() && n_running() < o_.max_num_seqs) {
+    SeqState* s = waiting_.front();
+    const int64_t need = pages_for(*s);
+    if (!blocks_.can_allocate(need)) break;  // FIFO: the head waits for memory
+    s->blocks = blocks_.allocate(need);
+    waiting_.pop_front();
+    running_.push_back(s);
+    plan.admitted.push_back(s);
+  }
+}
+
+StepPlan Scheduler::plan(const std::function<int64_t(int64_t)>& choose_k) {
+  StepPlan plan;
+  admit(plan);
+  int64_t n_decoding = 0;
+  bool any_drafter = false;
+  for (const SeqState* s : running_) {
+    if (s->prefilling()) continue;
+    ++n_decoding;
+    any_drafter |= s->may_draft;
+  }
+  if (o_.max_draft > 0 && any_drafter && choose_k) plan.k = std::clamp<int64_t>(choose_k(n_decoding), 0, o_.max_draft);
+  // Verify blocks (or single decode rows) first: a decode never waits for a prompt.
+  int64_t budget = o_.max_step_tokens;
+  for (SeqState* s : running_) {
+    if (s->prefilling()) continue;
+    // The anchor sits at position context_len - 1; drafts never pass max_model_len.
+    int64_t room = o_.max_model_len > 0 ? o_.max_model_len - s->context_len() : plan.k;
+    if (o_.draft_within_budget) room = std::min(room, s->max_tokens - s->n_generated - 1);
+    const int64_t nd = s->may_draft ? std::clamp<int64_t>(std::min(plan.k, room), 0, plan.k) : 0;
+    plan.rows.push_back({s, true, 1 + nd, nd});
+    budget -= 1 + nd;
+  }
+  // Prompt chunks fill what is left; the first always moves at least a
+  // little, so decodes filling the budget cannot starve admission.
+  bool any_prefill = false;
+  for (SeqState* s : running_) {
+    if (!s->prefilling()) continue;
+    const int64_t n = std::min(s->prompt_len - s->n_prefilled, std::max<int64_t>(budget, any_prefill ? 0 : 16));
+    if (n <= 0) break;
+    plan.rows.push_back({s, false, n, 0});
+    budget -= n;
+    any_prefill = true;
+  }
+  return plan;
+}
+
+void Scheduler::finish(SeqState* s) {
+  auto it = std::find(running_.begin(), running_.end(), s);
+  BS_ASSERT(it != running_.end());  // finishing a sequence that does not run
+  running_.erase(it);
+  blocks_.free(s->blocks);
+  s->blocks.clear();
+}
+
+}  // namespace blockspec

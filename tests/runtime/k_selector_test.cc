@@ -1,0 +1,65 @@
+// The adaptive draft length (no num_speculative_tokens given): KSelector's
+// choice on a given verify-cost table and acceptance history, without a
+// model or a clock.
+#include "runtime/k_selector.h"
+
+#include <gtest/gtest.h>
+
+namespace blockspec {
+namespace {
+
+// A bandwidth-bound target: up to 8 rows cost what one row costs (10 ms),
+// beyond that the cost grows with the rows (compute-bound).
+std::vector<std::pair<int64_t, double>> flat_then_linear() { return {{1, 10.0}, {8, 10.0}, {64, 80.0}}; }
+
+SpecStats history(int64_t drafts, std::vector<int64_t> accepted_per_pos) {
+  SpecStats s;
+  s.num_drafts = drafts;
+  s.accepted_per_pos = std::move(accepted_per_pos);
+  return s;
+}
+
+TEST(KSelector, NothingToDraftForNoSequenceOrNoK) {
+  EXPECT_EQ(KSelector(flat_then_linear(), 0).choose(1, {}, 0.0), 0);
+  EXPECT_EQ(KSelector(flat_then_linear(), 4).choose(0, {}, 0.0), 0);
+}
+
+TEST(KSelector, PriorDraftsTheCeilingWhereRowsAreFree) {
+  // Prior acceptance 0.6 per position: 1 + 0.6 + 0.36 + 0.216 + 0.13 tokens
+  // per 10 ms pass at k = 4, each step up worth more than the 2% margin.
+  const KSelector ks(flat_then_linear(), 4);
+  EXPECT_EQ(ks.choose(1, {}, 0.0), 4);
+  // Two sequences: 2 * (1 + k) rows, still free up to k = 3; k = 4 (10 rows,
+  // 12.5 ms) loses to k = 3: 2 * 2.18 / 10 > 2 * 2.31 / 12.5.
+  EXPECT_EQ(ks.choose(2, {}, 0.0), 3);
+}
+
+TEST(KSelector, ComputeBoundBatchesStopDrafting) {
+  // 8 sequences: any draft leaves the flat part (16 rows cost 20 ms):
+  // 8 * 1.6 / 20 < 8 / 10.
+  EXPECT_EQ(KSelector(flat_then_linear(), 4).choose(8, {}, 0.0), 0);
+}
+
+TEST(KSelector, FollowsMeasuredAcceptance) {
+  const KSelector ks(flat_then_linear(), 4);
+  // Nothing ever accepted: drafting cannot pay.
+  EXPECT_EQ(ks.choose(1, history(20, {0, 0, 0, 0}), 0.0), 0);
+  // Position 1 always accepted, position 2 never: k = 1 (the second draft
+  // token only costs).
+  EXPECT_EQ(ks.choose(1, history(20, {20, 0, 0, 0}), 0.0), 1);
+  // Everything accepted: the ceiling.
+  EXPECT_EQ(ks.choose(1, history(20, {20, 20, 20, 20}), 0.0), 4);
+  // Fewer than 8 drafts: the prior still decides.
+  EXPECT_EQ(ks.choose(1, history(7, {0, 0, 0, 0}), 0.0), 4);
+}
+
+TEST(KSelector, ADrafterSlowerThanItsGainIsTurnedOff) {
+  // Prior expectation at k = 4 is 2.31 tokens per pass; a drafter costing
+  // 20 ms per sequence makes that 2.31 / 30 ms < 1 / 10 ms.
+  EXPECT_EQ(KSelector(flat_then_linear(), 4).choose(1, {}, 20.0), 0);
+  // At 1 ms it still pays: 2.31 / 11 > 1 / 10.
+  EXPECT_EQ(KSelector(flat_then_linear(), 4).choose(1, {}, 1.0), 4);
+}
+
+}  // namespace
+}  // namespace blockspec

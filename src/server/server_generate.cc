@@ -104,9 +104,11 @@ bool send(Answer& st, httplib::DataSink& sink, const std::string& s) {
 
 // The client is gone (or we are stopping): free the engine request now.
 bool Server::Impl::hang_up(Answer& st) {
-  st.gen->cancel();
+  // Counted before the engine hears of it, so a client that sees the engine
+  // idle also sees the abort counted.
   if (!st.counted) count_finished("abort");
   st.counted = true;
+  st.gen->cancel();
   return false;
 }
 
@@ -190,9 +192,9 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
   auto release = [this, st](bool) {
     // Response gone (finished, failed or the server stopped): never leave
     // the request running in the engine.
-    if (!st->gen->finished()) st->gen->cancel();
     if (!st->counted) count_finished("abort");
     st->counted = true;
+    if (!st->gen->finished()) st->gen->cancel();
   };
   if (!r.stream) {
     res.set_chunked_content_provider(

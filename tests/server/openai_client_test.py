@@ -29,10 +29,10 @@ NAME = "smollm2"
 
 
 class Server:
-    def __init__(self, binary, model):
+    def __init__(self, binary, model, extra=()):
         self.proc = subprocess.Popen(
             [binary, "serve", model, "--port", "0", "--served-model-name", NAME, "--api-key", KEY,
-             "--max-model-len", "1024", "--max-num-seqs", "8"],
+             "--max-model-len", "1024", "--max-num-seqs", "8", *extra],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         self.log = []
         self.port = None
@@ -202,7 +202,8 @@ class OpenAIClientTest(unittest.TestCase):
         # last answer (longer on a busy machine).
         self.assertEqual(self.wait_idle()["blockspec:num_requests_running"], 0.0)
 
-    def wait_idle(self, seconds=5):
+    def wait_idle(self, seconds=60):
+        # Waits for the condition; the deadline only bounds a broken server.
         deadline = time.time() + seconds
         while True:
             m = self.metrics()
@@ -210,6 +211,54 @@ class OpenAIClientTest(unittest.TestCase):
             if idle or time.time() > deadline:
                 return m
             time.sleep(0.05)
+
+
+class SpeculativeServeTest(unittest.TestCase):
+    """`blockspec serve --speculative-config` (n-gram, K = 3) answers greedy
+    requests exactly as the server without it, through the openai client,
+    with drafts made and accepted on the real model."""
+
+    SPEC = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}'
+    PROMPTS = ["def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n\ndef fib2(n):\n",
+               "one two three four five one two three four five one two",
+               "The capital of France is"]
+
+    @classmethod
+    def setUpClass(cls):
+        cls.plain = Server(ARGS.blockspec, ARGS.model)
+        cls.spec = Server(ARGS.blockspec, ARGS.model, ["--speculative-config", cls.SPEC])
+
+    @classmethod
+    def tearDownClass(cls):
+        for s in (cls.plain, cls.spec):
+            s.stop()
+            assert s.proc.returncode == 0, "".join(s.log)
+
+    def answers(self, server):
+        c = openai.OpenAI(base_url=server.base + "/v1", api_key=KEY, max_retries=0, timeout=300)
+        out = []
+        for p in self.PROMPTS:
+            out.append(c.completions.create(model=NAME, prompt=p, max_tokens=48, temperature=0,
+                                            extra_body={"ignore_eos": True}).choices[0].text)
+            parts = c.completions.create(model=NAME, prompt=p, max_tokens=48, temperature=0, stream=True,
+                                         extra_body={"ignore_eos": True})
+            out.append("".join(x.choices[0].text for x in parts))
+        msgs = [{"role": "user", "content": "Repeat after me: red green blue red green blue red green blue"}]
+        out.append(c.chat.completions.create(model=NAME, messages=msgs, max_tokens=32, temperature=0)
+                   .choices[0].message.content)
+        return out
+
+    def test_same_answers_and_drafts_accepted(self):
+        plain, spec = self.answers(self.plain), self.answers(self.spec)
+        self.assertEqual(spec, plain)
+        req = urllib.request.Request(self.spec.base + "/metrics", headers={"Authorization": "Bearer " + KEY})
+        with urllib.request.urlopen(req) as r:
+            text = r.read().decode()
+        m = {k: float(v) for k, v in re.findall(r"^blockspec:(spec_decode_num_\w+_total)\{[^}]*\} (\S+)$", text, re.M)}
+        print(f"[openai spec] {m}", file=sys.stderr)
+        self.assertGreater(m["spec_decode_num_drafts_total"], 0)
+        self.assertGreater(m["spec_decode_num_accepted_tokens_total"], 0)
+        self.assertLessEqual(m["spec_decode_num_draft_tokens_total"], 3 * m["spec_decode_num_drafts_total"])
 
 
 def main():

@@ -63,11 +63,12 @@ std::string sse_text(const std::string& raw, bool* done) {
   return text;
 }
 
-TEST(ServerStress, EightClientsHundredRequestsWithDisconnects) {
+void stress(std::optional<SpecConfig> spec) {
   ModelOptions mo;
   mo.n_threads = 1;
   EngineOptions eo;
   eo.max_num_seqs = 8;
+  eo.spec = std::move(spec);
   auto model = make_served_model(std::make_unique<Engine>(Transformer::load(kModelDir, mo), eo),
                                  Tokenizer::from_file(kModelDir + "/tokenizer.json"),
                                  read_chat_assets(kModelDir, kTemplate), kModelDir);
@@ -169,6 +170,27 @@ TEST(ServerStress, EightClientsHundredRequestsWithDisconnects) {
   auto h = c.Get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 200);
+  if (eo.spec) {
+    const EngineMetrics em = model->engine->metrics();
+    std::printf("stress with %s K=%lld: %lld drafts, %lld accepted\n", eo.spec->method.c_str(),
+                static_cast<long long>(eo.spec->num_speculative_tokens), static_cast<long long>(em.spec.num_drafts),
+                static_cast<long long>(em.spec.num_accepted_tokens));
+    EXPECT_GT(em.spec.num_drafts, 0);
+  }
+}
+
+TEST(ServerStress, EightClientsHundredRequestsWithDisconnects) { stress(std::nullopt); }
+
+// The same load with n-gram speculation in every step: every finished answer
+// equals what the same request gets alone (ServerSpec shows that equals the
+// answer without speculation), and clients hanging up between verify steps
+// leave no KV page behind.
+TEST(ServerStress, EightClientsHundredRequestsWithSpeculation) {
+  SpecConfig sc;
+  sc.method = "ngram";
+  sc.num_speculative_tokens = 3;
+  sc.prompt_lookup_min = 1, sc.prompt_lookup_max = 3;
+  stress(sc);
 }
 
 }  // namespace

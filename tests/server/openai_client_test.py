@@ -159,16 +159,16 @@ class OpenAIClientTest(unittest.TestCase):
     def test_slow_json_answer_parses(self):
         # A non-streaming answer that takes longer than the server's 2 s
         # heartbeat starts with spaces (it watches the connection meanwhile);
-        # the client must parse it all the same.
-        t0 = time.time()
+        # the client must parse it all the same. (Whether this one is slow
+        # enough depends on the machine; server_test.cc's
+        # SlowJsonAnswersStartWithSpacesAndStillParse holds the engine to
+        # make sure of the spaces.)
         raw = self.client.completions.with_raw_response.create(model=NAME, prompt="A long story:", max_tokens=320,
                                                                temperature=0, extra_body={"ignore_eos": True})
-        elapsed = time.time() - t0
         r = raw.parse()
         self.assertEqual(r.usage.completion_tokens, 320)
         self.assertEqual(r.choices[0].finish_reason, "length")
-        if elapsed > 2.5:
-            self.assertTrue(raw.http_response.text.startswith(" "), raw.http_response.text[:40])
+        self.assertTrue(raw.http_response.text.lstrip(" ").startswith("{"), raw.http_response.text[:40])
 
     def test_client_timeout_cancels_json_request(self):
         # The client gives up (closes the connection) long before 900 tokens:

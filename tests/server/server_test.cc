@@ -601,11 +601,18 @@ TEST(ServerTest, ClientDisconnectMidStreamCancelsTheRequest) {
   auto before = metrics();
   json req = completion("A long story:", 480);
   req["stream"] = true;
-  const int fd = send_raw("/v1/completions", req.dump());
-  std::string got;
-  ASSERT_TRUE(read_until(fd, "\"text\"", got)) << got;  // the first token chunk
-  EXPECT_NE(got.find("200 OK"), std::string::npos) << got;
-  close(fd);
+  {
+    // The engine makes its first tokens and then waits, so the request
+    // cannot reach its 480 tokens (and end by "length") before the server
+    // finds the client gone.
+    Held held(3);
+    const int fd = send_raw("/v1/completions", req.dump());
+    std::string got;
+    ASSERT_TRUE(read_until(fd, "\"text\"", got)) << got;  // the first token chunk
+    EXPECT_NE(got.find("200 OK"), std::string::npos) << got;
+    close(fd);
+    wait_counted(before, 1);
+  }
   auto after = wait_finished(before, 1);
   EXPECT_EQ(after[kAbort], before[kAbort] + 1);
   EXPECT_EQ(after[kLength], before[kLength]);

@@ -168,7 +168,7 @@ void Engine::Impl::finish(Sequence& s, const std::string& reason, const std::str
   if (s.running) sched->finish(&s.st);  // its pages go back now
   s.running = false;
   s.cache.reset();
-  s.proposer = nullptr;
+  s.use_proposer(nullptr);
   s.owned_proposer.reset();
   {
     std::lock_guard<std::mutex> g(mu);

@@ -40,7 +40,7 @@ void Engine::Impl::start(Sequence& s) {
   if (spec) {
     s.owned_proposer = new_proposer(*spec, drafter, s.cache->capacity());
     if (opts.wrap_proposer) s.owned_proposer = opts.wrap_proposer(std::move(s.owned_proposer));
-    s.proposer = s.owned_proposer.get();
+    s.use_proposer(s.owned_proposer.get());
     s.proposer->reset();
   }
   s.tokens = s.params.prompt;

@@ -50,7 +50,7 @@ ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan,
   for (const StepPlan::Row& r : plan.rows) {
     Sequence& s = seq_of(*r.seq);
     o.touched.push_back(&s);
-    std::vector<float>* taps = s.wants_taps() ? &s.taps : nullptr;
+    std::vector<float>* taps = s.wants_taps ? &s.taps : nullptr;
     if (!r.decode) {
       chunks.push_back({s.params.prompt.data() + s.st.n_prefilled, r.n, s.cache.get(), false, taps});
       continue;
@@ -74,7 +74,7 @@ ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan,
   for (size_t i = 0; i < plan.rows.size(); ++i) {
     Sequence& s = *o.touched[i];
     const Transformer::SeqChunk& ch = chunks[i];
-    const float* taps = s.wants_taps() ? s.taps.data() : nullptr;
+    const float* taps = s.wants_taps ? s.taps.data() : nullptr;
     s.out.clear();
     if (!plan.rows[i].decode) {
       const int64_t n_seen = s.st.n_prefilled;

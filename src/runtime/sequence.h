@@ -30,6 +30,7 @@ struct Sequence {
   std::unique_ptr<KvCache> cache;  // a view of st.blocks in the pool, from admission on
   std::unique_ptr<Proposer> owned_proposer;
   Proposer* proposer = nullptr;    // owned_proposer, or one the caller keeps (generate_speculative)
+  bool wants_taps = false;         // the proposer reads the target's tapped hidden states
   Rng rng{0};
   SpecStats stats;
   std::unordered_map<int32_t, int32_t> counts;  // generated token -> occurrences (penalties)
@@ -45,7 +46,11 @@ struct Sequence {
   std::vector<float> adjusted, probs;  // [V] scratch of pick(): penalized logits, sampling probabilities
 
   bool penalized() const { return params.presence_penalty != 0.f || params.frequency_penalty != 0.f; }
-  bool wants_taps() const { return proposer != nullptr && !proposer->tap_layers().empty(); }
+  // Sets the proposer (nullptr: none); asks it once whether it needs taps.
+  void use_proposer(Proposer* p) {
+    proposer = p;
+    wants_taps = p != nullptr && !p->tap_layers().empty();
+  }
 };
 
 }  // namespace blockspec

@@ -142,7 +142,7 @@ SpecResult generate_speculative(Transformer& model, Proposer& proposer, int64_t 
   s.params.ignore_eos = !opts.stop_at_eos || !opts.eos_ids.empty();
   if (opts.stop_at_eos) s.params.stop_token_ids = opts.eos_ids;  // empty: the model's eos (ignore_eos false)
   s.rng = Rng(opts.sampling.seed);
-  s.proposer = &proposer;
+  s.use_proposer(&proposer);
   proposer.reset();
   SchedulerOptions so;
   so.max_num_seqs = 1;

@@ -1,6 +1,6 @@
 // Test utility: writes a random DFlash / DFlash2 drafter checkpoint
 // (config.json + model.safetensors, tensor names and shapes of
-// ../shared/docs/dflash.md §1.2) sized for a given target, so the speculative
+// dflash.md §1.2 of the team docs) sized for a given target, so the speculative
 // loop can run real drafter forwards in tests without a trained checkpoint.
 // Weights are N(0, weight_std) from a seeded mt19937_64 (deterministic for a
 // seed); norm weights are 1 + N(0, norm_noise), the final norm scaled by

@@ -3,7 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh build
-scripts/fetch_models.sh smollm2   # the e2e tests run the real SmolLM2-135M (94 MB, cached)
+# The e2e tests run the real SmolLM2-135M (94 MB) and Qwen2.5-Coder-1.5B (1.1 GB), cached.
+scripts/fetch_models.sh all
 ctest --test-dir build --output-on-failure -L 'unit|golden|e2e|fuzz' -j2
 # The server's tests (bad input, load with mid-stream disconnects, KV back to
 # zero) once more in an AddressSanitizer build of just that binary.

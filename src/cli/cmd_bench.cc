@@ -184,7 +184,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (spec && !spec_prompts.empty()) {
     spec_decode = bench_spec_decode(*model, *spec, spec_prompts, G, R);
     std::fprintf(stderr, "speculative decoding (%s): plain %.2f tok/s, spec %.2f tok/s, speedup x%.2f (median)\n%s\n",
-                 spec->cfg.method.c_str(), spec_decode["plain_decode_tok_s_p50"].get<double>(),
+                 spec->cfg.method_name(), spec_decode["plain_decode_tok_s_p50"].get<double>(),
                  spec_decode["spec_decode_tok_s_p50"].get<double>(), spec_decode["speedup_p50"].get<double>(),
                  spec_decode["spec"].dump().c_str());
   }
@@ -197,7 +197,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   j["model"] = dir;
   j["weights"] = model->weights().format_summary;
   j["threads"] = model->n_threads();
-  j["isa"] = model->kernels().isa;
+  j["isa"] = model->isa();
   j["activations"] = model->bf16_activations() ? "bf16" : "f32";
   j["concurrency"] = C;
   j["prompt_tokens"] = P;
@@ -224,7 +224,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
                "  prefill      %10.1f tok/s\n  decode       %10.2f tok/s\n  TTFT p50     %10.1f ms\n"
                "  TPOT p50     %10.2f ms\n  achieved     %10.2f GB/s\n  read bw      %10.2f GB/s (measured now)\n"
                "  bw fraction  %10.3f\n  peak RSS     %10.1f MB\n",
-               dir.c_str(), j["weights"].get<std::string>().c_str(), model->n_threads(), model->kernels().isa,
+               dir.c_str(), j["weights"].get<std::string>().c_str(), model->n_threads(), model->isa(),
                static_cast<long long>(C), static_cast<long long>(P), static_cast<long long>(G),
                static_cast<long long>(R), j["prefill_tok_s"].get<double>(), j["decode_tok_s"].get<double>(),
                j["ttft_ms_p50"].get<double>(), j["tpot_ms_p50"].get<double>(), j["achieved_gb_s"].get<double>(),

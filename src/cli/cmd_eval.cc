@@ -254,7 +254,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
   j["n_tokens"] = stats[0].n_tokens();
   j["ppl_reference"] = stats[0].ppl_reference();
   j["threads"] = ref->n_threads();
-  j["isa"] = ref->kernels().isa;
+  j["isa"] = ref->isa();
   j["seconds"] = seconds;
   if (sweep) {
     j["results"] = nlohmann::json::array();
@@ -264,7 +264,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
                "  %lld tokens scored in %zu windows of <= %lld | %d threads (%s) | %.1f s | ppl reference %.4f\n",
                model_path.c_str(), ref_path.c_str(), j["reference_weights"].get<std::string>().c_str(),
                kv_dtype_name(ref->kv_cache_dtype()), ref_act.c_str(), static_cast<long long>(stats[0].n_tokens()),
-               windows.size(), static_cast<long long>(ctx), ref->n_threads(), ref->kernels().isa, seconds,
+               windows.size(), static_cast<long long>(ctx), ref->n_threads(), ref->isa(), seconds,
                stats[0].ppl_reference());
   std::fprintf(stderr, "  %-28s %-20s %12s %12s %12s %12s %10s\n", "weights", "kv", "ppl", "KL mean", "KL p99",
                "KL max", "top-1");

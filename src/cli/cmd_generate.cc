@@ -87,7 +87,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
                "[prompt %lld tokens, prefill %.1f tok/s | generated %zu tokens, decode %.1f tok/s, %.2f GB/s "
                "weights | load %.2f s | %d threads, %s | finish: %s]\n",
                static_cast<long long>(r.prompt_tokens), r.prefill_tok_s(), r.tokens.size(), r.decode_tok_s(),
-               gb_s, load_s, model->n_threads(), model->kernels().isa, r.finish_reason.c_str());
+               gb_s, load_s, model->n_threads(), model->isa(), r.finish_reason.c_str());
   if (spec) std::fprintf(stderr, "%s\n", spec_text(spec->cfg, sr.stats).c_str());
   if (json_out) {
     nlohmann::json j;
@@ -102,7 +102,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
     j["load_s"] = load_s;
     j["finish_reason"] = r.finish_reason;
     j["threads"] = model->n_threads();
-    j["isa"] = model->kernels().isa;
+    j["isa"] = model->isa();
     std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     std::printf("%s\n", s.c_str());
   }

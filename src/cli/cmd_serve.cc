@@ -14,7 +14,8 @@
 #include "cli/model_files.h"
 #include "cli/spec_cli.h"
 #include "runtime/engine.h"
-#include "server/chat_assets.h"
+#include "cli/spec_config.h"
+#include "model/chat_files.h"
 #include "server/generation_config.h"
 #include "server/server.h"
 
@@ -128,13 +129,14 @@ int cmd_serve(const std::vector<std::string>& argv) {
   if (tok.vocab_size() > model->config().vocab_size)
     fail(path, ": the tokenizer has ", tok.vocab_size(), " tokens but the model's vocab_size is ",
          model->config().vocab_size);
+  if (eo.spec) eo.drafter = load_spec_drafter(*eo.spec, *model);
   auto engine = std::make_unique<Engine>(std::move(model), eo);
   const int64_t max_len = engine->max_model_len();
   server.set_model(make_served_model(std::move(engine), std::move(tok), assets, path, std::move(defaults)));
   std::fprintf(stderr, "blockspec serve: ready: model \"%s\", max_model_len %lld, max_num_seqs %lld%s%s\n",
                so.served_model_name.c_str(), static_cast<long long>(max_len),
                static_cast<long long>(eo.max_num_seqs), eo.spec ? ", speculative " : "",
-               eo.spec ? eo.spec->method.c_str() : "");
+               eo.spec ? eo.spec->method_name() : "");
   if (assets.template_source.empty())
     std::fprintf(stderr, "blockspec serve: warning: no chat template; /v1/chat/completions answers 400 (pass --chat-template)\n");
   server.wait();

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "base/error.h"
+#include "cli/spec_config.h"
 
 namespace blockspec {
 
@@ -17,14 +18,14 @@ std::optional<SpecSetup> open_spec(const Args& a, Transformer& target, int64_t c
   if (!a.has("--speculative-config")) return std::nullopt;
   SpecSetup s;
   s.cfg = parse_spec_config(a.str("--speculative-config"));
-  s.proposer = make_proposer(s.cfg, target, capacity);
+  s.proposer = make_proposer(s.cfg, load_spec_drafter(s.cfg, target), target, capacity);
   if (s.cfg.adaptive_k) s.ksel = std::make_unique<KSelector>(target, s.cfg.num_speculative_tokens, 1);
   return s;
 }
 
 nlohmann::json spec_json(const SpecConfig& cfg, const SpecStats& s) {
   nlohmann::json j;
-  j["method"] = cfg.method;
+  j["method"] = cfg.method_name();
   j["num_speculative_tokens"] = cfg.num_speculative_tokens;
   j["num_drafts"] = s.num_drafts;
   j["num_draft_tokens"] = s.num_draft_tokens;
@@ -39,7 +40,7 @@ nlohmann::json spec_json(const SpecConfig& cfg, const SpecStats& s) {
 }
 
 std::string spec_text(const SpecConfig& cfg, const SpecStats& s) {
-  std::string out = "[spec " + cfg.method + " K=" + std::to_string(cfg.num_speculative_tokens) +
+  std::string out = "[spec " + std::string(cfg.method_name()) + " K=" + std::to_string(cfg.num_speculative_tokens) +
                     ": drafts " + std::to_string(s.num_drafts) + ", draft tokens " +
                     std::to_string(s.num_draft_tokens) + ", accepted " + std::to_string(s.num_accepted_tokens);
   char buf[64];

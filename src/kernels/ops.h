@@ -58,6 +58,29 @@ struct AttentionShape {
 void attention_causal(const OpContext& ctx, const float* q, const float* k, const float* v,
                       const AttentionShape& s, float* out);
 
+// The DFlash drafter's block attention (dflash.md §2.3): nb block queries
+// at positions P..P+nb-1 over context keys at positions ctx_lo..P-1 and the
+// block's own keys. Query i sees context position pk when window == 0 or
+// P+i - pk < window, and block slot j when (!causal || j <= i) and
+// (window == 0 || |i - j| < window). GQA: query head h reads KV head
+// h / (n_heads / n_kv_heads).
+//   q:            [nb, n_heads, head_dim]
+//   kb, vb:       [nb, n_kv_heads, head_dim]   the block's keys and values
+//   ctx_k, ctx_v: [P - ctx_lo] row pointers, each [n_kv_heads, head_dim]
+//                 (a ring cache's rows need not be contiguous)
+//   out:          [nb, n_heads, head_dim]
+// Scores, softmax and the weighted sum are attention_causal's (KernelTable
+// dot / axpy, the softmax of kernels/attention_common.h), so every ISA
+// agrees with the ref table up to those kernels' rounding.
+struct BlockAttentionShape {
+  int64_t nb, P, ctx_lo, n_heads, n_kv_heads, head_dim;
+  float scale;
+  bool causal;
+  int64_t window;  // 0: none
+};
+void attention_block(const OpContext& ctx, const float* q, const float* const* ctx_k, const float* const* ctx_v,
+                     const float* kb, const float* vb, const BlockAttentionShape& s, float* out);
+
 // out[t, :] = table[ids[t], :] as f32.  table: [vocab, dim] F32/BF16/F16.
 void embedding_lookup(const Tensor& table, const int32_t* ids, int64_t n, float* out);
 

@@ -74,6 +74,7 @@ void DraftModel::forward(DraftCache& cache, const float* feats, int64_t n_ctx, i
   std::vector<float> q(nb * nq), kb(nb * nk), vb(nb * nk), kc(m * nk), vc(m * nk);
   std::vector<float> att(nb * nq), tmp(nb * H), u(nb * H), dyn(nb * 2 * std::max<int64_t>(kt, 1) * std::max<int64_t>(G, 1));
   std::vector<float> gu(nb * 2 * F), act(nb * F);
+  std::vector<const float*> ctx_k, ctx_v;  // [P - first kept] context rows of the layer
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   std::copy(c.begin(), c.end(), in.begin());
 
@@ -119,54 +120,19 @@ void DraftModel::forward(DraftCache& cache, const float* feats, int64_t n_ctx, i
         std::copy(vc.begin() + t * nk, vc.begin() + (t + 1) * nk, cache.v_row(li, P0 + t));
       }
     }
-    // Visibility (§2.3): query slot i at P+i sees context pk <= P-1 with
-    // P+i - pk < W on sliding layers, and block slot j when the layer is
-    // bidirectional or j <= i (|i - j| < W on sliding layers).
-    const bool causal = cfg_.layer_causal[li];
-    const int64_t W = cfg_.layer_window[li];
+    // Visibility (§2.3, kernels/ops.h attention_block): query slot i at P+i
+    // sees context pk <= P-1 with P+i - pk < W on sliding layers, and block
+    // slot j when the layer is bidirectional or j <= i (|i - j| < W on
+    // sliding layers). Context rows live in the drafter's (ring) cache.
     const int64_t lo_kept = cache.first_kept(li);
-    ctx.pool->parallel_for(nb * nh, [&](int64_t b0, int64_t b1) {
-      std::vector<float> sc;
-      for (int64_t qi = b0; qi < b1; ++qi) {
-        const int64_t i = qi / nh, h = qi % nh, g = h / (nh / nkv);
-        const float* qv = q.data() + i * nq + h * hd;
-        int64_t c_lo = lo_kept;
-        if (W > 0) c_lo = std::max(c_lo, P + i - W + 1);
-        const int64_t n_c = std::max<int64_t>(0, P - c_lo);
-        sc.assign(n_c + nb, -INFINITY);
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < n_c; ++j) {
-          const float* kv = cache.k_row(li, c_lo + j) + g * hd;
-          float d = 0;
-          for (int64_t e = 0; e < hd; ++e) d += qv[e] * kv[e];
-          sc[j] = d * scale;
-          mx = std::max(mx, sc[j]);
-        }
-        for (int64_t j = 0; j < nb; ++j) {
-          if (causal && j > i) continue;
-          if (W > 0 && (i - j >= W || j - i >= W)) continue;
-          const float* kv = kb.data() + j * nk + g * hd;
-          float d = 0;
-          for (int64_t e = 0; e < hd; ++e) d += qv[e] * kv[e];
-          sc[n_c + j] = d * scale;
-          mx = std::max(mx, sc[n_c + j]);
-        }
-        double sum = 0;
-        for (float& s : sc) {
-          s = std::isinf(s) ? 0.f : std::exp(s - mx);
-          sum += s;
-        }
-        float* o = att.data() + i * nq + h * hd;
-        std::fill(o, o + hd, 0.f);
-        const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j < n_c + nb; ++j) {
-          if (sc[j] == 0.f) continue;
-          const float p = sc[j] * inv;
-          const float* vv = j < n_c ? cache.v_row(li, c_lo + j) + g * hd : vb.data() + (j - n_c) * nk + g * hd;
-          for (int64_t e = 0; e < hd; ++e) o[e] += p * vv[e];
-        }
-      }
-    });
+    ctx_k.resize(P - lo_kept), ctx_v.resize(P - lo_kept);
+    for (int64_t pk = lo_kept; pk < P; ++pk) {
+      ctx_k[pk - lo_kept] = cache.k_row(li, pk);
+      ctx_v[pk - lo_kept] = cache.v_row(li, pk);
+    }
+    const BlockAttentionShape shape{nb, P, lo_kept, nh, nkv, hd, scale, static_cast<bool>(cfg_.layer_causal[li]),
+                                    cfg_.layer_window[li]};
+    attention_block(ctx, q.data(), ctx_k.data(), ctx_v.data(), kb.data(), vb.data(), shape, att.data());
     if (observer_) observer_({lp + "self_attn.o_proj"}, att.data(), nb, nq);
     linear(ctx, att.data(), l.o, l.o_bias.empty() ? nullptr : l.o_bias.ptr<float>(), tmp.data(), nb);
     if (d2) {  // conv after the sublayer, side 1, with the kernel predicted from its input

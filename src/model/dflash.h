@@ -96,6 +96,9 @@ class DraftModel {
   // ids < target layers, hidden sizes equal, mask_token_id inside the target
   // vocab. `target` must outlive the drafter.
   static std::unique_ptr<DraftModel> load(const std::string& dir, Transformer& target, const DraftOptions& opts);
+  // The same with DIR/config.json already read (cfg = load_draft_config(dir)).
+  static std::unique_ptr<DraftModel> load(const std::string& dir, const DraftConfig& cfg, Transformer& target,
+                                          const DraftOptions& opts);
 
   const DraftConfig& config() const { return cfg_; }
   const DraftWeights& weights() const { return w_; }
@@ -135,7 +138,7 @@ class DraftModel {
               const std::vector<double>& u, Selection& out);
 
  private:
-  DraftModel(const std::string& dir, Transformer& target, const DraftOptions& opts);
+  DraftModel(const std::string& dir, DraftConfig cfg, Transformer& target, const DraftOptions& opts);
   DraftConfig cfg_;
   DraftWeights w_;
   Transformer& target_;

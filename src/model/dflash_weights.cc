@@ -35,8 +35,8 @@ std::string codebook_name(const WeightSource& src, const std::string& bare) {
 
 }  // namespace
 
-DraftModel::DraftModel(const std::string& dir, Transformer& target, const DraftOptions& opts)
-    : cfg_(load_draft_config(dir)), target_(target) {
+DraftModel::DraftModel(const std::string& dir, DraftConfig cfg, Transformer& target, const DraftOptions& opts)
+    : cfg_(std::move(cfg)), target_(target) {
   const ModelConfig& b = cfg_.base;
   const ModelConfig& tc = target.config();
   const std::string what = dir + "/config.json";
@@ -117,7 +117,12 @@ DraftModel::DraftModel(const std::string& dir, Transformer& target, const DraftO
 }
 
 std::unique_ptr<DraftModel> DraftModel::load(const std::string& dir, Transformer& target, const DraftOptions& opts) {
-  return std::unique_ptr<DraftModel>(new DraftModel(dir, target, opts));
+  return load(dir, load_draft_config(dir), target, opts);
+}
+
+std::unique_ptr<DraftModel> DraftModel::load(const std::string& dir, const DraftConfig& cfg, Transformer& target,
+                                             const DraftOptions& opts) {
+  return std::unique_ptr<DraftModel>(new DraftModel(dir, cfg, target, opts));
 }
 
 uint64_t DraftModel::weight_bytes() const {

@@ -42,7 +42,7 @@ class Transformer {
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
-  const KernelTable& kernels() const { return kt_; }
+  const char* isa() const { return kt_.isa; }  // the kernels chosen at load ("avx512", "ref", ...)
   bool bf16_activations() const { return opts_.emulate_bf16_activations; }
   int n_threads() const { return pool_.n_threads(); }
   uint64_t weight_bytes() const;  // bytes of all weights read per decode step

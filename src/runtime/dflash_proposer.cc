@@ -4,12 +4,8 @@
 
 namespace blockspec {
 
-DFlashProposer::DFlashProposer(std::shared_ptr<DraftModel> model, int64_t capacity, std::string draft_sample_method)
-    : model_(std::move(model)), cache_(model_->new_cache(capacity)) {
-  if (draft_sample_method != "probabilistic" && draft_sample_method != "greedy")
-    fail("draft_sample_method must be \"probabilistic\" or \"greedy\", found \"", draft_sample_method, "\"");
-  greedy_only_ = draft_sample_method == "greedy";
-}
+DFlashProposer::DFlashProposer(std::shared_ptr<DraftModel> model, int64_t capacity, bool greedy_draft)
+    : model_(std::move(model)), cache_(model_->new_cache(capacity)), greedy_only_(greedy_draft) {}
 
 void DFlashProposer::reset() {
   cache_.reset();

@@ -12,14 +12,14 @@ namespace blockspec {
 
 class DFlashProposer : public Proposer {
  public:
-  // draft_sample_method: "probabilistic" (at T > 0 draft tokens are sampled
+  // greedy_draft false -- draft_sample_method "probabilistic" (at T > 0 draft tokens are sampled
   // from q and verified against it: DFlash1 q = sampling_probs of the draft
   // logits with the request's temperature/top-k/top-p, DFlash2 q = the
-  // selector's softmax over its candidates) or "greedy" (argmax / greedy
+  // selector's softmax over its candidates); true -- "greedy" (argmax / greedy
   // walk; verified as a one-hot q). capacity: longest sequence.
   // The drafter's weights may be shared by many sequences' proposers (the
   // server); each proposer holds its own context cache.
-  DFlashProposer(std::shared_ptr<DraftModel> model, int64_t capacity, std::string draft_sample_method);
+  DFlashProposer(std::shared_ptr<DraftModel> model, int64_t capacity, bool greedy_draft);
   std::string method() const override { return draft_method_name(model_->config().method); }
   std::vector<int64_t> tap_layers() const override { return model_->config().target_layer_ids; }
   void observe(const std::vector<int32_t>& seq, int64_t n_seen, int64_t n_new, const float* taps) override;

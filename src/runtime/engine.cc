@@ -49,7 +49,8 @@ Engine::Engine(std::unique_ptr<Transformer> model, const EngineOptions& opts) : 
   int64_t max_draft = 0;
   if (opts.spec) {
     I.spec = opts.spec;
-    I.drafter = load_drafter(*I.spec, *I.model);  // fills in K for drafters
+    I.drafter = opts.drafter;
+    configure_spec(*I.spec, I.drafter.get(), *I.model);  // fills in K for drafters
     max_draft = I.spec->num_speculative_tokens;
     if (I.spec->adaptive_k)
       I.ksel = opts.verify_cost_ms.empty() ? KSelector(*I.model, max_draft, opts.max_num_seqs)
@@ -103,6 +104,7 @@ Engine::~Engine() {
 }
 
 const ModelConfig& Engine::model_config() const { return impl_->model->config(); }
+int64_t Engine::vocab_size() const { return impl_->model->config().vocab_size; }
 
 uint64_t Engine::submit(RequestParams p, std::function<void(const TokenEvent&)> on_event) {
   Impl& I = *impl_;

@@ -23,11 +23,15 @@
 #include <thread>
 #include <vector>
 
-#include "model/transformer.h"
 #include "runtime/sampler.h"
-#include "runtime/speculative.h"
+#include "runtime/spec_config.h"
+#include "runtime/spec_types.h"
 
 namespace blockspec {
+
+class Transformer;  // model/transformer.h: the server above sees no model or kernel header
+class DraftModel;
+struct ModelConfig;
 
 struct EngineOptions {
   int64_t max_num_seqs = 8;
@@ -35,6 +39,7 @@ struct EngineOptions {
   int64_t kv_cache_mb = 0;        // KV pool budget; 0: max_num_seqs * max_model_len tokens
   int64_t max_step_tokens = 256;  // tokens one step forwards (prefill chunks fill what decodes leave)
   std::optional<SpecConfig> spec;  // speculative decoding for every request
+  std::shared_ptr<DraftModel> drafter;  // the drafter spec names (cli/spec_config.h loads it); null for ngram
   // Adaptive K (spec without num_speculative_tokens): the target's verify
   // cost {rows, ms}, rows increasing; empty: measured at start-up.
   std::vector<std::pair<int64_t, double>> verify_cost_ms;
@@ -97,7 +102,8 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  const ModelConfig& model_config() const;
+  const ModelConfig& model_config() const;  // include formats/hf_config.h to read it
+  int64_t vocab_size() const;
   int64_t max_model_len() const { return max_model_len_; }
 
   // Validates (prompt length + max_tokens <= max_model_len, ids in the

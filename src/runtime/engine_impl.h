@@ -9,6 +9,7 @@
 #include "kv/block_allocator.h"
 #include "kv/kv_pool.h"
 #include "runtime/engine.h"
+#include "runtime/speculative.h"
 #include "runtime/k_selector.h"
 #include "runtime/model_runner.h"
 #include "runtime/scheduler.h"

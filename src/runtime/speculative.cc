@@ -1,11 +1,9 @@
 #include "runtime/speculative.h"
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "base/timer.h"
-#include "formats/dflash_config.h"
 #include "runtime/dflash_proposer.h"
 #include "kv/block_allocator.h"
 #include "kv/kv_pool.h"
@@ -17,95 +15,52 @@
 
 namespace blockspec {
 
-using nlohmann::json;
-
-SpecConfig parse_spec_config(const std::string& text) {
-  const char* what = "--speculative-config";
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    fail(what, ": not valid JSON: ", e.what());
+const char* spec_method_name(SpecMethod m) {
+  switch (m) {
+    case SpecMethod::kNgram: return "ngram";
+    case SpecMethod::kDFlash: return "dflash";
+    case SpecMethod::kDFlash2: return "dflash2";
   }
-  if (!j.is_object()) fail(what, ": expected a JSON object, e.g. {\"method\":\"dflash\",\"model\":DIR}");
-  SpecConfig c;
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string& key = it.key();
-    const json& v = it.value();
-    auto str = [&] {
-      if (!v.is_string()) fail(what, ": \"", key, "\" must be a string, found ", v.dump());
-      return v.get<std::string>();
-    };
-    auto pos_int = [&](int64_t min) {
-      if (!v.is_number_integer() || v.get<int64_t>() < min)
-        fail(what, ": \"", key, "\" must be an integer >= ", min, ", found ", v.dump());
-      return v.get<int64_t>();
-    };
-    if (key == "method") c.method = str();
-    else if (key == "model") c.model = str();
-    else if (key == "num_speculative_tokens") c.num_speculative_tokens = pos_int(1);
-    else if (key == "prompt_lookup_max") c.prompt_lookup_max = pos_int(1);
-    else if (key == "prompt_lookup_min") c.prompt_lookup_min = pos_int(1);
-    else if (key == "draft_sample_method") c.draft_sample_method = str();
-    else
-      fail(what, ": unknown key \"", key,
-           "\" (known: method, model, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min, "
-           "draft_sample_method)");
-  }
-  if (c.method.empty() && !c.model.empty() && is_draft_checkpoint(c.model))
-    c.method = draft_method_name(load_draft_config(c.model).method);
-  if (c.method.empty()) fail(what, ": missing \"method\" (dflash, dflash2 or ngram)");
-  if (c.method != "dflash" && c.method != "dflash2" && c.method != "ngram")
-    fail(what, ": method \"", c.method, "\" is not supported (supported: dflash, dflash2, ngram)");
-  if (c.method == "ngram") {
-    if (!c.model.empty()) fail(what, ": method ngram takes no \"model\"");
-    if (c.num_speculative_tokens == 0) fail(what, ": method ngram needs \"num_speculative_tokens\"");
-    // vLLM: prompt_lookup_max defaults to min when only min is given, and both
-    // to 5 / 1 otherwise... we follow its documented defaults min 1, max = min or 5.
-    if (c.prompt_lookup_min == 0) c.prompt_lookup_min = 1;
-    if (c.prompt_lookup_max == 0) c.prompt_lookup_max = std::max<int64_t>(c.prompt_lookup_min, 5);
-    if (c.prompt_lookup_max < c.prompt_lookup_min)
-      fail(what, ": prompt_lookup_max ", c.prompt_lookup_max, " < prompt_lookup_min ", c.prompt_lookup_min);
-  } else {
-    if (c.model.empty()) fail(what, ": method ", c.method, " needs \"model\": the drafter directory");
-    if (c.prompt_lookup_max || c.prompt_lookup_min)
-      fail(what, ": prompt_lookup_max / prompt_lookup_min apply to method ngram only");
-    if (!is_draft_checkpoint(c.model))
-      fail(what, ": \"model\" ", c.model, " is not a DFlash drafter (no config.json naming DFlashDraftModel or "
-                 "DFlash2DraftModel)");
-    // The drafter's architectures decide between dflash and dflash2.
-    c.method = draft_method_name(load_draft_config(c.model).method);
-  }
-  if (c.draft_sample_method != "probabilistic" && c.draft_sample_method != "greedy")
-    fail(what, ": draft_sample_method must be \"probabilistic\" or \"greedy\", found \"", c.draft_sample_method, "\"");
-  return c;
+  return "?";
 }
 
-std::shared_ptr<DraftModel> load_drafter(SpecConfig& c, Transformer& target, std::optional<WeightFormat> draft_weights) {
-  if (c.method == "ngram") return nullptr;
-  std::shared_ptr<DraftModel> dm = DraftModel::load(c.model, target, DraftOptions{draft_weights, false});
-  const int64_t kmax = dm->config().block_size - 1;
+void configure_spec(SpecConfig& c, const DraftModel* drafter, Transformer& target) {
+  const char* what = "--speculative-config";
+  if (!c.uses_drafter()) {
+    if (drafter) fail(what, ": method ngram takes no drafter");
+    if (c.num_speculative_tokens < 1) fail(what, ": method ngram needs num_speculative_tokens >= 1");
+    if (c.prompt_lookup_min < 1 || c.prompt_lookup_max < c.prompt_lookup_min)
+      fail(what, ": prompt_lookup_min ", c.prompt_lookup_min, " / prompt_lookup_max ", c.prompt_lookup_max,
+           " must satisfy 1 <= min <= max");
+    return;
+  }
+  if (!drafter) fail(what, ": method ", c.method_name(), " needs its drafter loaded (", c.model, ")");
+  const DraftConfig& dc = drafter->config();
+  const SpecMethod m = dc.method == DraftMethod::kDFlash2 ? SpecMethod::kDFlash2 : SpecMethod::kDFlash;
+  if (m != c.method)
+    fail(what, ": method ", c.method_name(), " but the drafter ", c.model, " is ", draft_method_name(dc.method));
+  const int64_t kmax = dc.block_size - 1;
   if (c.num_speculative_tokens == 0) {
     c.num_speculative_tokens = kmax;
     c.adaptive_k = true;
   }
   if (c.num_speculative_tokens > kmax)
-    fail("--speculative-config: num_speculative_tokens ", c.num_speculative_tokens, " exceeds block_size - 1 = ",
-         kmax, " of the drafter (more masks than it was trained for)");
-  target.set_tap_layers(dm->config().target_layer_ids);
-  return dm;
+    fail(what, ": num_speculative_tokens ", c.num_speculative_tokens, " exceeds block_size - 1 = ", kmax,
+         " of the drafter (more masks than it was trained for)");
+  target.set_tap_layers(dc.target_layer_ids);
 }
 
 std::unique_ptr<Proposer> new_proposer(const SpecConfig& c, const std::shared_ptr<DraftModel>& drafter,
                                        int64_t capacity) {
-  if (c.method == "ngram") return std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
-  if (!drafter) fail("speculative method ", c.method, " needs its drafter loaded");
-  return std::make_unique<DFlashProposer>(drafter, capacity, c.draft_sample_method);
+  if (!c.uses_drafter()) return std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
+  if (!drafter) fail("speculative method ", c.method_name(), " needs its drafter loaded");
+  return std::make_unique<DFlashProposer>(drafter, capacity, c.greedy_draft);
 }
 
-std::unique_ptr<Proposer> make_proposer(SpecConfig& c, Transformer& target, int64_t capacity,
-                                        std::optional<WeightFormat> draft_weights) {
-  return new_proposer(c, load_drafter(c, target, draft_weights), capacity);
+std::unique_ptr<Proposer> make_proposer(SpecConfig& c, const std::shared_ptr<DraftModel>& drafter,
+                                        Transformer& target, int64_t capacity) {
+  configure_spec(c, drafter.get(), target);
+  return new_proposer(c, drafter, capacity);
 }
 
 SpecResult generate_speculative(Transformer& model, Proposer& proposer, int64_t K, const std::vector<int32_t>& prompt,

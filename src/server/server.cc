@@ -96,7 +96,7 @@ std::vector<int32_t> prompt_ids_for(const ServedModel& m, const GenRequest& r) {
     ids.insert(ids.end(), t.begin(), t.end());
     return ids;
   }
-  check_token_ids(r.prompt_ids, m.engine->model_config().vocab_size, "prompt");
+  check_token_ids(r.prompt_ids, m.engine->vocab_size(), "prompt");
   return r.prompt_ids;
 }
 

@@ -15,7 +15,7 @@
 
 #include "chat/chat_template.h"
 #include "runtime/engine.h"
-#include "server/chat_assets.h"
+#include "chat/chat_assets.h"
 #include "server/generation_config.h"
 #include "tokenizer/tokenizer.h"
 

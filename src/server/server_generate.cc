@@ -179,7 +179,7 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
                    "model");
   r.params.prompt = prompt_ids_for(*m, r);
   resolve_max_tokens(r, static_cast<int64_t>(r.params.prompt.size()), m->engine->max_model_len());
-  check_token_ids(r.params.stop_token_ids, m->engine->model_config().vocab_size, "stop_token_ids");
+  check_token_ids(r.params.stop_token_ids, m->engine->vocab_size(), "stop_token_ids");
   if (!r.has_seed) r.params.sampling.seed = random_seed();
 
   auto st = std::make_shared<Answer>();

@@ -46,7 +46,7 @@ void expect_all_finite(const GgufFile& f) {
 
 TEST(GgufReal, SmolLM2) {
   std::string path = cached_model("smollm2");
-  if (path.empty()) GTEST_SKIP() << "run scripts/fetch_models.sh smollm2";
+  ASSERT_FALSE(path.empty()) << "the model is missing: run scripts/fetch_models.sh smollm2";
   GgufFile f(path);
   EXPECT_EQ(f.get_string("general.architecture"), "llama");
   auto h = type_histogram(f);
@@ -80,7 +80,7 @@ TEST(GgufReal, SmolLM2) {
 
 TEST(GgufReal, Qwen25Coder15B) {
   std::string path = cached_model("qwen2.5-coder-1.5b");
-  if (path.empty()) GTEST_SKIP() << "run scripts/fetch_models.sh qwen2.5-coder-1.5b";
+  ASSERT_FALSE(path.empty()) << "the model is missing: run scripts/fetch_models.sh qwen2.5-coder-1.5b";
   GgufFile f(path);
   EXPECT_EQ(f.get_string("general.architecture"), "qwen2");
   EXPECT_EQ(f.get_string("general.name"), "Qwen2.5 Coder 1.5B Instruct GGUF");

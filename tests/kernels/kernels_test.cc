@@ -10,19 +10,12 @@
 #include "kernels/kernel_table.h"
 #include "base/error.h"
 #include "kernels/ops.h"
+#include "randv.h"
 #include "kernels/silu_exp.h"
 #include "tensor/dtype.h"
 
 namespace blockspec {
 namespace {
-
-std::vector<float> randv(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.f, 1.f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
 
 class IsaTest : public ::testing::TestWithParam<std::string> {};
 

@@ -14,17 +14,10 @@
 #include "kernels/kernel_table.h"
 #include "kernels/kv_attention.h"
 #include "kernels/ops.h"
+#include "randv.h"
 
 namespace blockspec {
 namespace {
-
-std::vector<float> randv(size_t n, uint32_t seed, float sd = 1.f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
 
 constexpr KvDType kAll[] = {KvDType::kF32, KvDType::kBF16, KvDType::kFP8E4M3, KvDType::kInt8PerTokenHead,
                             KvDType::kInt8BlockG128};

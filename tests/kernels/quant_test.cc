@@ -11,17 +11,10 @@
 #include "kernels/kernel_table.h"
 #include "kernels/quant.h"
 #include "tensor/dtype.h"
+#include "randv.h"
 
 namespace blockspec {
 namespace {
-
-std::vector<float> randv(size_t n, uint32_t seed, float sd = 1.f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
 
 Tensor tensor_of(const std::vector<float>& v, int64_t N, int64_t K) {
   Tensor t(DType::kF32, {N, K});

@@ -12,17 +12,10 @@
 #include "kernels/kernel_table.h"
 #include "kernels/quant.h"
 #include "kernels/quant_import.h"
+#include "randv.h"
 
 namespace blockspec {
 namespace {
-
-std::vector<float> randv(size_t n, uint32_t seed, float sd = 1.f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
 
 // A weight with every code of the format (q4: -8..7, q8: -128..127), random
 // f16-like scales, imported as codes and marked weight-only.

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "../spec_setup.h"
 #include "formats/safetensors.h"
 #include "model/dflash.h"
 #include "runtime/dflash_proposer.h"
@@ -134,10 +135,8 @@ TEST_P(DFlashGolden, MatchesReference) {
 
     if (!c.exact) continue;
     // The whole greedy loop, K = block_size - 1, 24 new tokens.
-    SpecConfig sc;
-    sc.method = draft_method_name(dc.method);
-    sc.model = fixture(D);
-    auto prop = make_proposer(sc, *target, 128, c.weights);
+    SpecConfig sc = test_spec(draft_method_name(dc.method), 0, fixture(D));
+    auto prop = test_proposer(sc, *target, 128, c.weights);
     EXPECT_EQ(sc.num_speculative_tokens, 7);
     GenerateOptions go;
     go.max_new_tokens = 24;

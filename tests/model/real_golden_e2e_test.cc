@@ -3,8 +3,9 @@
 // fixed id subset, and 32 greedy tokens identical, for f32 weights and for
 // bf16 weights (f32 activations; and bf16 activations, logits only: bf16
 // logits tie exactly too often for a greedy comparison to be meaningful).
-// SmolLM2 runs in CI (scripts/test.sh fetches it); Qwen2.5-Coder-1.5B runs
-// when BLOCKSPEC_E2E_LARGE=1.
+// Also the weights `serve` loads by default (no --weights: every GGUF block
+// re-packed as q8, W8A8) against HF's f32 run, with a tolerance derived below.
+// Both models run in scripts/test.sh, which fetches them (cached).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 #include "formats/safetensors.h"
 #include "model/transformer.h"
@@ -27,17 +29,29 @@ std::string cache_dir() {
 }
 
 struct Run {
-  std::string name;     // tensor infix in the golden file
-  WeightFormat format;  // --weights
+  std::string name;     // tensor infix in the golden file: the HF run compared with
+  std::optional<WeightFormat> format;  // --weights; nullopt: the default load
   bool bf16_act;
   double tol;        // max |ours - HF| over the subset / max |HF|
   bool check_greedy;
+  // 0: greedy tokens identical to HF's. > 0: identical up to the first step
+  // where HF's top-2 logit gap is below min_margin (a near tie our rounding
+  // may decide the other way); from there on the paths may part.
+  float min_margin = 0;
 };
 
+// The default load quantizes weights to int8 per 128 inputs and activations
+// per row and 128 inputs (W8A8), so its logits are not HF's f32 ones. Its
+// tolerance comes from its measured error, not from a wish: over the 3
+// prompts the final logits of Qwen2.5-Coder-1.5B are off by at most 3.0% of
+// the largest |logit| and SmolLM2's by 4.4% (2026-12-02); the bound allows
+// 1.5x that. The same error, in absolute logits (at most ~1.0), sets the
+// near-tie margin at which greedy paths may legitimately part.
 const Run kRuns[] = {
     {"f32", WeightFormat::kF32, false, 2e-5, true},
     {"bf16w", WeightFormat::kBF16, false, 2e-5, true},
     {"bf16", WeightFormat::kBF16, true, 3e-2, false},
+    {"f32", std::nullopt, false, 0.066, true, 1.5f},
 };
 
 void check_real_model(const std::string& name) {
@@ -47,17 +61,21 @@ void check_real_model(const std::string& name) {
   SafetensorsFile g(std::string(BS_SOURCE_DIR) + "/tests/fixtures/real/" + name + ".golden.safetensors");
   const int n_prompts = std::stoi(g.metadata().at("n_prompts"));
   for (const Run& run : kRuns) {
-    SCOPED_TRACE(name + " run " + run.name);
+    const std::string label = run.format ? run.name : "default(q8) vs " + run.name;
+    SCOPED_TRACE(name + " run " + label);
     ModelOptions mo;
     mo.weights = run.format;
     mo.emulate_bf16_activations = run.bf16_act;
     auto model = Transformer::load(model_path, mo);
+    if (!run.format) EXPECT_NE(model->weights().format_summary.find("q8"), std::string::npos) << model->weights().format_summary;
     const int64_t V = model->config().vocab_size;
+    int64_t agreed = 0, compared = 0;
     double worst = 0;
     for (int p = 0; p < n_prompts; ++p) {
       const std::string pre = "p" + std::to_string(p) + ".";
       Tensor ids_t = g.tensor(pre + "input_ids"), sub_t = g.tensor(pre + "ids");
       Tensor ref_t = g.tensor(pre + run.name + ".logits"), greedy_t = g.tensor(pre + run.name + ".greedy");
+      Tensor margin_t = g.tensor(pre + run.name + ".margin");
       std::vector<int32_t> ids(ids_t.ptr<int32_t>(), ids_t.ptr<int32_t>() + ids_t.numel());
       const int32_t* sub = sub_t.ptr<int32_t>();
       const float* ref = ref_t.ptr<float>();
@@ -80,20 +98,31 @@ void check_real_model(const std::string& name) {
         model->forward(&t, 1, cache, logits, false);
       }
       std::vector<int32_t> want(greedy_t.ptr<int32_t>(), greedy_t.ptr<int32_t>() + n_greedy);
-      EXPECT_EQ(ours, want) << "prompt " << p << ": greedy tokens differ from HF";
+      if (run.min_margin == 0) {
+        EXPECT_EQ(ours, want) << "prompt " << p << ": greedy tokens differ from HF";
+        continue;
+      }
+      // Same tokens until HF's path meets a near tie (or the end).
+      const float* margin = margin_t.ptr<float>();
+      int64_t j = 0;
+      while (j < n_greedy && ours[j] == want[j]) ++j;
+      agreed += j, compared += n_greedy;
+      if (j < n_greedy)
+        EXPECT_LT(margin[j], run.min_margin)
+            << "prompt " << p << ": greedy token " << j << " is " << ours[j] << ", HF's " << want[j]
+            << " with a top-2 margin of " << margin[j] << " (more than " << run.min_margin << ")";
     }
-    std::printf("[real] %-20s %-6s weights=%-4s bf16-act=%d  max rel err of final logits %.3g (tolerance %.3g)\n",
-                name.c_str(), run.name.c_str(), weight_format_name(run.format), run.bf16_act, worst, run.tol);
+    std::printf("[real] %-20s %-22s weights=%-4s bf16-act=%d  max rel err of final logits %.3g (tolerance %.3g)",
+                name.c_str(), label.c_str(), model->weights().format_summary.c_str(), run.bf16_act, worst, run.tol);
+    if (compared) std::printf("  greedy tokens equal before a parting: %lld of %lld", static_cast<long long>(agreed),
+                              static_cast<long long>(compared));
+    std::printf("\n");
   }
 }
 
 TEST(RealModels, SmolLM2MatchesTransformers) { check_real_model("smollm2"); }
 
-TEST(RealModels, Qwen25Coder15BMatchesTransformers) {
-  const char* on = std::getenv("BLOCKSPEC_E2E_LARGE");
-  if (on == nullptr || std::string(on) != "1") GTEST_SKIP() << "opt-in: set BLOCKSPEC_E2E_LARGE=1";
-  check_real_model("qwen2.5-coder-1.5b");
-}
+TEST(RealModels, Qwen25Coder15BMatchesTransformers) { check_real_model("qwen2.5-coder-1.5b"); }
 
 }  // namespace
 }  // namespace blockspec

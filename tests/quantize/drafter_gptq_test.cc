@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <random>
 
+#include "../spec_setup.h"
 #include "base/error.h"
 #include "kernels/kernel_table.h"
 #include "model/dflash.h"
@@ -269,9 +270,8 @@ TEST(DrafterGptq, PassesCheckAndStaysLossless) {
       GenerateOptions go;
       go.max_new_tokens = 24, go.stop_at_eos = false;
       const GenerateResult plain = generate(*target, p, go);
-      SpecConfig sc;
-      sc.method = d, sc.model = o.out;
-      auto prop = make_proposer(sc, *target, 256);
+      SpecConfig sc = test_spec(d, 0, o.out);
+      auto prop = test_proposer(sc, *target, 256);
       const SpecResult spec = generate_speculative(*target, *prop, sc.num_speculative_tokens, p, go);
       EXPECT_EQ(spec.gen.tokens, plain.tokens);
       EXPECT_GT(spec.stats.num_draft_tokens, 0);

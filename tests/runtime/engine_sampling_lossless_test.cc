@@ -63,7 +63,8 @@ class EngineSamplingLossless : public ::testing::Test {
     eo.max_num_seqs = batch;
     eo.spec = sc;
     eo.wrap_proposer = std::move(wrap);
-    Engine eng(Transformer::load(kTarget, options()), eo);
+    auto eng_owner = test_engine(Transformer::load(kTarget, options()), eo);
+    Engine& eng = *eng_owner;
     const std::vector<int32_t> prompt = make_prompt(*model_);
     std::mutex mu;
     std::condition_variable cv;

@@ -3,6 +3,7 @@
 // admission control queues requests when the KV budget is short and serves
 // them all; cancellation frees KV at once; stop tokens and max_tokens end
 // requests with the right reason.
+#include "../spec_setup.h"
 #include "runtime/engine.h"
 
 #include <gtest/gtest.h>
@@ -75,7 +76,8 @@ std::vector<std::vector<int32_t>> run_batch_matches_plain(const std::string& mod
   eo.max_step_tokens = 32;  // forces chunked prefill next to decodes
   eo.kv_cache_mb = kv_mb;
   eo.spec = spec;
-  Engine eng(Transformer::load(model_dir, mo), eo);
+  auto eng_owner = test_engine(Transformer::load(model_dir, mo), eo);
+  Engine& eng = *eng_owner;
   Collector col;
   std::vector<uint64_t> slots(n_req);
   for (int i = 0; i < n_req; ++i) {
@@ -100,7 +102,7 @@ std::vector<std::vector<int32_t>> run_batch_matches_plain(const std::string& mod
   EXPECT_EQ(eng.metrics().running, 0);
   if (spec) {
     EXPECT_GT(m.spec.num_drafts, 0);
-    std::printf("spec %s: drafts %lld, accepted %lld, mean acceptance length %.3f\n", spec->method.c_str(),
+    std::printf("spec %s: drafts %lld, accepted %lld, mean acceptance length %.3f\n", spec->method_name(),
                 static_cast<long long>(m.spec.num_drafts), static_cast<long long>(m.spec.num_accepted_tokens),
                 m.spec.mean_acceptance_length());
   }
@@ -143,7 +145,7 @@ TEST(Engine, SmallKvBudgetQueuesAndServesAll) {
 }
 
 TEST(Engine, NgramSpeculationMatchesPlainGreedy) {
-  SpecConfig sc = parse_spec_config(R"({"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":3})");
+  SpecConfig sc = test_spec("ngram", 4);
   run_batch_matches_plain(golden("qwen3-tiny-f32"), sc, 0, 8);
 }
 
@@ -152,8 +154,7 @@ TEST(Engine, DFlashSpeculationMatchesPlainGreedy) {
     // A fixed K: the adaptive choice depends on measured timings, and may
     // turn drafting off on a slow or loaded machine (k_selector_test.cc
     // tests that choice on given costs).
-    SpecConfig sc = parse_spec_config(std::string(R"({"method":"dflash","num_speculative_tokens":3,"model":")") +
-                                      dflash(d) + "\"}");
+    SpecConfig sc = test_spec("dflash", 3, dflash(d));
     run_batch_matches_plain(dflash("target"), sc, 0, 6);
   }
 }

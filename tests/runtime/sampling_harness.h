@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../spec_setup.h"
 #include "model/transformer.h"
 #include "runtime/generate.h"
 #include "runtime/sampler.h"
@@ -149,10 +150,8 @@ struct Case {
 // write_overlapping_drafters into dir, n-gram lookup of 1..3 tokens.
 inline SpecConfig case_spec(const std::string& method, int64_t K, const std::string& draft_sample,
                             const std::string& dir) {
-  SpecConfig c;
-  c.method = method, c.num_speculative_tokens = K, c.draft_sample_method = draft_sample;
-  if (method == "ngram") c.prompt_lookup_min = 1, c.prompt_lookup_max = 3;
-  else c.model = dir + "/" + method;
+  SpecConfig c = test_spec(method, K, method == "ngram" ? "" : dir + "/" + method);
+  c.greedy_draft = draft_sample == "greedy";
   return c;
 }
 

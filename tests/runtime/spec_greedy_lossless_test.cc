@@ -17,6 +17,7 @@
 #include <memory>
 #include <random>
 
+#include "../spec_setup.h"
 #include "model/dflash.h"
 #include "random_drafter.h"
 #include "runtime/generate.h"
@@ -147,11 +148,8 @@ class SpecGreedyLossless : public ::testing::Test {
   }
 
   static std::unique_ptr<Proposer> proposer(const std::string& method, int64_t K) {
-    SpecConfig c;
-    c.method = method, c.num_speculative_tokens = K;
-    if (method == "ngram") c.prompt_lookup_min = 1, c.prompt_lookup_max = 3;
-    else c.model = (dir_ / method).string();
-    return make_proposer(c, *model_, 512);
+    SpecConfig c = test_spec(method, K, method == "ngram" ? "" : (dir_ / method).string());
+    return test_proposer(c, *model_, 512);
   }
 
   static std::vector<std::vector<int32_t>> prompts() {

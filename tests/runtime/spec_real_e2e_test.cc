@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <random>
 
+#include "../spec_setup.h"
 #include "formats/safetensors.h"
 #include "random_drafter.h"
 #include "runtime/generate.h"
@@ -96,11 +97,9 @@ TEST(SpecRealModels, SmolLM2GreedySpeculationEqualsPlainGreedy) {
   for (const Run& run : {Run{"ngram", 1}, Run{"ngram", 3}, Run{"ngram", 7}, Run{"ngram", 15}, Run{"dflash", 3},
                          Run{"dflash", 15}, Run{"dflash2", 7}, Run{"dflash2", 15}}) {
     const auto t1 = std::chrono::steady_clock::now();
-    SpecConfig c;
-    c.method = run.method, c.num_speculative_tokens = run.K;
-    if (c.method == "ngram") c.prompt_lookup_min = 1, c.prompt_lookup_max = 3;
-    else c.model = (dir / run.method).string();
-    auto prop = make_proposer(c, *model, 256);
+    const std::string method = run.method;
+    SpecConfig c = test_spec(method, run.K, method == "ngram" ? "" : (dir / method).string());
+    auto prop = test_proposer(c, *model, 256);
     SpecStats st;
     int64_t passes = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {

@@ -48,7 +48,7 @@ class SpecSamplingLossless : public ::testing::Test {
 
   static std::unique_ptr<Proposer> proposer(const std::string& method, int64_t K, const std::string& draft_sample) {
     SpecConfig c = case_spec(method, K, draft_sample, dir_.string());
-    return make_proposer(c, *model_, 256);
+    return test_proposer(c, *model_, 256);
   }
 
   static inline Transformer* model_ = nullptr;

@@ -21,8 +21,10 @@
 #include <regex>
 #include <thread>
 
+#include "../spec_setup.h"
 #include "../runtime/sampling_harness.h"
 #include "model/transformer.h"
+#include "model/chat_files.h"
 #include "server/server.h"
 
 namespace blockspec {
@@ -100,7 +102,7 @@ std::unique_ptr<Served> serve(std::optional<SpecConfig> spec, EngineOptions eo =
   eo.max_num_seqs = 8;
   eo.spec = std::move(spec);
   auto s = std::make_unique<Served>();
-  s->model = make_served_model(std::make_unique<Engine>(Transformer::load(kModelDir, model_options()), eo),
+  s->model = make_served_model(test_engine(Transformer::load(kModelDir, model_options()), eo),
                                Tokenizer::from_file(kModelDir + "/tokenizer.json"),
                                read_chat_assets(kModelDir, kTemplate), kModelDir);
   s->server = std::make_unique<Server>(ServerOptions{"127.0.0.1", 0, "tiny", "", 32, false});
@@ -231,12 +233,7 @@ class ServerSpec : public ::testing::Test {
     delete plain_;
   }
   static SpecConfig spec(const std::string& method, int64_t k) {
-    SpecConfig c;
-    c.method = method;
-    c.num_speculative_tokens = k;
-    if (method == "ngram") c.prompt_lookup_min = 1, c.prompt_lookup_max = 3;
-    else c.model = (dir_ / method).string();
-    return c;
+    return test_spec(method, k, method == "ngram" ? "" : (dir_ / method).string());
   }
   // Serves with `sc`, answers at concurrency 1 and 8, checks the answers
   // against plain serving; returns the server's metrics.

@@ -18,8 +18,10 @@
 #include <random>
 #include <thread>
 
+#include "../spec_setup.h"
 #include "model/transformer.h"
 #include "server/generation.h"
+#include "model/chat_files.h"
 #include "server/server.h"
 
 namespace blockspec {
@@ -69,7 +71,7 @@ void stress(std::optional<SpecConfig> spec) {
   EngineOptions eo;
   eo.max_num_seqs = 8;
   eo.spec = std::move(spec);
-  auto model = make_served_model(std::make_unique<Engine>(Transformer::load(kModelDir, mo), eo),
+  auto model = make_served_model(test_engine(Transformer::load(kModelDir, mo), eo),
                                  Tokenizer::from_file(kModelDir + "/tokenizer.json"),
                                  read_chat_assets(kModelDir, kTemplate), kModelDir);
   Server server(ServerOptions{"127.0.0.1", 0, "tiny", "", 32, false});
@@ -172,7 +174,7 @@ void stress(std::optional<SpecConfig> spec) {
   EXPECT_EQ(h->status, 200);
   if (eo.spec) {
     const EngineMetrics em = model->engine->metrics();
-    std::printf("stress with %s K=%lld: %lld drafts, %lld accepted\n", eo.spec->method.c_str(),
+    std::printf("stress with %s K=%lld: %lld drafts, %lld accepted\n", eo.spec->method_name(),
                 static_cast<long long>(eo.spec->num_speculative_tokens), static_cast<long long>(em.spec.num_drafts),
                 static_cast<long long>(em.spec.num_accepted_tokens));
     EXPECT_GT(em.spec.num_drafts, 0);
@@ -186,11 +188,7 @@ TEST(ServerStress, EightClientsHundredRequestsWithDisconnects) { stress(std::nul
 // answer without speculation), and clients hanging up between verify steps
 // leave no KV page behind.
 TEST(ServerStress, EightClientsHundredRequestsWithSpeculation) {
-  SpecConfig sc;
-  sc.method = "ngram";
-  sc.num_speculative_tokens = 3;
-  sc.prompt_lookup_min = 1, sc.prompt_lookup_max = 3;
-  stress(sc);
+  stress(test_spec("ngram", 3));
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 
 #include "model/transformer.h"
 #include "server/generation.h"
+#include "model/chat_files.h"
 #include "server/server.h"
 
 namespace blockspec {

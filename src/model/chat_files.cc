@@ -1,4 +1,4 @@
-#include "server/chat_assets.h"
+#include "model/chat_files.h"
 
 #include <filesystem>
 #include <fstream>

@@ -1,0 +1,25 @@
+// `--speculative-config` as vLLM spells it, parsed into the typed SpecConfig
+// the runtime runs from (runtime/spec_config.h), and the drafter it names
+// loaded once. The only place that reads that JSON and the drafter's
+// config.json.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "model/dflash.h"
+#include "runtime/spec_config.h"
+
+namespace blockspec {
+
+// Parses the JSON object of --speculative-config. The method may be omitted
+// when "model" is a drafter: it is then read from the drafter's
+// architectures (DFlash2DraftModel -> dflash2); "dflash" naming a DFlash2
+// drafter runs it as dflash2 (vLLM does the same). The drafter's config.json
+// is read here, once, into cfg.draft. Errors name the key.
+SpecConfig parse_spec_config(const std::string& json_text);
+
+// The drafter cfg names (nullptr for ngram), loaded for `target` from the
+// config parse_spec_config read.
+std::shared_ptr<DraftModel> load_spec_drafter(const SpecConfig& cfg, Transformer& target);
+
+}  // namespace blockspec

@@ -12,4 +12,4 @@ MODEL="${BLOCKSPEC_MODEL:-${BLOCKSPEC_CACHE:-$HOME/.cache/blockspec}/models/$NAM
 echo "serving $MODEL on http://127.0.0.1:8000 (model name \"$NAME\"); Ctrl-C stops it" >&2
 exec build/blockspec serve "$MODEL" --served-model-name "$NAME" --host 127.0.0.1 --port 8000 \
   --max-num-seqs 8 --max-model-len 4096 \
-  --speculative-config '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":3}' "$@"
+  --speculative-config '{"method":"ngram","prompt_lookup_max":3}' "$@"

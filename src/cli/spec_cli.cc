@@ -11,7 +11,8 @@ FlagSpec spec_flag() {
   return {"--speculative-config", "", true,
           "speculative decoding, JSON as vLLM spells it: {\"method\":\"dflash\",\"model\":DIR,"
           "\"num_speculative_tokens\":K} (dflash2 recognised from the drafter), or {\"method\":\"ngram\","
-          "\"num_speculative_tokens\":K,\"prompt_lookup_max\":N}"};
+          "\"prompt_lookup_max\":N}; without num_speculative_tokens the draft length adapts to the measured "
+          "verify cost, with it every step drafts K"};
 }
 
 std::optional<SpecSetup> open_spec(const Args& a, Transformer& target, int64_t capacity) {

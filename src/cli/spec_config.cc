@@ -56,7 +56,6 @@ SpecConfig parse_spec_config(const std::string& text) {
   c.greedy_draft = draft_sample == "greedy";
   if (method == "ngram") {
     if (!model.empty()) fail(what, ": method ngram takes no \"model\"");
-    if (!k) fail(what, ": method ngram needs \"num_speculative_tokens\"");
     // vLLM's defaults: prompt_lookup_min 1; prompt_lookup_max 5, or min when min > 5.
     c.method = SpecMethod::kNgram;
     c.prompt_lookup_min = lookup_min.value_or(1);

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "kernels/quant.h"
 #include "kernels/quant_rows.h"
+#include "model/hf_names.h"
 
 namespace blockspec {
 
@@ -37,130 +38,165 @@ void grouped_conv(const float* u, int64_t n, int64_t H, const float* base, const
 
 void DraftModel::forward(DraftCache& cache, const float* feats, int64_t n_ctx, int32_t anchor, int64_t k,
                          std::vector<float>& hidden) {
+  forward_batch({DraftJob{&cache, feats, n_ctx, anchor, k, &hidden}});
+}
+
+void DraftModel::forward_batch(const std::vector<DraftJob>& jobs) {
   const ModelConfig& b = cfg_.base;
   const int64_t H = b.hidden_size, hd = b.head_dim, nh = b.n_heads, nkv = b.n_kv_heads;
   const int64_t nq = nh * hd, nk = nkv * hd, wr = nq + 2 * nk, F = b.intermediate_size;
-  const int64_t nb = k + 1, m = n_ctx, P0 = cache.size(), P = P0 + m;
   const bool d2 = cfg_.method == DraftMethod::kDFlash2;
   const int64_t kt = cfg_.conv_kernel_size, gs = cfg_.conv_group_size, G = d2 ? H / gs : 0;
-  if (k < 0) fail("draft: negative block length");
-  if (P > cache.capacity())
-    fail("draft: context length ", P, " exceeds the drafter cache capacity ", cache.capacity());
+  const int64_t TH = cfg_.n_taps() * target_.config().hidden_size;
+  const int64_t dyn_w = 2 * std::max<int64_t>(kt, 1) * std::max<int64_t>(G, 1);  // dyn row: [2, kt, G]
+  // Rows of all jobs: Mc context rows (job order), then Nb block rows.
+  const size_t J = jobs.size();
+  std::vector<int64_t> c0(J + 1, 0), b0(J + 1, 0), P(J);  // row offsets; P: block start position
+  for (size_t j = 0; j < J; ++j) {
+    const DraftJob& jb = jobs[j];
+    if (jb.k < 0) fail("draft: negative block length");
+    P[j] = jb.cache->size() + jb.n_ctx;
+    if (P[j] > jb.cache->capacity())
+      fail("draft: context length ", P[j], " exceeds the drafter cache capacity ", jb.cache->capacity());
+    c0[j + 1] = c0[j] + jb.n_ctx;
+    b0[j + 1] = b0[j] + jb.k + 1;
+  }
+  const int64_t Mc = c0[J], Nb = b0[J];
   OpContext ctx = target_.op_context();
   const float eps = static_cast<float>(b.rms_norm_eps);
   std::vector<float> scratch;
 
-  // Context vectors c_j = hidden_norm(fc f_j): [m, H].
-  std::vector<float> c(m * H);
-  if (m > 0) {
-    if (observer_) observer_({"fc"}, feats, m, cfg_.n_taps() * target_.config().hidden_size);
-    linear(ctx, feats, w_.fc, nullptr, c.data(), m);
-    rmsnorm(c.data(), w_.hidden_norm.ptr<float>(), eps, m, H, c.data());
+  std::vector<float> in((Mc + Nb) * H);  // [Mc + Nb, H] qkv input: context rows, then block rows
+  // Context vectors c_j = hidden_norm(fc f_j): [Mc, H], one GEMM for every job.
+  if (Mc > 0) {
+    std::vector<float> packed;
+    const float* f = jobs[0].feats;
+    if (J > 1) {
+      packed.resize(Mc * TH);
+      for (size_t j = 0; j < J; ++j)
+        if (jobs[j].n_ctx > 0) std::copy(jobs[j].feats, jobs[j].feats + jobs[j].n_ctx * TH, packed.begin() + c0[j] * TH);
+      f = packed.data();
+    }
+    if (observer_) observer_({"fc"}, f, Mc, TH);
+    linear(ctx, f, w_.fc, nullptr, in.data(), Mc);
+    rmsnorm(in.data(), w_.hidden_norm.ptr<float>(), eps, Mc, H, in.data());
   }
   // Block input: target embedding rows of [anchor, MASK x k] x input_embedding_scale.
-  std::vector<int32_t> ids(nb, cfg_.mask_token_id);
-  ids[0] = anchor;
-  std::vector<float> x(nb * H);  // [nb, H] residual stream
-  dequantize_rows(target_.weights().tok_embd, ids.data(), nb, x.data());
+  std::vector<int32_t> ids(Nb, cfg_.mask_token_id);
+  std::vector<int64_t> pos_c(Mc), pos_b(Nb);  // positions of the context and block rows
+  for (size_t j = 0; j < J; ++j) {
+    ids[b0[j]] = jobs[j].anchor;
+    std::iota(pos_c.begin() + c0[j], pos_c.begin() + c0[j + 1], jobs[j].cache->size());
+    std::iota(pos_b.begin() + b0[j], pos_b.begin() + b0[j + 1], P[j]);
+    jobs[j].cache->set_size(P[j]);
+  }
+  std::vector<float> x(Nb * H);  // [Nb, H] residual stream
+  dequantize_rows(target_.weights().tok_embd, ids.data(), Nb, x.data());
   if (cfg_.input_embedding_scale != 1.0)
     for (float& v : x) v *= static_cast<float>(cfg_.input_embedding_scale);
 
-  std::vector<int64_t> pos(m + nb);  // [m + nb] ctx positions then block positions
-  std::iota(pos.begin(), pos.end(), P0);
-  cache.set_size(P);
-
-  std::vector<float> in((m + nb) * H);   // [m + nb, H] qkv input: ctx rows, then block rows
-  std::vector<float> qkv((m + nb) * wr);  // [m + nb, wr]
-  std::vector<float> q(nb * nq), kb(nb * nk), vb(nb * nk), kc(m * nk), vc(m * nk);
-  std::vector<float> att(nb * nq), tmp(nb * H), u(nb * H), dyn(nb * 2 * std::max<int64_t>(kt, 1) * std::max<int64_t>(G, 1));
-  std::vector<float> gu(nb * 2 * F), act(nb * F);
-  std::vector<const float*> ctx_k, ctx_v;  // [P - first kept] context rows of the layer
+  std::vector<float> qkv((Mc + Nb) * wr);  // [Mc + Nb, wr]
+  std::vector<float> q(Nb * nq), kb(Nb * nk), vb(Nb * nk), kc(Mc * nk), vc(Mc * nk);
+  std::vector<float> att(Nb * nq), tmp(Nb * H), u(Nb * H), dyn(Nb * dyn_w);
+  std::vector<float> gu(Nb * 2 * F), act(Nb * F);
+  std::vector<const float*> ctx_k, ctx_v;  // [P - first kept] context rows of one job's layer
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::copy(c.begin(), c.end(), in.begin());
+  float* a = in.data() + Mc * H;  // block rows of the qkv input
+  // DFlash2 convolution of every job's block rows (taps never cross a block):
+  // conv(src -> dst) with `base` [kt, H] and side `side` of dyn.
+  auto conv = [&](const float* src, const float* base, int64_t side, float* dst) {
+    for (size_t j = 0; j < J; ++j)
+      grouped_conv(src + b0[j] * H, b0[j + 1] - b0[j], H, base, dyn.data() + b0[j] * dyn_w, side, kt, gs,
+                   dst + b0[j] * H);
+  };
 
   for (int64_t li = 0; li < b.n_layers; ++li) {
     const DraftLayerWeights& l = w_.layers[li];
-    const std::string lp = observer_ ? "layers." + std::to_string(li) + "." : "";
+    const std::string lp = observer_ ? hf::draft_layer(li) : "";
     // ---- attention ----
-    float* a = in.data() + m * H;  // block rows of the qkv input
-    rmsnorm(x.data(), l.attn_norm.ptr<float>(), eps, nb, H, a);
+    rmsnorm(x.data(), l.attn_norm.ptr<float>(), eps, Nb, H, a);
     if (d2) {  // conv before the sublayer, side 0
-      if (observer_) observer_({lp + "attention_conv.kernel_projection"}, a, nb, H);
-      linear(ctx, a, l.attn_conv_proj, nullptr, dyn.data(), nb);
-      std::copy(a, a + nb * H, u.begin());
-      grouped_conv(u.data(), nb, H, l.attn_conv_base.ptr<float>(), dyn.data(), 0, kt, gs, a);
+      if (observer_) observer_({lp + "attention_conv.kernel_projection"}, a, Nb, H);
+      linear(ctx, a, l.attn_conv_proj, nullptr, dyn.data(), Nb);
+      std::copy(a, a + Nb * H, u.begin());
+      conv(u.data(), l.attn_conv_base.ptr<float>(), 0, a);
     }
-    // One GEMM for the new context rows and the block rows: the weights
-    // stream once per draft step.
+    // One GEMM for the new context rows and the block rows of every job:
+    // the weights stream once per draft step.
     if (observer_) {
-      observer_({lp + "self_attn.q_proj"}, a, nb, H);
-      observer_({lp + "self_attn.k_proj", lp + "self_attn.v_proj"}, in.data(), m + nb, H);
+      observer_({lp + hf::kQ}, a, Nb, H);
+      observer_({lp + hf::kK, lp + hf::kV}, in.data(), Mc + Nb, H);
     }
-    linear_group(ctx, in.data(), l.qkv, qkv.data(), m + nb, scratch);
-    for (int64_t t = 0; t < m; ++t) {
+    linear_group(ctx, in.data(), l.attn_qkv, qkv.data(), Mc + Nb, scratch);
+    for (int64_t t = 0; t < Mc; ++t) {
       std::copy(qkv.begin() + t * wr + nq, qkv.begin() + t * wr + nq + nk, kc.begin() + t * nk);
       std::copy(qkv.begin() + t * wr + nq + nk, qkv.begin() + (t + 1) * wr, vc.begin() + t * nk);
     }
-    for (int64_t t = 0; t < nb; ++t) {
-      const float* r = qkv.data() + (m + t) * wr;
+    for (int64_t t = 0; t < Nb; ++t) {
+      const float* r = qkv.data() + (Mc + t) * wr;
       std::copy(r, r + nq, q.begin() + t * nq);
       std::copy(r + nq, r + nq + nk, kb.begin() + t * nk);
       std::copy(r + nq + nk, r + wr, vb.begin() + t * nk);
     }
-    rmsnorm(q.data(), l.q_norm.ptr<float>(), eps, nb * nh, hd, q.data());
-    rmsnorm(kb.data(), l.k_norm.ptr<float>(), eps, nb * nkv, hd, kb.data());
-    rope_neox(q.data(), pos.data() + m, nb, nh, hd, rope_.inv_freq.data(), rope_.rotary_dim, rope_.attention_scaling);
-    rope_neox(kb.data(), pos.data() + m, nb, nkv, hd, rope_.inv_freq.data(), rope_.rotary_dim,
-              rope_.attention_scaling);
-    if (m > 0) {  // context K/V: k_norm + RoPE on K, V raw; stored once
-      rmsnorm(kc.data(), l.k_norm.ptr<float>(), eps, m * nkv, hd, kc.data());
-      rope_neox(kc.data(), pos.data(), m, nkv, hd, rope_.inv_freq.data(), rope_.rotary_dim, rope_.attention_scaling);
-      for (int64_t t = 0; t < m; ++t) {  // on a ring, later rows overwrite earlier ones: the last W stay
-        std::copy(kc.begin() + t * nk, kc.begin() + (t + 1) * nk, cache.k_row(li, P0 + t));
-        std::copy(vc.begin() + t * nk, vc.begin() + (t + 1) * nk, cache.v_row(li, P0 + t));
-      }
+    rmsnorm(q.data(), l.attn_q_norm.ptr<float>(), eps, Nb * nh, hd, q.data());
+    rmsnorm(kb.data(), l.attn_k_norm.ptr<float>(), eps, Nb * nkv, hd, kb.data());
+    rope_neox(q.data(), pos_b.data(), Nb, nh, hd, rope_.inv_freq.data(), rope_.rotary_dim, rope_.attention_scaling);
+    rope_neox(kb.data(), pos_b.data(), Nb, nkv, hd, rope_.inv_freq.data(), rope_.rotary_dim, rope_.attention_scaling);
+    if (Mc > 0) {  // context K/V: k_norm + RoPE on K, V raw; stored once
+      rmsnorm(kc.data(), l.attn_k_norm.ptr<float>(), eps, Mc * nkv, hd, kc.data());
+      rope_neox(kc.data(), pos_c.data(), Mc, nkv, hd, rope_.inv_freq.data(), rope_.rotary_dim,
+                rope_.attention_scaling);
+      for (size_t j = 0; j < J; ++j)
+        for (int64_t t = c0[j]; t < c0[j + 1]; ++t) {  // on a ring, later rows overwrite earlier ones: the last W stay
+          std::copy(kc.begin() + t * nk, kc.begin() + (t + 1) * nk, jobs[j].cache->k_row(li, pos_c[t]));
+          std::copy(vc.begin() + t * nk, vc.begin() + (t + 1) * nk, jobs[j].cache->v_row(li, pos_c[t]));
+        }
     }
     // Visibility (§2.3, kernels/ops.h attention_block): query slot i at P+i
     // sees context pk <= P-1 with P+i - pk < W on sliding layers, and block
     // slot j when the layer is bidirectional or j <= i (|i - j| < W on
-    // sliding layers). Context rows live in the drafter's (ring) cache.
-    const int64_t lo_kept = cache.first_kept(li);
-    ctx_k.resize(P - lo_kept), ctx_v.resize(P - lo_kept);
-    for (int64_t pk = lo_kept; pk < P; ++pk) {
-      ctx_k[pk - lo_kept] = cache.k_row(li, pk);
-      ctx_v[pk - lo_kept] = cache.v_row(li, pk);
+    // sliding layers). Context rows live in each job's (ring) cache.
+    for (size_t j = 0; j < J; ++j) {
+      const DraftCache& cache = *jobs[j].cache;
+      const int64_t lo_kept = cache.first_kept(li);
+      ctx_k.resize(P[j] - lo_kept), ctx_v.resize(P[j] - lo_kept);
+      for (int64_t pk = lo_kept; pk < P[j]; ++pk) {
+        ctx_k[pk - lo_kept] = cache.k_row(li, pk);
+        ctx_v[pk - lo_kept] = cache.v_row(li, pk);
+      }
+      const BlockAttentionShape shape{b0[j + 1] - b0[j], P[j], lo_kept, nh, nkv, hd, scale,
+                                      static_cast<bool>(cfg_.layer_causal[li]), cfg_.layer_window[li]};
+      attention_block(ctx, q.data() + b0[j] * nq, ctx_k.data(), ctx_v.data(), kb.data() + b0[j] * nk,
+                      vb.data() + b0[j] * nk, shape, att.data() + b0[j] * nq);
     }
-    const BlockAttentionShape shape{nb, P, lo_kept, nh, nkv, hd, scale, static_cast<bool>(cfg_.layer_causal[li]),
-                                    cfg_.layer_window[li]};
-    attention_block(ctx, q.data(), ctx_k.data(), ctx_v.data(), kb.data(), vb.data(), shape, att.data());
-    if (observer_) observer_({lp + "self_attn.o_proj"}, att.data(), nb, nq);
-    linear(ctx, att.data(), l.o, l.o_bias.empty() ? nullptr : l.o_bias.ptr<float>(), tmp.data(), nb);
+    if (observer_) observer_({lp + hf::kO}, att.data(), Nb, nq);
+    linear(ctx, att.data(), l.attn_o, l.attn_o_bias.empty() ? nullptr : l.attn_o_bias.ptr<float>(), tmp.data(), Nb);
     if (d2) {  // conv after the sublayer, side 1, with the kernel predicted from its input
       std::copy(tmp.begin(), tmp.end(), u.begin());
-      grouped_conv(u.data(), nb, H, l.attn_conv_base.ptr<float>() + kt * H, dyn.data(), 1, kt, gs, tmp.data());
+      conv(u.data(), l.attn_conv_base.ptr<float>() + kt * H, 1, tmp.data());
     }
-    for (int64_t e = 0; e < nb * H; ++e) x[e] += tmp[e];
+    for (int64_t e = 0; e < Nb * H; ++e) x[e] += tmp[e];
     // ---- MLP ----
-    rmsnorm(x.data(), l.ffn_norm.ptr<float>(), eps, nb, H, a);
+    rmsnorm(x.data(), l.ffn_norm.ptr<float>(), eps, Nb, H, a);
     if (d2) {
-      if (observer_) observer_({lp + "mlp_conv.kernel_projection"}, a, nb, H);
-      linear(ctx, a, l.mlp_conv_proj, nullptr, dyn.data(), nb);
-      std::copy(a, a + nb * H, u.begin());
-      grouped_conv(u.data(), nb, H, l.mlp_conv_base.ptr<float>(), dyn.data(), 0, kt, gs, a);
+      if (observer_) observer_({lp + "mlp_conv.kernel_projection"}, a, Nb, H);
+      linear(ctx, a, l.mlp_conv_proj, nullptr, dyn.data(), Nb);
+      std::copy(a, a + Nb * H, u.begin());
+      conv(u.data(), l.mlp_conv_base.ptr<float>(), 0, a);
     }
-    if (observer_) observer_({lp + "mlp.gate_proj", lp + "mlp.up_proj"}, a, nb, H);
-    linear_group(ctx, a, l.gate_up, gu.data(), nb, scratch);
-    swiglu_rows(ctx, gu.data(), nb, F, act.data());
-    if (observer_) observer_({lp + "mlp.down_proj"}, act.data(), nb, F);
-    linear(ctx, act.data(), l.down, nullptr, tmp.data(), nb);
+    if (observer_) observer_({lp + hf::kGate, lp + hf::kUp}, a, Nb, H);
+    linear_group(ctx, a, l.ffn_gate_up, gu.data(), Nb, scratch);
+    swiglu_rows(ctx, gu.data(), Nb, F, act.data());
+    if (observer_) observer_({lp + hf::kDown}, act.data(), Nb, F);
+    linear(ctx, act.data(), l.ffn_down, nullptr, tmp.data(), Nb);
     if (d2) {
       std::copy(tmp.begin(), tmp.end(), u.begin());
-      grouped_conv(u.data(), nb, H, l.mlp_conv_base.ptr<float>() + kt * H, dyn.data(), 1, kt, gs, tmp.data());
+      conv(u.data(), l.mlp_conv_base.ptr<float>() + kt * H, 1, tmp.data());
     }
-    for (int64_t e = 0; e < nb * H; ++e) x[e] += tmp[e];
+    for (int64_t e = 0; e < Nb * H; ++e) x[e] += tmp[e];
   }
-  hidden.resize(nb * H);
-  rmsnorm(x.data(), w_.norm.ptr<float>(), eps, nb, H, hidden.data());
+  rmsnorm(x.data(), w_.norm.ptr<float>(), eps, Nb, H, x.data());
+  for (size_t j = 0; j < J; ++j) jobs[j].hidden->assign(x.begin() + b0[j] * H, x.begin() + b0[j + 1] * H);
 }
 
 void DraftModel::logits(const float* hidden, int64_t n, std::vector<float>& out) {

@@ -25,14 +25,9 @@
 
 namespace blockspec {
 
-struct DraftLayerWeights {
-  Tensor attn_norm, ffn_norm;  // [H] f32 (input_layernorm, post_attention_layernorm)
-  Tensor q_norm, k_norm;       // [head_dim] f32
-  LinearGroup qkv;             // [nh*hd + 2*nkv*hd, H]: q, k, v (+ bias when attention_bias)
-  QuantTensor o;               // [H, nh*hd]
-  Tensor o_bias;               // [H] f32, empty unless attention_bias
-  LinearGroup gate_up;         // [2F, H]
-  QuantTensor down;            // [H, F]
+// A drafter layer is a target decoder layer (one struct, one loader,
+// model/weight_loader.h load_layer) plus DFlash2's convolutions.
+struct DraftLayerWeights : LayerWeights {
   // DFlash2 convolutions: base kernels [2 side, kt tap, H] f32 and dynamic
   // kernel projections [2*kt*G, H] (output viewed [2 side, kt tap, G group]).
   Tensor attn_conv_base, mlp_conv_base;
@@ -113,6 +108,21 @@ class DraftModel {
   //   hidden: [k+1, H] final-normed block hidden states (slot 0 = anchor).
   void forward(DraftCache& cache, const float* feats, int64_t n_ctx, int32_t anchor, int64_t k,
                std::vector<float>& hidden);
+
+  // forward() for several sequences at once (the serving engine's drafts):
+  // every drafter weight, and every GEMM, runs once over the context and
+  // block rows of all jobs; attention and DFlash2's convolutions stay per
+  // job. The linear kernels are batch invariant, so each job's hidden
+  // states equal, bit for bit, what forward() gives it alone.
+  struct DraftJob {
+    DraftCache* cache;
+    const float* feats;  // [n_ctx, T*H]
+    int64_t n_ctx;
+    int32_t anchor;
+    int64_t k;
+    std::vector<float>* hidden;  // out: [k+1, H]
+  };
+  void forward_batch(const std::vector<DraftJob>& jobs);
 
   // Observer of linear inputs (DraftObserver); empty (the default): one
   // branch per linear, numerics unchanged either way.

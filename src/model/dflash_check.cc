@@ -13,6 +13,7 @@
 #include "formats/safetensors.h"
 #include "model/weight_source.h"
 #include "tensor/dtype.h"
+#include "model/hf_names.h"
 
 namespace blockspec {
 
@@ -133,25 +134,25 @@ struct Checker {
     const int64_t H = b.hidden_size, F = b.intermediate_size;
     const int64_t q = b.n_heads * b.head_dim, kv = b.n_kv_heads * b.head_dim;
     for (int64_t i = 0; i < b.n_layers; ++i) {
-      const std::string p = str_cat("layers.", i, ".");
-      tensor(p + "input_layernorm.weight", {H}, false, "RMSNorm [hidden_size]");
-      tensor(p + "post_attention_layernorm.weight", {H}, false, "RMSNorm [hidden_size]");
-      tensor(p + "self_attn.q_proj.weight", {q, H}, true, "[heads * head_dim, hidden_size]");
-      tensor(p + "self_attn.k_proj.weight", {kv, H}, true, "[kv_heads * head_dim, hidden_size]");
-      tensor(p + "self_attn.v_proj.weight", {kv, H}, true, "[kv_heads * head_dim, hidden_size]");
-      tensor(p + "self_attn.o_proj.weight", {H, q}, true, "[hidden_size, heads * head_dim]");
+      const std::string p = hf::draft_layer(i);
+      tensor(hf::weight(p, hf::kAttnNorm), {H}, false, "RMSNorm [hidden_size]");
+      tensor(hf::weight(p, hf::kFfnNorm), {H}, false, "RMSNorm [hidden_size]");
+      tensor(hf::weight(p, hf::kQ), {q, H}, true, "[heads * head_dim, hidden_size]");
+      tensor(hf::weight(p, hf::kK), {kv, H}, true, "[kv_heads * head_dim, hidden_size]");
+      tensor(hf::weight(p, hf::kV), {kv, H}, true, "[kv_heads * head_dim, hidden_size]");
+      tensor(hf::weight(p, hf::kO), {H, q}, true, "[hidden_size, heads * head_dim]");
       if (b.attention_bias) {
         const char* why = "attention_bias is true";
-        tensor(p + "self_attn.q_proj.bias", {q}, false, why);
-        tensor(p + "self_attn.k_proj.bias", {kv}, false, why);
-        tensor(p + "self_attn.v_proj.bias", {kv}, false, why);
-        tensor(p + "self_attn.o_proj.bias", {H}, false, why);
+        tensor(hf::bias(p, hf::kQ), {q}, false, why);
+        tensor(hf::bias(p, hf::kK), {kv}, false, why);
+        tensor(hf::bias(p, hf::kV), {kv}, false, why);
+        tensor(hf::bias(p, hf::kO), {H}, false, why);
       }
-      tensor(p + "self_attn.q_norm.weight", {b.head_dim}, false, "per-head RMSNorm [head_dim]");
-      tensor(p + "self_attn.k_norm.weight", {b.head_dim}, false, "per-head RMSNorm [head_dim]");
-      tensor(p + "mlp.gate_proj.weight", {F, H}, true, "[intermediate_size, hidden_size]");
-      tensor(p + "mlp.up_proj.weight", {F, H}, true, "[intermediate_size, hidden_size]");
-      tensor(p + "mlp.down_proj.weight", {H, F}, true, "[hidden_size, intermediate_size]");
+      tensor(hf::weight(p, hf::kQNorm), {b.head_dim}, false, "per-head RMSNorm [head_dim]");
+      tensor(hf::weight(p, hf::kKNorm), {b.head_dim}, false, "per-head RMSNorm [head_dim]");
+      tensor(hf::weight(p, hf::kGate), {F, H}, true, "[intermediate_size, hidden_size]");
+      tensor(hf::weight(p, hf::kUp), {F, H}, true, "[intermediate_size, hidden_size]");
+      tensor(hf::weight(p, hf::kDown), {H, F}, true, "[hidden_size, intermediate_size]");
       if (d.method != DraftMethod::kDFlash2) continue;
       const int64_t kt = d.conv_kernel_size, G = H / d.conv_group_size;
       for (const char* c : {"attention_conv", "mlp_conv"}) {

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "model/dflash.h"
+#include "model/hf_names.h"
 #include "model/weight_loader.h"
 
 namespace blockspec {
@@ -62,7 +63,8 @@ DraftModel::DraftModel(const std::string& dir, DraftConfig cfg, Transformer& tar
   const int64_t F = b.intermediate_size, T = cfg_.n_taps();
   const bool d2 = cfg_.method == DraftMethod::kDFlash2;
   const int64_t kt = cfg_.conv_kernel_size, G = d2 ? H / cfg_.conv_group_size : 0;
-  L.total = 3 + b.n_layers * (11 + (b.attention_bias ? 4 : 0) + (d2 ? 4 : 0)) + (d2 ? 3 : 0);
+  const LayerSpec spec{H, nq, nkv, hd, F, b.attention_bias, b.attention_bias, true, false};
+  L.total = 3 + b.n_layers * (spec.n_tensors() + (d2 ? 4 : 0)) + (d2 ? 3 : 0);
 
   // fc's input width decides which target it belongs to: say so plainly.
   if (src->has("fc.weight")) {
@@ -76,23 +78,9 @@ DraftModel::DraftModel(const std::string& dir, DraftConfig cfg, Transformer& tar
   w_.norm = L.vec("norm.weight", H);
   w_.layers.resize(b.n_layers);
   for (int64_t i = 0; i < b.n_layers; ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
+    const std::string p = hf::draft_layer(i);
     DraftLayerWeights& l = w_.layers[i];
-    l.attn_norm = L.vec(p + "input_layernorm.weight", H);
-    l.ffn_norm = L.vec(p + "post_attention_layernorm.weight", H);
-    std::vector<std::string> qkv_bias;
-    if (b.attention_bias)
-      qkv_bias = {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"};
-    l.qkv = L.group({{p + "self_attn.q_proj.weight", {nq, H}},
-                     {p + "self_attn.k_proj.weight", {nkv, H}},
-                     {p + "self_attn.v_proj.weight", {nkv, H}}},
-                    qkv_bias);
-    l.o = L.matrix(p + "self_attn.o_proj.weight", {H, nq});
-    if (b.attention_bias) l.o_bias = L.vec(p + "self_attn.o_proj.bias", H);
-    l.q_norm = L.vec(p + "self_attn.q_norm.weight", hd);
-    l.k_norm = L.vec(p + "self_attn.k_norm.weight", hd);
-    l.gate_up = L.group({{p + "mlp.gate_proj.weight", {F, H}}, {p + "mlp.up_proj.weight", {F, H}}}, {});
-    l.down = L.matrix(p + "mlp.down_proj.weight", {H, F});
+    static_cast<LayerWeights&>(l) = load_layer(L, p, spec);
     if (d2) {
       l.attn_conv_base = L.dense(p + "attention_conv.base_kernel", {2, kt, H});
       l.mlp_conv_base = L.dense(p + "mlp_conv.base_kernel", {2, kt, H});
@@ -128,11 +116,8 @@ std::unique_ptr<DraftModel> DraftModel::load(const std::string& dir, const Draft
 uint64_t DraftModel::weight_bytes() const {
   uint64_t n = w_.fc.nbytes() + w_.hidden_norm.nbytes() + w_.norm.nbytes() + w_.hidden_projection.nbytes();
   for (const auto& l : w_.layers) {
-    n += l.qkv.nbytes() + l.o.nbytes() + l.gate_up.nbytes() + l.down.nbytes() + l.attn_conv_proj.nbytes() +
-         l.mlp_conv_proj.nbytes();
-    for (const Tensor* t : {&l.attn_norm, &l.ffn_norm, &l.q_norm, &l.k_norm, &l.o_bias, &l.attn_conv_base,
-                            &l.mlp_conv_base})
-      n += t->nbytes();
+    n += l.nbytes() + l.attn_conv_proj.nbytes() + l.mlp_conv_proj.nbytes() + l.attn_conv_base.nbytes() +
+         l.mlp_conv_base.nbytes();
   }
   return n;
 }

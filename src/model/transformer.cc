@@ -50,11 +50,7 @@ std::unique_ptr<Transformer> Transformer::load(const std::string& path, const Mo
 
 uint64_t Transformer::weight_bytes() const {
   uint64_t b = w_.lm_head.nbytes() + w_.out_norm.nbytes();
-  for (const auto& l : w_.layers) {
-    b += l.attn_qkv.nbytes() + l.attn_o.nbytes() + l.ffn_gate_up.nbytes() + l.ffn_down.nbytes();
-    for (const Tensor* t : {&l.attn_norm, &l.attn_q_norm, &l.attn_k_norm, &l.ffn_norm, &l.attn_o_bias, &l.ffn_down_bias})
-      b += t->nbytes();
-  }
+  for (const auto& l : w_.layers) b += l.nbytes();
   return b;
 }
 

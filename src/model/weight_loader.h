@@ -173,5 +173,16 @@ struct WeightLoader {
   }
 };
 
+// Which of a dense decoder layer's optional tensors it has, and its shapes.
+// Target: from its HF config. DFlash drafter: attention_bias covers q/k/v
+// and o, q/k norms always, no MLP bias.
+struct LayerSpec {
+  int64_t hidden, q_rows, kv_rows, head_dim, intermediate;  // q_rows = heads * head_dim
+  bool qkv_bias, o_bias, qk_norm, mlp_bias;
+  int64_t n_tensors() const { return 9 + (qkv_bias ? 3 : 0) + (o_bias ? 1 : 0) + (qk_norm ? 2 : 0) + (mlp_bias ? 3 : 0); }
+};
+
+// One decoder layer's tensors under `prefix` (hf::target_layer / hf::draft_layer), by the names of hf_names.h.
+LayerWeights load_layer(WeightLoader& L, const std::string& prefix, const LayerSpec& s);
 
 }  // namespace blockspec

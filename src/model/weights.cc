@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "kernels/quant.h"
 #include "kernels/quant_import.h"
+#include "model/hf_names.h"
 #include "model/weight_loader.h"
 
 namespace blockspec {
@@ -85,47 +86,54 @@ ModelWeights load_weights(const WeightSource& src, const ModelConfig& c, const W
   L.tty = opts.progress && ::isatty(2);
   const int64_t H = c.hidden_size, hd = c.head_dim, nq = c.n_heads * hd, nkv = c.n_kv_heads * hd;
   const int64_t I = c.intermediate_size, V = c.vocab_size;
-  const int64_t per_layer = 9 + (c.attention_bias ? 3 : 0) + (c.attention_out_bias ? 1 : 0) +
-                            (c.arch == Arch::kQwen3 ? 2 : 0) + (c.mlp_bias ? 3 : 0);
-  L.total = 3 + c.n_layers * per_layer;
+  const LayerSpec spec{H, nq, nkv, hd, I, c.attention_bias, c.attention_out_bias, c.arch == Arch::kQwen3, c.mlp_bias};
+  L.total = 3 + c.n_layers * spec.n_tensors();
   ModelWeights w;
-  w.tok_embd = L.matrix("model.embed_tokens.weight", {V, H});
-  w.out_norm = L.vec("model.norm.weight", H);
+  w.tok_embd = L.matrix(hf::weight("", hf::kEmbed), {V, H});
+  w.out_norm = L.vec(hf::weight("", hf::kFinalNorm), H);
   if (c.tie_word_embeddings) {
     w.lm_head = w.tok_embd;  // shared buffers, never copied
     L.tick();
   } else {
-    w.lm_head = L.matrix("lm_head.weight", {V, H});
+    w.lm_head = L.matrix(hf::weight("", hf::kLmHead), {V, H});
   }
   w.layers.resize(c.n_layers);
-  for (int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    LayerWeights& l = w.layers[i];
-    l.attn_norm = L.vec(p + "input_layernorm.weight", H);
-    std::vector<std::string> qkv_bias;
-    if (c.attention_bias)
-      qkv_bias = {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"};
-    l.attn_qkv = L.group({{p + "self_attn.q_proj.weight", {nq, H}},
-                          {p + "self_attn.k_proj.weight", {nkv, H}},
-                          {p + "self_attn.v_proj.weight", {nkv, H}}},
-                         qkv_bias);
-    l.attn_o = L.matrix(p + "self_attn.o_proj.weight", {H, nq});
-    if (c.attention_out_bias) l.attn_o_bias = L.vec(p + "self_attn.o_proj.bias", H);
-    if (c.arch == Arch::kQwen3) {
-      l.attn_q_norm = L.vec(p + "self_attn.q_norm.weight", hd);
-      l.attn_k_norm = L.vec(p + "self_attn.k_norm.weight", hd);
-    }
-    l.ffn_norm = L.vec(p + "post_attention_layernorm.weight", H);
-    std::vector<std::string> gu_bias;
-    if (c.mlp_bias) gu_bias = {p + "mlp.gate_proj.bias", p + "mlp.up_proj.bias"};
-    l.ffn_gate_up = L.group({{p + "mlp.gate_proj.weight", {I, H}}, {p + "mlp.up_proj.weight", {I, H}}}, gu_bias);
-    l.ffn_down = L.matrix(p + "mlp.down_proj.weight", {H, I});
-    if (c.mlp_bias) l.ffn_down_bias = L.vec(p + "mlp.down_proj.bias", H);
-  }
+  for (int64_t i = 0; i < c.n_layers; ++i) w.layers[i] = load_layer(L, hf::target_layer(i), spec);
   load_kv_scales(src, c, w);
   for (const auto& [f, n] : L.formats_used)
     w.format_summary += (w.format_summary.empty() ? "" : ", ") + f + " (" + std::to_string(n) + ")";
   return w;
+}
+
+size_t LayerWeights::nbytes() const {
+  size_t n = attn_qkv.nbytes() + attn_o.nbytes() + ffn_gate_up.nbytes() + ffn_down.nbytes();
+  for (const Tensor* t : {&attn_norm, &attn_q_norm, &attn_k_norm, &ffn_norm, &attn_o_bias, &ffn_down_bias})
+    n += t->nbytes();
+  return n;
+}
+
+LayerWeights load_layer(WeightLoader& L, const std::string& p, const LayerSpec& s) {
+  using namespace hf;
+  const int64_t H = s.hidden;
+  LayerWeights l;
+  l.attn_norm = L.vec(weight(p, kAttnNorm), H);
+  std::vector<std::string> qkv_bias;
+  if (s.qkv_bias) qkv_bias = {bias(p, kQ), bias(p, kK), bias(p, kV)};
+  l.attn_qkv = L.group({{weight(p, kQ), {s.q_rows, H}}, {weight(p, kK), {s.kv_rows, H}}, {weight(p, kV), {s.kv_rows, H}}},
+                       qkv_bias);
+  l.attn_o = L.matrix(weight(p, kO), {H, s.q_rows});
+  if (s.o_bias) l.attn_o_bias = L.vec(bias(p, kO), H);
+  if (s.qk_norm) {
+    l.attn_q_norm = L.vec(weight(p, kQNorm), s.head_dim);
+    l.attn_k_norm = L.vec(weight(p, kKNorm), s.head_dim);
+  }
+  l.ffn_norm = L.vec(weight(p, kFfnNorm), H);
+  std::vector<std::string> gu_bias;
+  if (s.mlp_bias) gu_bias = {bias(p, kGate), bias(p, kUp)};
+  l.ffn_gate_up = L.group({{weight(p, kGate), {s.intermediate, H}}, {weight(p, kUp), {s.intermediate, H}}}, gu_bias);
+  l.ffn_down = L.matrix(weight(p, kDown), {H, s.intermediate});
+  if (s.mlp_bias) l.ffn_down_bias = L.vec(bias(p, kDown), H);
+  return l;
 }
 
 }  // namespace blockspec

@@ -35,6 +35,7 @@ struct LayerWeights {
   LinearGroup ffn_gate_up;  // [2*inter, hidden]: gate, up
   QuantTensor ffn_down;   // [hidden, inter]
   Tensor ffn_down_bias;   // llama mlp_bias only
+  size_t nbytes() const;  // every tensor's bytes
 };
 
 // y[M, g.rows] = x[M, K] @ [W_parts]^T + bias.  scratch: reused buffer.

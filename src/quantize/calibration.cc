@@ -10,6 +10,7 @@
 #include "formats/hf_config.h"
 #include "kernels/quant_layout.h"
 #include "quantize/linalg.h"
+#include "model/hf_names.h"
 
 namespace blockspec {
 
@@ -84,7 +85,7 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
   if (n == 0) fail("calibration: no tokens");
   std::vector<float> x(n * H);  // [n, H] residual stream of every window, back to back
   {
-    const Tensor emb = src.load("model.embed_tokens.weight");
+    const Tensor emb = src.load(hf::weight("", hf::kEmbed));
     int64_t row = 0;
     for (const auto& w : windows) {
       for (int32_t id : w)
@@ -92,7 +93,7 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
       embedding_lookup(emb, w.data(), static_cast<int64_t>(w.size()), x.data() + row * H);
       row += static_cast<int64_t>(w.size());
     }
-    src.release("model.embed_tokens.weight");
+    src.release(hf::weight("", hf::kEmbed));
   }
   std::vector<float> xn(n * H), q(n * nh * hd), k(n * nkv * hd), v(n * nkv * hd), att(n * nh * hd), tmp(n * H);
   std::vector<float> gate(n * I), up(n * I);
@@ -113,17 +114,16 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
     return m;
   };
   for (int64_t li = 0; li < c.n_layers; ++li) {
-    const std::string p = "model.layers." + std::to_string(li) + ".";
-    const std::vector<float> attn_norm = tensor_f32(src.load(p + "input_layernorm.weight"));
-    const std::vector<float> ffn_norm = tensor_f32(src.load(p + "post_attention_layernorm.weight"));
+    const std::string p = hf::target_layer(li);
+    const std::vector<float> attn_norm = tensor_f32(src.load(hf::weight(p, hf::kAttnNorm)));
+    const std::vector<float> ffn_norm = tensor_f32(src.load(hf::weight(p, hf::kFfnNorm)));
     std::vector<float> qn, kn;
     if (c.arch == Arch::kQwen3) {
-      qn = tensor_f32(src.load(p + "self_attn.q_norm.weight"));
-      kn = tensor_f32(src.load(p + "self_attn.k_norm.weight"));
+      qn = tensor_f32(src.load(hf::weight(p, hf::kQNorm)));
+      kn = tensor_f32(src.load(hf::weight(p, hf::kKNorm)));
     }
     std::map<std::string, Lin> lin;
-    for (const char* m : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-                          "mlp.up_proj", "mlp.down_proj"})
+    for (const char* m : {hf::kQ, hf::kK, hf::kV, hf::kO, hf::kGate, hf::kUp, hf::kDown})
       lin[p + m] = load_lin(src, p + m);
     auto L = [&](const char* m) -> Lin& { return lin[p + m]; };
     std::vector<float> x_in = x;  // the layer input, for the second pass
@@ -132,18 +132,17 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
         if (needs(p + m)) return true;
       return false;
     };
-    const bool w_attn = want({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}),
-               w_o = want({"self_attn.o_proj"}), w_mlp = want({"mlp.gate_proj", "mlp.up_proj"}),
-               w_down = want({"mlp.down_proj"});
+    const bool w_attn = want({hf::kQ, hf::kK, hf::kV}), w_o = want({hf::kO}), w_mlp = want({hf::kGate, hf::kUp}),
+               w_down = want({hf::kDown});
     // pass 0: original weights, Hessians; pass 1: quantized weights, the next layer's input.
     for (int pass = 0; pass < 2; ++pass) {
       std::vector<double> h_attn, h_o, h_mlp, h_down, d_attn, d_o, d_mlp, d_down;
       if (pass == 1) x = x_in;
       rmsnorm(x.data(), attn_norm.data(), eps, n, H, xn.data());
       if (pass == 0 && w_attn) hessian(xn.data(), n, H, h_attn, d_attn);
-      run_lin(ctx, L("self_attn.q_proj"), xn.data(), q.data(), n);
-      run_lin(ctx, L("self_attn.k_proj"), xn.data(), k.data(), n);
-      run_lin(ctx, L("self_attn.v_proj"), xn.data(), v.data(), n);
+      run_lin(ctx, L(hf::kQ), xn.data(), q.data(), n);
+      run_lin(ctx, L(hf::kK), xn.data(), k.data(), n);
+      run_lin(ctx, L(hf::kV), xn.data(), v.data(), n);
       if (c.arch == Arch::kQwen3) {
         rmsnorm(q.data(), qn.data(), eps, n * nh, hd, q.data());
         rmsnorm(k.data(), kn.data(), eps, n * nkv, hd, k.data());
@@ -164,15 +163,15 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
       }
       if (kv_absmax) kv_absmax->k[li] = absmax(k), kv_absmax->v[li] = absmax(v);  // the last pass run wins
       if (pass == 0 && w_o) hessian(att.data(), n, nh * hd, h_o, d_o);
-      run_lin(ctx, L("self_attn.o_proj"), att.data(), tmp.data(), n);
+      run_lin(ctx, L(hf::kO), att.data(), tmp.data(), n);
       for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
       rmsnorm(x.data(), ffn_norm.data(), eps, n, H, xn.data());
       if (pass == 0 && w_mlp) hessian(xn.data(), n, H, h_mlp, d_mlp);
-      run_lin(ctx, L("mlp.gate_proj"), xn.data(), gate.data(), n);
-      run_lin(ctx, L("mlp.up_proj"), xn.data(), up.data(), n);
+      run_lin(ctx, L(hf::kGate), xn.data(), gate.data(), n);
+      run_lin(ctx, L(hf::kUp), xn.data(), up.data(), n);
       silu_mul(gate.data(), up.data(), n * I);
       if (pass == 0 && w_down) hessian(gate.data(), n, I, h_down, d_down);
-      run_lin(ctx, L("mlp.down_proj"), gate.data(), tmp.data(), n);
+      run_lin(ctx, L(hf::kDown), gate.data(), tmp.data(), n);
       for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
       if (pass == 1) break;
       LayerHessians hs, cross;
@@ -186,10 +185,10 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
           if (sd) cross[p + m] = sd;
         }
       };
-      share(h_attn, d_attn, H, {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"});
-      share(h_o, d_o, nh * hd, {"self_attn.o_proj"});
-      share(h_mlp, d_mlp, H, {"mlp.gate_proj", "mlp.up_proj"});
-      share(h_down, d_down, I, {"mlp.down_proj"});
+      share(h_attn, d_attn, H, {hf::kQ, hf::kK, hf::kV});
+      share(h_o, d_o, nh * hd, {hf::kO});
+      share(h_mlp, d_mlp, H, {hf::kGate, hf::kUp});
+      share(h_down, d_down, I, {hf::kDown});
       std::map<std::string, std::vector<float>> repl = on_layer(li, hs, cross);
       hs.clear();
       cross.clear();

@@ -24,24 +24,64 @@ void DFlashProposer::observe(const std::vector<int32_t>&, int64_t n_seen, int64_
 
 void DFlashProposer::propose(const std::vector<int32_t>& seq, int64_t k, const SamplingParams& sp, Rng& rng,
                              Draft& out) {
-  out.clear();
+  propose_together({ProposeCall{this, &seq, k, &sp, &rng, &out}});
+}
+
+void DFlashProposer::propose_together(const std::vector<ProposeCall>& calls) {
   const DraftConfig& c = model_->config();
-  k = std::min<int64_t>(k, c.block_size - 1);  // more masks than trained is out of distribution (dflash.md §3.2)
-  if (k <= 0 || seq.empty()) return;
-  if (static_cast<int64_t>(seq.size()) != cache_.size() + n_pending_ + 1)
-    fail("dflash: the sequence is not one token (the anchor) ahead of the committed context");
   const int64_t H = c.base.hidden_size;
-  model_->forward(cache_, pending_.data(), n_pending_, seq.back(), k, hidden_);
-  pending_.clear();
-  n_pending_ = 0;
-  model_->logits(hidden_.data() + H, k, logits_);  // slots 1..k
-  const int64_t Vt = static_cast<int64_t>(logits_.size()) / k;
+  std::vector<DraftModel::DraftJob> jobs;
+  std::vector<const ProposeCall*> of;  // the call of each job
+  for (const ProposeCall& call : calls) {
+    auto* p = dynamic_cast<DFlashProposer*>(call.proposer);
+    if (p == nullptr || p->model_ != model_) fail("dflash: proposers of different drafters drafted together");
+    call.out->clear();
+    // More masks than trained for is out of distribution (dflash.md §3.2).
+    const int64_t k = std::min<int64_t>(call.k, c.block_size - 1);
+    if (k <= 0 || call.seq->empty()) continue;
+    if (static_cast<int64_t>(call.seq->size()) != p->cache_.size() + p->n_pending_ + 1)
+      fail("dflash: the sequence is not one token (the anchor) ahead of the committed context");
+    jobs.push_back({&p->cache_, p->pending_.data(), p->n_pending_, call.seq->back(), k, &p->hidden_});
+    of.push_back(&call);
+  }
+  if (jobs.empty()) return;
+  model_->forward_batch(jobs);  // one drafter pass for every sequence
+  // Slots 1..k of every job through the target's lm_head in one GEMM.
+  int64_t rows = 0;
+  for (const auto& jb : jobs) rows += jb.k;
+  if (jobs.size() == 1) {
+    model_->logits(jobs[0].hidden->data() + H, rows, logits_);
+  } else {
+    std::vector<float> slots(rows * H);
+    int64_t r = 0;
+    for (const auto& jb : jobs) {
+      std::copy(jb.hidden->begin() + H, jb.hidden->end(), slots.begin() + r * H);
+      r += jb.k;
+    }
+    model_->logits(slots.data(), rows, logits_);
+  }
+  const int64_t Vt = static_cast<int64_t>(logits_.size()) / rows;
+  int64_t r = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    auto* p = static_cast<DFlashProposer*>(of[i]->proposer);
+    p->pending_.clear();
+    p->n_pending_ = 0;
+    p->pick_draft(*of[i], jobs[i].k, logits_.data() + r * Vt, Vt);
+    r += jobs[i].k;
+  }
+}
+
+void DFlashProposer::pick_draft(const ProposeCall& call, int64_t k, const float* logits, int64_t Vt) {
+  const DraftConfig& c = model_->config();
+  const int64_t H = c.base.hidden_size;
+  const SamplingParams& sp = *call.sp;
+  Draft& out = *call.out;
   const bool sample = sp.temperature > 0 && !greedy_only_;
   if (c.method == DraftMethod::kDFlash2) {
     std::vector<double> u(k);
     if (sample)
-      for (double& x : u) x = rng.uniform();
-    model_->select(hidden_.data() + H, logits_.data(), k, seq.back(), sample ? sp.temperature : 0.f, u, sel_);
+      for (double& x : u) x = call.rng->uniform();
+    model_->select(hidden_.data() + H, logits, k, call.seq->back(), sample ? sp.temperature : 0.f, u, sel_);
     out.tokens = sel_.tokens;
     if (sample) {
       out.q_kind = Draft::Q::kCandidates;
@@ -53,7 +93,7 @@ void DFlashProposer::propose(const std::vector<int32_t>& seq, int64_t k, const S
   }
   out.tokens.resize(k);
   if (!sample) {
-    for (int64_t i = 0; i < k; ++i) out.tokens[i] = argmax(logits_.data() + i * Vt, Vt);
+    for (int64_t i = 0; i < k; ++i) out.tokens[i] = argmax(logits + i * Vt, Vt);
     return;
   }
   // Sampled DFlash1: q = the request's temperature / top-k / top-p applied to
@@ -61,9 +101,9 @@ void DFlashProposer::propose(const std::vector<int32_t>& seq, int64_t k, const S
   out.q_kind = Draft::Q::kDense;
   out.q.resize(k * Vt);
   for (int64_t i = 0; i < k; ++i) {
-    sampling_probs(logits_.data() + i * Vt, Vt, sp, probs_);
+    sampling_probs(logits + i * Vt, Vt, sp, probs_);
     std::copy(probs_.begin(), probs_.end(), out.q.begin() + i * Vt);
-    out.tokens[i] = sample_from_probs(probs_.data(), Vt, rng);
+    out.tokens[i] = sample_from_probs(probs_.data(), Vt, *call.rng);
   }
 }
 

@@ -25,10 +25,16 @@ class DFlashProposer : public Proposer {
   void observe(const std::vector<int32_t>& seq, int64_t n_seen, int64_t n_new, const float* taps) override;
   void propose(const std::vector<int32_t>& seq, int64_t k, const SamplingParams& sp, Rng& rng, Draft& out) override;
   void reset() override;
+  // Proposers of one drafter draft together: one drafter forward and one
+  // lm_head GEMM for all their sequences (bit-identical to drafting alone).
+  const void* batch_key() const override { return model_.get(); }
+  void propose_together(const std::vector<ProposeCall>& calls) override;
   const DraftModel& model() const { return *model_; }
   DraftModel& model() { return *model_; }
 
  private:
+  // The draft of one call from its k draft-logit rows [k, Vt] (and hidden_).
+  void pick_draft(const ProposeCall& call, int64_t k, const float* logits, int64_t Vt);
   std::shared_ptr<DraftModel> model_;
   DraftCache cache_;
   bool greedy_only_;

@@ -45,28 +45,35 @@ ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan,
   StepOutcome o;
   const int64_t V = model_.config().vocab_size;
   // ---- drafts, and one forward over every row of the plan ----
-  std::vector<Transformer::SeqChunk> chunks;
+  // Drafts first, all at once: proposers that share a drafter run it once
+  // for all their sequences (propose_all).
+  std::vector<ProposeCall> calls;
   Timer draft_timer;
   for (const StepPlan::Row& r : plan.rows) {
     Sequence& s = seq_of(*r.seq);
     o.touched.push_back(&s);
+    s.draft.clear();
+    if (r.decode && r.n_draft > 0 && s.proposer)
+      calls.push_back({s.proposer, &s.tokens, r.n_draft, &s.params.sampling, &s.rng, &s.draft});
+  }
+  propose_all(calls);
+  for (const ProposeCall& c : calls)
+    if (c.out->size() > c.k) fail(c.proposer->method(), ": proposed ", c.out->size(), " tokens, asked for ", c.k);
+  o.n_drafted = static_cast<int64_t>(calls.size());
+  o.draft_seconds = draft_timer.seconds();
+  std::vector<Transformer::SeqChunk> chunks;
+  for (size_t i = 0; i < plan.rows.size(); ++i) {
+    const StepPlan::Row& r = plan.rows[i];
+    Sequence& s = *o.touched[i];
     std::vector<float>* taps = s.wants_taps ? &s.taps : nullptr;
     if (!r.decode) {
       chunks.push_back({s.params.prompt.data() + s.st.n_prefilled, r.n, s.cache.get(), false, taps});
       continue;
     }
-    s.draft.clear();
-    if (r.n_draft > 0 && s.proposer) {
-      s.proposer->propose(s.tokens, r.n_draft, s.params.sampling, s.rng, s.draft);
-      if (s.draft.size() > r.n_draft)
-        fail(s.proposer->method(), ": proposed ", s.draft.size(), " tokens, asked for ", r.n_draft);
-      ++o.n_drafted;
-    }
     s.block.assign(1, s.tokens.back());
     s.block.insert(s.block.end(), s.draft.tokens.begin(), s.draft.tokens.end());
     chunks.push_back({s.block.data(), static_cast<int64_t>(s.block.size()), s.cache.get(), true, taps});
   }
-  o.draft_seconds = draft_timer.seconds();
   model_.forward_batch(chunks, logits_);
 
   // ---- sample / verify, accept, crop, emit ----

@@ -12,6 +12,12 @@ namespace blockspec {
 struct DraftConfig;  // formats/dflash_config.h
 
 enum class SpecMethod { kNgram, kDFlash, kDFlash2 };
+
+// n-gram lookup without num_speculative_tokens drafts adaptively up to this
+// many tokens (vLLM requires the key for ngram; blockspec adapts instead:
+// BENCHMARKS.md shows a fixed K of 4 costing 28% at concurrency 8 where the
+// adaptive choice gains).
+inline constexpr int64_t kNgramMaxDraft = 4;
 const char* spec_method_name(SpecMethod m);  // "ngram" / "dflash" / "dflash2"
 
 struct SpecConfig {

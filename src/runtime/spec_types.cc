@@ -37,3 +37,21 @@ void SpecStats::merge(const SpecStats& o) {
 }
 
 }  // namespace blockspec
+
+namespace blockspec {
+
+void propose_all(const std::vector<ProposeCall>& calls) {
+  std::vector<bool> done(calls.size(), false);
+  std::vector<ProposeCall> group;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (done[i]) continue;
+    const void* key = calls[i].proposer->batch_key();
+    group.assign(1, calls[i]);
+    if (key != nullptr)
+      for (size_t j = i + 1; j < calls.size(); ++j)
+        if (!done[j] && calls[j].proposer->batch_key() == key) group.push_back(calls[j]), done[j] = true;
+    calls[i].proposer->propose_together(group);
+  }
+}
+
+}  // namespace blockspec

@@ -29,6 +29,18 @@ struct Draft {
   }
 };
 
+class Proposer;
+
+// One sequence's request for a draft: up to k tokens to follow *seq, into *out.
+struct ProposeCall {
+  Proposer* proposer;
+  const std::vector<int32_t>* seq;
+  int64_t k;
+  const SamplingParams* sp;
+  Rng* rng;
+  Draft* out;
+};
+
 // A source of draft tokens. The speculative loop tells it every token the
 // target has committed (observe), then asks for up to k tokens after the
 // sequence (propose). The last token of `seq` in propose is the anchor: it is
@@ -50,7 +62,19 @@ class Proposer {
                        Draft& out) = 0;
   // Forget all state (a new sequence starts).
   virtual void reset() = 0;
+  // Proposers that draft together -- one drafter forward for many sequences
+  // -- share a non-null key (their drafter); nullptr: this one drafts alone.
+  virtual const void* batch_key() const { return nullptr; }
+  // Drafts for every call, all of whose proposers have this one's batch_key,
+  // exactly as propose() would for each alone.
+  virtual void propose_together(const std::vector<ProposeCall>& calls) {
+    for (const ProposeCall& c : calls) c.proposer->propose(*c.seq, c.k, *c.sp, *c.rng, *c.out);
+  }
 };
+
+// Drafts for every call, grouping the calls whose proposers share a
+// batch_key into one propose_together each.
+void propose_all(const std::vector<ProposeCall>& calls);
 
 // Acceptance metrics, per request and summed (vLLM's spec_decode counters).
 struct SpecStats {

@@ -28,7 +28,11 @@ void configure_spec(SpecConfig& c, const DraftModel* drafter, Transformer& targe
   const char* what = "--speculative-config";
   if (!c.uses_drafter()) {
     if (drafter) fail(what, ": method ngram takes no drafter");
-    if (c.num_speculative_tokens < 1) fail(what, ": method ngram needs num_speculative_tokens >= 1");
+    if (c.num_speculative_tokens == 0) {  // not given: adaptive, at most kNgramMaxDraft
+      c.num_speculative_tokens = kNgramMaxDraft;
+      c.adaptive_k = true;
+    }
+    if (c.num_speculative_tokens < 1) fail(what, ": num_speculative_tokens must be >= 1");
     if (c.prompt_lookup_min < 1 || c.prompt_lookup_max < c.prompt_lookup_min)
       fail(what, ": prompt_lookup_min ", c.prompt_lookup_min, " / prompt_lookup_max ", c.prompt_lookup_max,
            " must satisfy 1 <= min <= max");

@@ -32,6 +32,8 @@ TEST(SpecConfigParse, NgramTakesVllmDefaults) {
   EXPECT_EQ(c.prompt_lookup_min, 1);
   EXPECT_EQ(c.prompt_lookup_max, 5);
   EXPECT_FALSE(c.uses_drafter());
+  // No K: adaptive (configure_spec sets the ceiling kNgramMaxDraft).
+  EXPECT_EQ(parse_spec_config(R"({"method":"ngram"})").num_speculative_tokens, 0);
   c = parse_spec_config(R"({"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":7})");
   EXPECT_EQ(c.prompt_lookup_min, 7);
   EXPECT_EQ(c.prompt_lookup_max, 7);  // max follows a min above 5
@@ -60,7 +62,6 @@ TEST(SpecConfigParse, BadConfigsNameWhatIsWrong) {
       {R"({"num_speculative_tokens":3})", "missing \"method\""},
       {R"({"method":"eagle3","num_speculative_tokens":3})", "\"eagle3\" is not supported"},
       {R"({"method":"ngram","num_speculative_tokens":3,"k":1})", "unknown key \"k\""},
-      {R"({"method":"ngram"})", "needs \"num_speculative_tokens\""},
       {R"({"method":"ngram","num_speculative_tokens":0})", "\"num_speculative_tokens\" must be an integer"},
       {R"({"method":"ngram","num_speculative_tokens":"3"})", "\"num_speculative_tokens\" must be an integer"},
       {R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":4,"prompt_lookup_max":2})",

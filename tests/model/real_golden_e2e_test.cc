@@ -40,27 +40,30 @@ struct Run {
   float min_margin = 0;
 };
 
-// The default load quantizes weights to int8 per 128 inputs and activations
-// per row and 128 inputs (W8A8), so its logits are not HF's f32 ones. Its
-// tolerance comes from its measured error, not from a wish: over the 3
-// prompts the final logits of Qwen2.5-Coder-1.5B are off by at most 3.0% of
-// the largest |logit| and SmolLM2's by 4.4% (2026-12-02); the bound allows
-// 1.5x that. The same error, in absolute logits (at most ~1.0), sets the
-// near-tie margin at which greedy paths may legitimately part.
 const Run kRuns[] = {
     {"f32", WeightFormat::kF32, false, 2e-5, true},
     {"bf16w", WeightFormat::kBF16, false, 2e-5, true},
     {"bf16", WeightFormat::kBF16, true, 3e-2, false},
-    {"f32", std::nullopt, false, 0.066, true, 1.5f},
 };
 
-void check_real_model(const std::string& name) {
+// The default load quantizes weights to int8 per 128 inputs and activations
+// per row and 128 inputs (W8A8), so its logits are not HF's f32 ones: it is
+// compared with HF's f32 run with a tolerance derived from its measured error
+// (the TESTs below), 1.5x the largest relative error measured over the three
+// prompts. Greedy paths must agree until HF's path meets a near tie: a top-2
+// gap below twice the largest absolute logit error measured, which our
+// rounding may legitimately decide the other way.
+Run default_run(double tol, float min_margin) { return Run{"f32", std::nullopt, false, tol, true, min_margin}; }
+
+void check_real_model(const std::string& name, const Run& default_weights) {
   const std::string model_path = cache_dir() + "/models/" + name + ".gguf";
   ASSERT_TRUE(std::filesystem::exists(model_path))
       << model_path << " is missing: run scripts/fetch_models.sh " << name;
   SafetensorsFile g(std::string(BS_SOURCE_DIR) + "/tests/fixtures/real/" + name + ".golden.safetensors");
   const int n_prompts = std::stoi(g.metadata().at("n_prompts"));
-  for (const Run& run : kRuns) {
+  std::vector<Run> runs(std::begin(kRuns), std::end(kRuns));
+  runs.push_back(default_weights);
+  for (const Run& run : runs) {
     const std::string label = run.format ? run.name : "default(q8) vs " + run.name;
     SCOPED_TRACE(name + " run " + label);
     ModelOptions mo;
@@ -70,7 +73,7 @@ void check_real_model(const std::string& name) {
     if (!run.format) EXPECT_NE(model->weights().format_summary.find("q8"), std::string::npos) << model->weights().format_summary;
     const int64_t V = model->config().vocab_size;
     int64_t agreed = 0, compared = 0;
-    double worst = 0;
+    double worst = 0, worst_abs = 0, parting_margin = 0;
     for (int p = 0; p < n_prompts; ++p) {
       const std::string pre = "p" + std::to_string(p) + ".";
       Tensor ids_t = g.tensor(pre + "input_ids"), sub_t = g.tensor(pre + "ids");
@@ -89,6 +92,7 @@ void check_real_model(const std::string& name) {
         scale = std::max(scale, static_cast<double>(std::fabs(ref[i])));
       }
       worst = std::max(worst, err / scale);
+      worst_abs = std::max(worst_abs, err);
       EXPECT_LE(err / scale, run.tol) << "prompt " << p;
       if (!run.check_greedy) continue;
       std::vector<int32_t> ours;
@@ -107,6 +111,7 @@ void check_real_model(const std::string& name) {
       int64_t j = 0;
       while (j < n_greedy && ours[j] == want[j]) ++j;
       agreed += j, compared += n_greedy;
+      if (j < n_greedy) parting_margin = std::max(parting_margin, static_cast<double>(margin[j]));
       if (j < n_greedy)
         EXPECT_LT(margin[j], run.min_margin)
             << "prompt " << p << ": greedy token " << j << " is " << ours[j] << ", HF's " << want[j]
@@ -114,15 +119,24 @@ void check_real_model(const std::string& name) {
     }
     std::printf("[real] %-20s %-22s weights=%-4s bf16-act=%d  max rel err of final logits %.3g (tolerance %.3g)",
                 name.c_str(), label.c_str(), model->weights().format_summary.c_str(), run.bf16_act, worst, run.tol);
-    if (compared) std::printf("  greedy tokens equal before a parting: %lld of %lld", static_cast<long long>(agreed),
-                              static_cast<long long>(compared));
+    if (compared)
+      std::printf("  max abs err %.3f; greedy tokens equal before a parting: %lld of %lld (largest HF margin at a "
+                  "parting %.3f)", worst_abs, static_cast<long long>(agreed), static_cast<long long>(compared),
+                  parting_margin);
     std::printf("\n");
   }
 }
 
-TEST(RealModels, SmolLM2MatchesTransformers) { check_real_model("smollm2"); }
+// Measured 2026-12-02 (default q8 from the file's Q4_1 blocks): relative
+// error 0.064, absolute 1.63; greedy paths part after 31 of 96 tokens, at HF
+// margins up to 0.34.
+TEST(RealModels, SmolLM2MatchesTransformers) { check_real_model("smollm2", default_run(0.096, 3.3f)); }
 
-TEST(RealModels, Qwen25Coder15BMatchesTransformers) { check_real_model("qwen2.5-coder-1.5b"); }
+// Measured 2026-12-02 (default q8 from the file's Q4_K / Q6_K blocks):
+// relative error 0.017, absolute 0.30; all 96 greedy tokens equal HF's.
+TEST(RealModels, Qwen25Coder15BMatchesTransformers) {
+  check_real_model("qwen2.5-coder-1.5b", default_run(0.026, 0.6f));
+}
 
 }  // namespace
 }  // namespace blockspec

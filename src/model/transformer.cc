@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "kernels/quant.h"
 #include "kernels/quant_rows.h"
+#include "model/decoder_layer.h"
 
 namespace blockspec {
 
@@ -66,10 +67,6 @@ int64_t Transformer::kv_bytes_per_token() const {
   return KvCache(cfg_.n_layers, 0, cfg_.n_kv_heads, cfg_.head_dim, kv_dtype_).bytes_per_token();
 }
 
-namespace {
-const float* opt_ptr(const Tensor& t) { return t.empty() ? nullptr : t.ptr<float>(); }
-}  // namespace
-
 void Transformer::forward(const int32_t* tokens, int64_t n, KvCache& cache, std::vector<float>& logits,
                           bool all_logits) {
   forward_batch({SeqChunk{tokens, n, &cache, all_logits}}, logits);
@@ -77,8 +74,7 @@ void Transformer::forward(const int32_t* tokens, int64_t n, KvCache& cache, std:
 
 void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector<float>& logits) {
   const ModelConfig& c = cfg_;
-  const int64_t H = c.hidden_size, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads;
-  const int64_t I = c.intermediate_size, V = c.vocab_size;
+  const int64_t H = c.hidden_size, V = c.vocab_size;
   if (chunks.empty()) fail("forward: no sequences");
   int64_t n = 0;  // total tokens over all chunks
   std::vector<int32_t> ids;
@@ -119,76 +115,21 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
     }
   };
 
-  std::vector<float> x(n * H);           // [n, H] residual stream
-  std::vector<float> xn(n * H);          // [n, H] normed input of a sublayer
-  std::vector<float> q(n * nh * hd);     // [n, nh, hd]
-  std::vector<float> kn(n * nkv * hd);   // [n, nkv, hd]
-  std::vector<float> vn(n * nkv * hd);   // [n, nkv, hd]
-  std::vector<float> att(n * nh * hd);   // [n, nh, hd]
-  std::vector<float> tmp(n * H);         // [n, H]
-  std::vector<float> gate(n * I);        // [n, I]
-  std::vector<float> qkv(n * (nh + 2 * nkv) * hd);  // [n, nh*hd + 2*nkv*hd]
-  std::vector<float> gu(n * 2 * I);      // [n, 2I]: gate | up
-  std::vector<float> scratch;
-
+  std::vector<float> x(n * H);  // [n, H] residual stream
+  LayerScratch ls;
   const bool bf = opts_.emulate_bf16_activations;
+  dequantize_rows(w_.tok_embd, ids.data(), n, x.data());
+  if (bf) round_to_bf16(x.data(), n * H);
+  std::vector<LayerSeq> seqs;
+  for (const SeqChunk& ch : chunks) seqs.push_back({ch.cache, ch.n});
+  for (int64_t li = 0; li < c.n_layers; ++li) {
+    decoder_layer(ctx, c, rope_, w_.layers[li], li, seqs, pos.data(), x.data(), ls, bf);
+    capture_taps(chunks, li, x.data(), ls.xn.data());
+  }
+  std::vector<float>& xn = ls.xn;  // [n, H]
   auto rnd = [bf](std::vector<float>& v) {
     if (bf) round_to_bf16(v.data(), static_cast<int64_t>(v.size()));
   };
-  dequantize_rows(w_.tok_embd, ids.data(), n, x.data());
-  rnd(x);
-
-  for (int64_t li = 0; li < c.n_layers; ++li) {
-    const LayerWeights& l = w_.layers[li];
-    // ---- attention ----
-    rmsnorm(x.data(), l.attn_norm.ptr<float>(), eps, n, H, xn.data(), bf);
-    linear_group(ctx, xn.data(), l.attn_qkv, qkv.data(), n, scratch);
-    {
-      const int64_t wq = nh * hd, wk = nkv * hd, wr = wq + 2 * wk;
-      for (int64_t t = 0; t < n; ++t) {
-        const float* r = qkv.data() + t * wr;
-        std::copy(r, r + wq, q.data() + t * wq);
-        std::copy(r + wq, r + wq + wk, kn.data() + t * wk);
-        std::copy(r + wq + wk, r + wr, vn.data() + t * wk);
-      }
-    }
-    rnd(q), rnd(kn), rnd(vn);
-    if (c.arch == Arch::kQwen3) {  // per-head RMSNorm of q and k before RoPE
-      rmsnorm(q.data(), l.attn_q_norm.ptr<float>(), eps, n * nh, hd, q.data(), bf);
-      rmsnorm(kn.data(), l.attn_k_norm.ptr<float>(), eps, n * nkv, hd, kn.data(), bf);
-    }
-    rope_neox(q.data(), pos.data(), n, nh, hd, rope_.inv_freq.data(), rope_.rotary_dim, rope_.attention_scaling,
-              bf);
-    rope_neox(kn.data(), pos.data(), n, nkv, hd, rope_.inv_freq.data(), rope_.rotary_dim,
-              rope_.attention_scaling, bf);
-    std::vector<KvAttentionJob> jobs;  // one per sequence, run in one parallel pass
-    int64_t row = 0;
-    for (const SeqChunk& ch : chunks) {
-      const int64_t start = ch.cache->size();
-      AttentionShape as{ch.n, start, nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd)), bf};
-      // Every dtype (f32 too) and paged caches: rows written once here, read in
-      // place by attention through the cache's page table.
-      ch.cache->write(li, start, ch.n, kn.data() + row * nkv * hd, vn.data() + row * nkv * hd);
-      jobs.push_back({q.data() + row * nh * hd, ch.cache->k_view(li), ch.cache->v_view(li), as,
-                      att.data() + row * nh * hd});
-      row += ch.n;
-    }
-    attention_causal_kv_batch(ctx, jobs);
-    linear(ctx, att.data(), l.attn_o, opt_ptr(l.attn_o_bias), tmp.data(), n);
-    rnd(tmp);
-    for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
-    rnd(x);
-    // ---- MLP (SwiGLU) ----
-    rmsnorm(x.data(), l.ffn_norm.ptr<float>(), eps, n, H, xn.data(), bf);
-    linear_group(ctx, xn.data(), l.ffn_gate_up, gu.data(), n, scratch);
-    rnd(gu);
-    swiglu_rows(ctx, gu.data(), n, I, gate.data(), bf);
-    linear(ctx, gate.data(), l.ffn_down, opt_ptr(l.ffn_down_bias), tmp.data(), n);
-    rnd(tmp);
-    for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
-    rnd(x);
-    capture_taps(chunks, li, x.data(), xn.data());
-  }
 
   // Rows that need logits: every row of all_logits chunks, else the last.
   std::vector<int64_t> out_rows;

@@ -1,6 +1,5 @@
-// See calibration.h. The layer mirrors Transformer::forward_batch (model/transformer.cc) without KV cache and
-// bf16 emulation: rmsnorm -> q/k/v (+bias) -> [qwen3: per-head q/k RMSNorm] -> RoPE (NeoX) -> causal GQA
-// attention -> o_proj -> residual; rmsnorm -> gate/up -> silu(gate) * up -> down -> residual.
+// See calibration.h. Each layer runs as the model runs it (model/decoder_layer.h, the one copy of the
+// layer math) with f32 weights and an observer that takes the Hessians of each linear's input.
 #include "quantize/calibration.h"
 
 #include <algorithm>
@@ -8,9 +7,11 @@
 
 #include "base/error.h"
 #include "formats/hf_config.h"
+#include "kernels/quant.h"
 #include "kernels/quant_layout.h"
-#include "quantize/linalg.h"
+#include "model/decoder_layer.h"
 #include "model/hf_names.h"
+#include "quantize/linalg.h"
 
 namespace blockspec {
 
@@ -66,9 +67,53 @@ Lin load_lin(const WeightSource& src, const std::string& m) {
   return l;
 }
 
-void run_lin(const OpContext& ctx, const Lin& l, const float* x, float* y, int64_t M) {
-  const Tensor w = Tensor::view(DType::kF32, {l.N, l.K}, l.w.data());
-  linear(ctx, x, w, l.b.empty() ? nullptr : l.b.data(), y, M);
+struct Norms {
+  std::vector<float> attn, ffn, q, k;  // q, k: Qwen3's per-head norms, else empty
+};
+
+Tensor f32_view(const std::vector<float>& v) {
+  return v.empty() ? Tensor() : Tensor::view(DType::kF32, {static_cast<int64_t>(v.size())}, v.data());
+}
+
+// The layer's f32 weights (views of lin's and norms' buffers) as the model's
+// LayerWeights, so calibration runs the serving layer (model/decoder_layer.h).
+LayerWeights layer_weights(const OpContext& ctx, const std::string& p, std::map<std::string, Lin>& lin,
+                           const Norms& norms) {
+  auto mat = [&](const char* m) {
+    Lin& l = lin.at(p + m);
+    return make_weight(ctx, Tensor::view(DType::kF32, {l.N, l.K}, l.w.data()), WeightFormat::kF32);
+  };
+  auto group = [&](std::initializer_list<const char*> mods) {
+    LinearGroup g;
+    bool any_bias = false;
+    for (const char* m : mods) any_bias |= !lin.at(p + m).b.empty();
+    std::vector<float> bias;
+    for (const char* m : mods) {
+      const Lin& l = lin.at(p + m);
+      g.mats.push_back(mat(m));
+      g.part_rows.push_back(l.N);
+      g.rows += l.N;
+      if (any_bias && l.b.empty()) bias.insert(bias.end(), l.N, 0.f);  // a part without bias adds 0
+      if (any_bias && !l.b.empty()) bias.insert(bias.end(), l.b.begin(), l.b.end());
+    }
+    if (any_bias) {
+      g.bias = Tensor(DType::kF32, {g.rows});
+      std::copy(bias.begin(), bias.end(), g.bias.mutable_ptr<float>());
+    }
+    return g;
+  };
+  LayerWeights w;
+  w.attn_norm = f32_view(norms.attn);
+  w.ffn_norm = f32_view(norms.ffn);
+  w.attn_q_norm = f32_view(norms.q);
+  w.attn_k_norm = f32_view(norms.k);
+  w.attn_qkv = group({hf::kQ, hf::kK, hf::kV});
+  w.attn_o = mat(hf::kO);
+  w.attn_o_bias = f32_view(lin.at(p + hf::kO).b);
+  w.ffn_gate_up = group({hf::kGate, hf::kUp});
+  w.ffn_down = mat(hf::kDown);
+  w.ffn_down_bias = f32_view(lin.at(p + hf::kDown).b);
+  return w;
 }
 
 }  // namespace
@@ -78,8 +123,6 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
                       KvAbsmax* kv_absmax, bool act_int8_hessians, bool act_cross) {
   const ModelConfig& c = src.config();
   const int64_t H = c.hidden_size, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, I = c.intermediate_size;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  const RopeTables rope = compute_rope(c);
   int64_t n = 0;
   for (const auto& w : windows) n += static_cast<int64_t>(w.size());
   if (n == 0) fail("calibration: no tokens");
@@ -95,8 +138,6 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
     }
     src.release(hf::weight("", hf::kEmbed));
   }
-  std::vector<float> xn(n * H), q(n * nh * hd), k(n * nkv * hd), v(n * nkv * hd), att(n * nh * hd), tmp(n * H);
-  std::vector<float> gate(n * I), up(n * I);
   if (kv_absmax) kv_absmax->k.assign(c.n_layers, 0.f), kv_absmax->v.assign(c.n_layers, 0.f);
   // h += X_q^T X_q (X_q = X without act_int8_hessians); with act_cross also d += (X - X_q)^T X_q.
   auto hessian = [&](const float* X, int64_t T, int64_t K, std::vector<double>& h, std::vector<double>& d) {
@@ -108,25 +149,36 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
     for (int64_t i = 0; i < T * K; ++i) e[i] = X[i] - xq[i];
     accumulate_atb(ctx, e.data(), xq.data(), T, K, d);
   };
-  auto absmax = [](const std::vector<float>& a) {
+  auto absmax = [](const float* a, int64_t n_vals) {
     float m = 0.f;
-    for (float t : a) m = std::max(m, std::fabs(t));
+    for (int64_t i = 0; i < n_vals; ++i) m = std::max(m, std::fabs(a[i]));
     return m;
   };
+  // Each window is one sequence with a one-layer f32 KV cache; every layer
+  // writes its K/V at positions 0.. of it (the size is never advanced).
+  std::vector<KvCache> caches;
+  std::vector<LayerSeq> seqs;
+  std::vector<int64_t> pos;
+  caches.reserve(windows.size());
+  for (const auto& w : windows) {
+    const int64_t t = static_cast<int64_t>(w.size());
+    if (t == 0) continue;
+    caches.emplace_back(1, t, nkv, hd, KvDType::kF32);
+    seqs.push_back({&caches.back(), t});
+    for (int64_t i = 0; i < t; ++i) pos.push_back(i);
+  }
+  const RopeTables rope = compute_rope(c);
+  LayerScratch scratch;
   for (int64_t li = 0; li < c.n_layers; ++li) {
     const std::string p = hf::target_layer(li);
-    const std::vector<float> attn_norm = tensor_f32(src.load(hf::weight(p, hf::kAttnNorm)));
-    const std::vector<float> ffn_norm = tensor_f32(src.load(hf::weight(p, hf::kFfnNorm)));
-    std::vector<float> qn, kn;
-    if (c.arch == Arch::kQwen3) {
-      qn = tensor_f32(src.load(hf::weight(p, hf::kQNorm)));
-      kn = tensor_f32(src.load(hf::weight(p, hf::kKNorm)));
-    }
     std::map<std::string, Lin> lin;
-    for (const char* m : {hf::kQ, hf::kK, hf::kV, hf::kO, hf::kGate, hf::kUp, hf::kDown})
-      lin[p + m] = load_lin(src, p + m);
-    auto L = [&](const char* m) -> Lin& { return lin[p + m]; };
-    std::vector<float> x_in = x;  // the layer input, for the second pass
+    for (const char* m : {hf::kQ, hf::kK, hf::kV, hf::kO, hf::kGate, hf::kUp, hf::kDown}) lin[p + m] = load_lin(src, p + m);
+    Norms norms{tensor_f32(src.load(hf::weight(p, hf::kAttnNorm))), tensor_f32(src.load(hf::weight(p, hf::kFfnNorm))),
+                {}, {}};
+    if (c.arch == Arch::kQwen3) {
+      norms.q = tensor_f32(src.load(hf::weight(p, hf::kQNorm)));
+      norms.k = tensor_f32(src.load(hf::weight(p, hf::kKNorm)));
+    }
     auto want = [&](std::initializer_list<const char*> mods) {
       for (const char* m : mods)
         if (needs(p + m)) return true;
@@ -134,45 +186,23 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
     };
     const bool w_attn = want({hf::kQ, hf::kK, hf::kV}), w_o = want({hf::kO}), w_mlp = want({hf::kGate, hf::kUp}),
                w_down = want({hf::kDown});
+    const std::vector<float> x_in = x;  // the layer input, for the second pass
     // pass 0: original weights, Hessians; pass 1: quantized weights, the next layer's input.
     for (int pass = 0; pass < 2; ++pass) {
       std::vector<double> h_attn, h_o, h_mlp, h_down, d_attn, d_o, d_mlp, d_down;
       if (pass == 1) x = x_in;
-      rmsnorm(x.data(), attn_norm.data(), eps, n, H, xn.data());
-      if (pass == 0 && w_attn) hessian(xn.data(), n, H, h_attn, d_attn);
-      run_lin(ctx, L(hf::kQ), xn.data(), q.data(), n);
-      run_lin(ctx, L(hf::kK), xn.data(), k.data(), n);
-      run_lin(ctx, L(hf::kV), xn.data(), v.data(), n);
-      if (c.arch == Arch::kQwen3) {
-        rmsnorm(q.data(), qn.data(), eps, n * nh, hd, q.data());
-        rmsnorm(k.data(), kn.data(), eps, n * nkv, hd, k.data());
-      }
-      int64_t row = 0;
-      for (const auto& w : windows) {
-        const int64_t t = static_cast<int64_t>(w.size());
-        std::vector<int64_t> pos(t);
-        for (int64_t i = 0; i < t; ++i) pos[i] = i;
-        rope_neox(q.data() + row * nh * hd, pos.data(), t, nh, hd, rope.inv_freq.data(), rope.rotary_dim,
-                  rope.attention_scaling);
-        rope_neox(k.data() + row * nkv * hd, pos.data(), t, nkv, hd, rope.inv_freq.data(), rope.rotary_dim,
-                  rope.attention_scaling);
-        AttentionShape as{t, 0, nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
-        attention_causal(ctx, q.data() + row * nh * hd, k.data() + row * nkv * hd, v.data() + row * nkv * hd, as,
-                         att.data() + row * nh * hd);
-        row += t;
-      }
-      if (kv_absmax) kv_absmax->k[li] = absmax(k), kv_absmax->v[li] = absmax(v);  // the last pass run wins
-      if (pass == 0 && w_o) hessian(att.data(), n, nh * hd, h_o, d_o);
-      run_lin(ctx, L(hf::kO), att.data(), tmp.data(), n);
-      for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
-      rmsnorm(x.data(), ffn_norm.data(), eps, n, H, xn.data());
-      if (pass == 0 && w_mlp) hessian(xn.data(), n, H, h_mlp, d_mlp);
-      run_lin(ctx, L(hf::kGate), xn.data(), gate.data(), n);
-      run_lin(ctx, L(hf::kUp), xn.data(), up.data(), n);
-      silu_mul(gate.data(), up.data(), n * I);
-      if (pass == 0 && w_down) hessian(gate.data(), n, I, h_down, d_down);
-      run_lin(ctx, L(hf::kDown), gate.data(), tmp.data(), n);
-      for (int64_t i = 0; i < n * H; ++i) x[i] += tmp[i];
+      LayerObserver observe = [&](LayerTap tap, const float* rows, int64_t rn, int64_t cols) {
+        switch (tap) {
+          case LayerTap::kKeys: if (kv_absmax) kv_absmax->k[li] = absmax(rows, rn * cols); break;  // the last pass wins
+          case LayerTap::kValues: if (kv_absmax) kv_absmax->v[li] = absmax(rows, rn * cols); break;
+          case LayerTap::kAttnIn: if (pass == 0 && w_attn) hessian(rows, rn, cols, h_attn, d_attn); break;
+          case LayerTap::kOIn: if (pass == 0 && w_o) hessian(rows, rn, cols, h_o, d_o); break;
+          case LayerTap::kMlpIn: if (pass == 0 && w_mlp) hessian(rows, rn, cols, h_mlp, d_mlp); break;
+          case LayerTap::kDownIn: if (pass == 0 && w_down) hessian(rows, rn, cols, h_down, d_down); break;
+        }
+      };
+      const LayerWeights lw = layer_weights(ctx, p, lin, norms);
+      decoder_layer(ctx, c, rope, lw, 0, seqs, pos.data(), x.data(), scratch, false, &observe);
       if (pass == 1) break;
       LayerHessians hs, cross;
       auto share = [&](std::vector<double>& h, std::vector<double>& d, int64_t K, std::initializer_list<const char*> mods) {

@@ -1,7 +1,8 @@
 // GPTQ calibration of a dense target (Qwen3 / Qwen2 / Llama): runs the
-// calibration windows through the model one decoder layer at a time with the
-// public kernel API (the same operations as model/transformer.cc's forward,
-// f32 activations, no KV cache: each window is one causal sequence), and
+// calibration windows through the model one decoder layer at a time -- the
+// model's own layer (model/decoder_layer.h, what Transformer::forward_batch
+// runs), f32 weights and activations, each window one causal sequence with
+// its own f32 KV cache -- observing each linear's input rows, and
 // accumulates per linear input H = sum x x^T (the Hessian of §4.2 up to a
 // positive scale). Layer i's inputs come from layers < i already quantized
 // (AutoGPTQ's order with true_sequential off): for each layer the callback

@@ -1,9 +1,7 @@
 #include "runtime/generate.h"
 
-#include <algorithm>
-
 #include "base/error.h"
-#include "base/timer.h"
+#include "runtime/speculative.h"
 
 namespace blockspec {
 
@@ -23,36 +21,7 @@ void validate_generate(const Transformer& model, const std::vector<int32_t>& pro
 
 GenerateResult generate(Transformer& model, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
                         const std::function<void(int32_t)>& on_token) {
-  const ModelConfig& c = model.config();
-  validate_generate(model, prompt, opts);
-  const int64_t total = static_cast<int64_t>(prompt.size()) + opts.max_new_tokens;
-  const std::vector<int32_t>& eos = opts.eos_ids.empty() ? c.eos_token_ids : opts.eos_ids;
-
-  GenerateResult r;
-  r.prompt_tokens = static_cast<int64_t>(prompt.size());
-  r.finish_reason = "length";
-  KvCache cache = model.new_cache(std::max<int64_t>(total, 1));
-  Sampler sampler(opts.sampling);
-  std::vector<float> logits;
-  Timer timer;
-  model.prefill(prompt.data(), r.prompt_tokens, cache, logits, false);
-  r.prefill_seconds = timer.seconds();
-  if (opts.max_new_tokens == 0) return r;
-  timer.reset();
-  for (;;) {
-    int32_t tok = sampler.sample(logits.data(), c.vocab_size);
-    r.tokens.push_back(tok);
-    if (on_token) on_token(tok);
-    if (opts.stop_at_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) {
-      r.finish_reason = "stop";
-      break;
-    }
-    if (static_cast<int64_t>(r.tokens.size()) >= opts.max_new_tokens) break;
-    model.forward(&tok, 1, cache, logits, false);
-    ++r.decode_steps;
-  }
-  r.decode_seconds = timer.seconds();
-  return r;
+  return run_sequence(model, nullptr, 0, prompt, opts, on_token, nullptr).gen;  // the serving step, no drafts
 }
 
 }  // namespace blockspec

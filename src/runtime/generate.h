@@ -1,5 +1,6 @@
 // Single-sequence generation: chunked prefill, then one-token decode steps
-// until max_new_tokens or an end-of-sequence token.
+// until max_new_tokens or an end-of-sequence token -- the serving engine's
+// step (runtime/model_runner.h) run for one sequence without drafts.
 #pragma once
 #include <cstdint>
 #include <functional>

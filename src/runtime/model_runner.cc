@@ -15,9 +15,7 @@ int32_t ModelRunner::pick(Sequence& s, const float* row) {
     for (const auto& [t, c] : s.counts) s.adjusted[t] -= s.params.presence_penalty + s.params.frequency_penalty * c;
     row = s.adjusted.data();
   }
-  if (s.params.sampling.temperature <= 0) return argmax(row, V);
-  sampling_probs(row, V, s.params.sampling, s.probs);
-  return sample_from_probs(s.probs.data(), V, s.rng);
+  return sample_token(row, V, s.params.sampling, s.rng, s.probs);
 }
 
 bool ModelRunner::emit(Sequence& s, int32_t t) {

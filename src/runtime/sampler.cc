@@ -105,10 +105,10 @@ void sampling_probs(const float* logits, int64_t vocab, const SamplingParams& p,
   for (int64_t i = 0; i < keep; ++i) probs[idx[i]] = static_cast<float>(std::exp(logits[idx[i]] * inv_t - mx) / sum);
 }
 
-int32_t Sampler::sample(const float* logits, int64_t vocab) {
-  if (p_.temperature <= 0) return argmax(logits, vocab);
-  sampling_probs(logits, vocab, p_, probs_);
-  return sample_from_probs(probs_.data(), vocab, rng_);
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng, std::vector<float>& probs) {
+  if (p.temperature <= 0) return argmax(logits, vocab);
+  sampling_probs(logits, vocab, p, probs);
+  return sample_from_probs(probs.data(), vocab, rng);
 }
 
 int32_t sample_from_probs(const float* probs, int64_t vocab, Rng& rng) {

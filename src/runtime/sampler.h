@@ -30,23 +30,17 @@ void validate_sampling(const SamplingParams& p);
 //   logits: [vocab]  -> probs: [vocab], sums to 1
 void sampling_probs(const float* logits, int64_t vocab, const SamplingParams& p, std::vector<float>& probs);
 
-class Sampler {
- public:
-  explicit Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) { validate_sampling(p); }
-  int32_t sample(const float* logits, int64_t vocab);  // logits: [vocab]
-  const SamplingParams& params() const { return p_; }
-
- private:
-  SamplingParams p_;
-  Rng rng_;
-  std::vector<float> probs_;
-};
+// The one way a token is chosen from logits (ModelRunner::pick, so every
+// path): temperature <= 0 -> argmax; else a draw from sampling_probs with
+// one rng.uniform(). probs: scratch, [vocab] afterwards when sampled.
+//   logits: [vocab]
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng, std::vector<float>& probs);
 
 int32_t argmax(const float* x, int64_t n);  // first index of the maximum
 
 // Inverse-CDF draw with one rng.uniform(): the first i whose running sum of
 // probs exceeds u (the last positive entry when rounding leaves u beyond the
-// total). Sampler::sample draws exactly this way.
+// total). sample_token draws exactly this way.
 //   probs: [vocab], sums to 1
 int32_t sample_from_probs(const float* probs, int64_t vocab, Rng& rng);
 

@@ -70,6 +70,12 @@ std::unique_ptr<Proposer> make_proposer(SpecConfig& c, const std::shared_ptr<Dra
 SpecResult generate_speculative(Transformer& model, Proposer& proposer, int64_t K, const std::vector<int32_t>& prompt,
                                 const GenerateOptions& opts, const std::function<void(int32_t)>& on_token,
                                 const KSelector* ksel) {
+  return run_sequence(model, &proposer, K, prompt, opts, on_token, ksel);
+}
+
+SpecResult run_sequence(Transformer& model, Proposer* proposer, int64_t K, const std::vector<int32_t>& prompt,
+                        const GenerateOptions& opts, const std::function<void(int32_t)>& on_token,
+                        const KSelector* ksel) {
   const ModelConfig& c = model.config();
   validate_generate(model, prompt, opts);
   if (K < 0) fail("num_speculative_tokens must be >= 0, found ", K);
@@ -78,8 +84,9 @@ SpecResult generate_speculative(Transformer& model, Proposer& proposer, int64_t 
   GenerateResult& r = res.gen;
   r.prompt_tokens = P0;
   r.finish_reason = "length";
-  if (!proposer.tap_layers().empty() && proposer.tap_layers() != model.tap_layers())
-    model.set_tap_layers(proposer.tap_layers());
+  if (proposer == nullptr) K = 0;
+  if (proposer && !proposer->tap_layers().empty() && proposer->tap_layers() != model.tap_layers())
+    model.set_tap_layers(proposer->tap_layers());
   Timer timer;
   if (opts.max_new_tokens == 0) {  // the prompt only
     KvCache cache = model.new_cache(P0);
@@ -101,8 +108,8 @@ SpecResult generate_speculative(Transformer& model, Proposer& proposer, int64_t 
   s.params.ignore_eos = !opts.stop_at_eos || !opts.eos_ids.empty();
   if (opts.stop_at_eos) s.params.stop_token_ids = opts.eos_ids;  // empty: the model's eos (ignore_eos false)
   s.rng = Rng(opts.sampling.seed);
-  s.use_proposer(&proposer);
-  proposer.reset();
+  s.use_proposer(proposer);
+  if (proposer) proposer->reset();
   SchedulerOptions so;
   so.max_num_seqs = 1;
   so.max_step_tokens = EngineOptions{}.max_step_tokens;

@@ -45,4 +45,12 @@ SpecResult generate_speculative(Transformer& model, Proposer& proposer, int64_t 
                                 const std::vector<int32_t>& prompt, const GenerateOptions& opts,
                                 const std::function<void(int32_t)>& on_token = {}, const KSelector* ksel = nullptr);
 
+// One sequence through the serving engine's step (Scheduler plan +
+// ModelRunner) over a KV pool that holds exactly its worst case: what
+// generate_speculative runs, and generate() with no proposer (plain
+// decoding, k = 0), so every path decodes through the same step.
+SpecResult run_sequence(Transformer& model, Proposer* proposer, int64_t k, const std::vector<int32_t>& prompt,
+                        const GenerateOptions& opts, const std::function<void(int32_t)>& on_token,
+                        const KSelector* ksel);
+
 }  // namespace blockspec

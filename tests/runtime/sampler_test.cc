@@ -10,6 +10,15 @@
 namespace blockspec {
 namespace {
 
+// sample_token with its own seeded stream, as a request holds one.
+struct Sampler {
+  explicit Sampler(const SamplingParams& p) : sp(p), rng(p.seed) {}
+  int32_t sample(const float* logits, int64_t vocab) { return sample_token(logits, vocab, sp, rng, probs); }
+  SamplingParams sp;
+  Rng rng;
+  std::vector<float> probs;
+};
+
 TEST(Sampler, GreedyIsArgmaxFirstOfTies) {
   std::vector<float> l = {0.1f, 3.0f, 3.0f, -1.0f};
   Sampler s(SamplingParams{});

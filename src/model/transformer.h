@@ -55,6 +55,10 @@ class Transformer {
   const std::vector<float>& kv_v_scales() const { return w_.kv_v_scale; }
   // KV bytes held (and read by each decode step) per cached token.
   int64_t kv_bytes_per_token() const;
+  // Model state a sequence holds besides its KV (the recurrent state of
+  // hybrid models, which the engine keeps in a StatePool slot): none for a
+  // dense transformer.
+  int64_t state_floats_per_sequence() const { return 0; }
 
   // Runs n tokens at positions cache.size().. and appends their K/V.
   // logits: [n, vocab] if all_logits, else [1, vocab] for the last token.

@@ -83,7 +83,11 @@ Engine::Engine(std::unique_ptr<Transformer> model, const EngineOptions& opts) : 
   so.page_tokens = kPageTokens;
   so.max_model_len = I.max_model_len;
   so.max_draft = max_draft;
-  I.sched = std::make_unique<Scheduler>(so, *I.blocks);
+  if (const int64_t sf = I.model->state_floats_per_sequence(); sf > 0) {
+    I.state = std::make_unique<StatePool>(opts.max_num_seqs, sf);
+    I.state_slots = std::make_unique<BlockAllocator>(opts.max_num_seqs);
+  }
+  I.sched = std::make_unique<Scheduler>(so, *I.blocks, I.state_slots.get());
   I.runner = std::make_unique<ModelRunner>(*I.model);
   I.m.ttft_s = make_hist({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80});
   I.m.tpot_s = make_hist({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80});

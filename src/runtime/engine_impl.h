@@ -8,6 +8,7 @@
 
 #include "kv/block_allocator.h"
 #include "kv/kv_pool.h"
+#include "kv/state_pool.h"
 #include "runtime/engine.h"
 #include "runtime/speculative.h"
 #include "runtime/k_selector.h"
@@ -24,6 +25,10 @@ struct Engine::Impl {
   std::unique_ptr<Transformer> model;
   std::unique_ptr<KvPool> pool;  // KV memory; declared first so every cache view dies before it
   std::unique_ptr<BlockAllocator> blocks;  // who holds which page of pool (engine thread only)
+  // Per-sequence model state besides KV (hybrid targets' recurrent state):
+  // its memory and who holds which slot; null for models without state.
+  std::unique_ptr<StatePool> state;
+  std::unique_ptr<BlockAllocator> state_slots;
   std::unique_ptr<Scheduler> sched;        // engine thread only
   std::unique_ptr<ModelRunner> runner;     // engine thread only
   EngineOptions opts;

@@ -6,7 +6,8 @@
 
 namespace blockspec {
 
-Scheduler::Scheduler(const SchedulerOptions& opts, BlockAllocator& blocks) : o_(opts), blocks_(blocks) {
+Scheduler::Scheduler(const SchedulerOptions& opts, BlockAllocator& blocks, BlockAllocator* state_slots)
+    : o_(opts), blocks_(blocks), state_slots_(state_slots) {
   if (o_.max_num_seqs < 1) fail("scheduler: max_num_seqs must be >= 1, found ", o_.max_num_seqs);
   if (o_.max_step_tokens < 1) fail("scheduler: max_step_tokens must be >= 1, found ", o_.max_step_tokens);
   if (o_.page_tokens < 1) fail("scheduler: page_tokens must be >= 1, found ", o_.page_tokens);
@@ -36,7 +37,9 @@ void Scheduler::admit(StepPlan& plan) {
     SeqState* s = waiting_.front();
     const int64_t need = pages_for(*s);
     if (!blocks_.can_allocate(need)) break;  // FIFO: the head waits for memory
+    if (state_slots_ && !state_slots_->can_allocate(1)) break;  // ... or for a state slot
     s->blocks = blocks_.allocate(need);
+    if (state_slots_) s->state_slot = state_slots_->allocate(1)[0];
     waiting_.pop_front();
     running_.push_back(s);
     plan.admitted.push_back(s);
@@ -85,6 +88,8 @@ void Scheduler::finish(SeqState* s) {
   running_.erase(it);
   blocks_.free(s->blocks);
   s->blocks.clear();
+  if (state_slots_ && s->state_slot >= 0) state_slots_->free(s->state_slot);
+  s->state_slot = -1;
 }
 
 }  // namespace blockspec

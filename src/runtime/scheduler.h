@@ -6,8 +6,10 @@
 // (tests/runtime/scheduler_test.cc). The engine's ModelRunner part
 // (engine_step.cc) turns a StepPlan into one batched forward.
 //
-// Admission: FIFO, while fewer than max_num_seqs run and the KV pages of the
-// head's worst case (prompt + max_tokens + a verify block) are free. A
+// Admission: FIFO, while fewer than max_num_seqs run, the KV pages of the
+// head's worst case (prompt + max_tokens + a verify block) are free and, for
+// a model with per-sequence state (hybrid targets' recurrent state,
+// kv/state_pool.h), a state slot is free. A
 // running request therefore never waits for memory and nothing is ever
 // preempted; a request that does not fit waits (its successors too, so a
 // long prompt cannot starve).
@@ -44,6 +46,7 @@ struct SeqState {
   int64_t n_generated = 0;  // emitted tokens; in decode the last one is the anchor, not yet in the KV
   bool may_draft = false;   // has a proposer and no penalties (a penalized request decodes plainly)
   std::vector<int32_t> blocks;  // KV pages held while running (the scheduler's reference)
+  int32_t state_slot = -1;      // the model-state slot held while running (-1: none)
 
   bool prefilling() const { return n_prefilled < prompt_len; }
   int64_t context_len() const { return prompt_len + n_generated; }
@@ -64,7 +67,9 @@ struct StepPlan {
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerOptions& opts, BlockAllocator& blocks);
+  // state_slots: the allocator of per-sequence model-state slots, or nullptr
+  // when the model keeps no state besides KV (dense models).
+  Scheduler(const SchedulerOptions& opts, BlockAllocator& blocks, BlockAllocator* state_slots = nullptr);
 
   // Queues a request (FIFO). The SeqState stays the caller's; it must live
   // until finish() or drop_waiting() returns it.
@@ -90,6 +95,7 @@ class Scheduler {
   void admit(StepPlan& plan);
   SchedulerOptions o_;
   BlockAllocator& blocks_;
+  BlockAllocator* state_slots_;
   std::deque<SeqState*> waiting_;
   std::vector<SeqState*> running_;  // admission order
 };

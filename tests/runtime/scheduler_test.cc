@@ -189,5 +189,32 @@ TEST(Scheduler, CancellingAWaitingOrARunningRequest) {
   EXPECT_THROW(s.finish(b.get()), Error);  // never ran
 }
 
+// A model with per-sequence state (a hybrid's recurrent state) holds one
+// state slot per running sequence: admission waits for a free slot as it
+// waits for pages, and a finishing sequence gives its slot back.
+TEST(Scheduler, StateSlotsGateAdmissionAndComeBack) {
+  BlockAllocator pages(100), slots(2);
+  Scheduler s(options(8, 256), pages, &slots);
+  auto a = seq(1, 10, 6), b = seq(2, 10, 6), c = seq(3, 10, 6);
+  s.add(a.get()), s.add(b.get()), s.add(c.get());
+  StepPlan p = s.plan(kNoDraft);
+  ASSERT_EQ(p.admitted.size(), 2u);  // two slots, though pages and max_num_seqs allow three
+  EXPECT_EQ(s.n_waiting(), 1);
+  EXPECT_NE(a->state_slot, b->state_slot);
+  EXPECT_GE(a->state_slot, 0);
+  EXPECT_EQ(c->state_slot, -1);
+  EXPECT_EQ(slots.n_free(), 0);
+  const int32_t freed = a->state_slot;
+  s.finish(a.get());
+  EXPECT_EQ(a->state_slot, -1);
+  EXPECT_EQ(slots.n_free(), 1);
+  p = s.plan(kNoDraft);
+  ASSERT_EQ(p.admitted.size(), 1u);
+  EXPECT_EQ(c->state_slot, freed);
+  s.finish(b.get()), s.finish(c.get());
+  EXPECT_EQ(slots.n_free(), 2);
+  EXPECT_EQ(pages.n_free(), 100);
+}
+
 }  // namespace
 }  // namespace blockspec

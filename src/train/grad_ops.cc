@@ -25,6 +25,7 @@ void linear_backward(const float* x, const float* w, const float* dy, int64_t M,
         for (int64_t j = 0; j < K; ++j) dx[m * K + j] = static_cast<float>(acc[j]);
       }
     });
+  if (dw == nullptr && db == nullptr) return;
   // dw[n, :] += sum_m dy[m, n] x[m, :]
   pool.parallel_for(N, [&](int64_t n0, int64_t n1) {
     std::vector<double> acc(K);
@@ -38,7 +39,8 @@ void linear_backward(const float* x, const float* w, const float* dy, int64_t M,
         const float* xr = x + m * K;
         for (int64_t j = 0; j < K; ++j) acc[j] += g * xr[j];
       }
-      for (int64_t j = 0; j < K; ++j) dw[n * K + j] += static_cast<float>(acc[j]);
+      if (dw)
+        for (int64_t j = 0; j < K; ++j) dw[n * K + j] += static_cast<float>(acc[j]);
       if (db) db[n] += static_cast<float>(bsum);
     }
   });

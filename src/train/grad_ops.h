@@ -14,8 +14,8 @@
 namespace blockspec {
 
 // y[M, N] = x[M, K] @ w[N, K]^T (+ b[N]).
-// dx[M, K] = dy @ w (written; nullptr: not wanted); dw[N, K] += dy^T @ x;
-// db[N] += sum over rows of dy (nullptr: no bias).
+// dx[M, K] = dy @ w (written; nullptr: not wanted); dw[N, K] += dy^T @ x
+// (nullptr: a frozen weight); db[N] += sum over rows of dy (nullptr: no bias).
 void linear_backward(const float* x, const float* w, const float* dy, int64_t M, int64_t K, int64_t N, float* dx,
                      float* dw, float* db, ThreadPool& pool);
 

@@ -1,0 +1,219 @@
+#include "train/draft_step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "base/error.h"
+#include "kernels/ops.h"
+#include "model/hf_names.h"
+#include "train/grad_ops.h"
+
+namespace blockspec {
+
+namespace {
+
+// y[M, N] = x[M, K] w[N, K]^T, f32 dense (the trainer's own forward GEMM).
+void matmul(const float* x, const std::vector<float>& w, int64_t M, int64_t K, int64_t N, float* y, ThreadPool& pool) {
+  if (static_cast<int64_t>(w.size()) != N * K) fail("draft_step: weight of ", w.size(), " values, expected ", N * K);
+  pool.parallel_for(M, [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double acc = 0;
+        for (int64_t j = 0; j < K; ++j) acc += static_cast<double>(x[m * K + j]) * w[n * K + j];
+        y[m * N + n] = static_cast<float>(acc);
+      }
+  });
+}
+
+void add_to(std::vector<float>& a, const std::vector<float>& b) {
+  for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+}
+
+// Saved activations of one layer.
+struct LayerActs {
+  std::vector<float> x, a, q, kb, kc, vb, vc, qr, K, V, att, probs, x1, m, gu, sw;  // q, kb, kc: before q/k norm
+};
+
+}  // namespace
+
+DraftParams DraftParams::zeros(const DraftShape& s) {
+  DraftParams p;
+  const int64_t H = s.H, nq = s.n_heads * s.head_dim, nk = s.n_kv_heads * s.head_dim;
+  p.fc.assign(H * s.tap_width, 0.f);
+  p.hidden_norm.assign(H, 0.f);
+  p.norm.assign(H, 0.f);
+  p.layers.resize(s.n_layers);
+  for (Layer& l : p.layers) {
+    l.attn_norm.assign(H, 0.f), l.ffn_norm.assign(H, 0.f);
+    l.q.assign(nq * H, 0.f), l.k.assign(nk * H, 0.f), l.v.assign(nk * H, 0.f), l.o.assign(H * nq, 0.f);
+    l.q_norm.assign(s.head_dim, 0.f), l.k_norm.assign(s.head_dim, 0.f);
+    l.gate_up.assign(2 * s.F * H, 0.f), l.down.assign(H * s.F, 0.f);
+  }
+  return p;
+}
+
+DraftParams DraftParams::init(const DraftShape& s, uint64_t seed, float init_std) {
+  DraftParams p = zeros(s);
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.f, init_std);
+  p.each([&](const std::string& name, std::vector<float>& t) {
+    const bool norm = name.find("norm") != std::string::npos;
+    for (float& x : t) x = norm ? 1.f : d(g);
+  });
+  return p;
+}
+
+void DraftParams::each(const std::function<void(const std::string&, std::vector<float>&)>& f) {
+  f("fc.weight", fc);
+  f("hidden_norm.weight", hidden_norm);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::string p = hf::draft_layer(static_cast<int64_t>(i));
+    Layer& l = layers[i];
+    f(hf::weight(p, hf::kAttnNorm), l.attn_norm);
+    f(hf::weight(p, hf::kQ), l.q);
+    f(hf::weight(p, hf::kK), l.k);
+    f(hf::weight(p, hf::kV), l.v);
+    f(hf::weight(p, hf::kO), l.o);
+    f(hf::weight(p, hf::kQNorm), l.q_norm);
+    f(hf::weight(p, hf::kKNorm), l.k_norm);
+    f(hf::weight(p, hf::kFfnNorm), l.ffn_norm);
+    f(p + "mlp.gate_up_proj.weight", l.gate_up);  // split into gate_proj / up_proj when written
+    f(hf::weight(p, hf::kDown), l.down);
+  }
+  f("norm.weight", norm);
+}
+
+DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const FrozenTarget& t, const DraftRow& row,
+                           DraftParams& grad, ThreadPool& pool) {
+  const int64_t H = s.H, D = s.head_dim, nh = s.n_heads, nkv = s.n_kv_heads, nq = nh * D, nk = nkv * D, F = s.F;
+  const int64_t S = row.S, Nq = static_cast<int64_t>(row.block_ids.size()), NK = S + Nq;
+  if (row.B < 1 || Nq != static_cast<int64_t>(row.anchors.size()) * row.B)
+    fail("draft_step: block ids must be n_anchors x block_size");
+  std::vector<int64_t> pos_b(Nq);
+  for (int64_t i = 0; i < Nq; ++i) pos_b[i] = row.pos.at(row.anchors[i / row.B]) + i % row.B;
+  const MaskedAttentionShape as{Nq, NK, nh, nkv, D, 1.0f / std::sqrt(static_cast<float>(D))};
+  if (!row.layer_spans.empty() && static_cast<int64_t>(row.layer_spans.size()) != s.n_layers)
+    fail("draft_step: ", row.layer_spans.size(), " per-layer span sets for ", s.n_layers, " layers");
+  auto spans_of = [&](int64_t li) { return row.layer_spans.empty() ? row.spans.data() : row.layer_spans[li].data(); };
+  auto rope_fwd = [&](std::vector<float>& x, const int64_t* pos, int64_t n, int64_t heads) {
+    rope_neox(x.data(), pos, n, heads, D, s.rope.inv_freq.data(), s.rope.rotary_dim, s.rope.attention_scaling);
+  };
+  auto rope_bwd = [&](std::vector<float>& x, const int64_t* pos, int64_t n, int64_t heads) {
+    rope_neox_backward(x.data(), pos, n, heads, D, s.rope.inv_freq.data(), s.rope.rotary_dim, s.rope.attention_scaling);
+  };
+
+  // ---- forward ----
+  std::vector<float> c_pre(S * H), c(S * H);
+  matmul(row.taps, p.fc, S, s.tap_width, H, c_pre.data(), pool);
+  rmsnorm(c_pre.data(), p.hidden_norm.data(), s.eps, S, H, c.data());
+  std::vector<float> x(Nq * H);
+  t.embed(row.block_ids.data(), Nq, x.data());
+  std::vector<LayerActs> acts(s.n_layers);
+  for (int64_t li = 0; li < s.n_layers; ++li) {
+    const DraftParams::Layer& l = p.layers[li];
+    LayerActs& A = acts[li];
+    A.x = x;
+    A.a.resize(Nq * H);
+    rmsnorm(x.data(), l.attn_norm.data(), s.eps, Nq, H, A.a.data());
+    A.q.resize(Nq * nq), A.kb.resize(Nq * nk), A.vb.resize(Nq * nk), A.kc.resize(S * nk), A.vc.resize(S * nk);
+    matmul(A.a.data(), l.q, Nq, H, nq, A.q.data(), pool);
+    matmul(A.a.data(), l.k, Nq, H, nk, A.kb.data(), pool);
+    matmul(A.a.data(), l.v, Nq, H, nk, A.vb.data(), pool);
+    matmul(c.data(), l.k, S, H, nk, A.kc.data(), pool);  // context K/V: no input norm (dflash.md §2)
+    matmul(c.data(), l.v, S, H, nk, A.vc.data(), pool);
+    std::vector<float> qr(A.q.size()), kbr(A.kb.size()), kcr(A.kc.size());
+    rmsnorm(A.q.data(), l.q_norm.data(), s.eps, Nq * nh, D, qr.data());
+    rmsnorm(A.kb.data(), l.k_norm.data(), s.eps, Nq * nkv, D, kbr.data());
+    rmsnorm(A.kc.data(), l.k_norm.data(), s.eps, S * nkv, D, kcr.data());
+    rope_fwd(qr, pos_b.data(), Nq, nh);
+    rope_fwd(kbr, pos_b.data(), Nq, nkv);
+    rope_fwd(kcr, row.pos.data(), S, nkv);
+    A.K = kcr;
+    A.K.insert(A.K.end(), kbr.begin(), kbr.end());
+    A.V = A.vc;
+    A.V.insert(A.V.end(), A.vb.begin(), A.vb.end());
+    A.qr = std::move(qr);  // the normed, roped q the attention used
+    A.att.resize(Nq * nq);
+    masked_attention_forward(A.qr.data(), A.K.data(), A.V.data(), spans_of(li), as, A.att.data(), A.probs, pool);
+    std::vector<float> o(Nq * H);
+    matmul(A.att.data(), l.o, Nq, nq, H, o.data(), pool);
+    for (int64_t i = 0; i < Nq * H; ++i) x[i] += o[i];
+    A.x1 = x;
+    A.m.resize(Nq * H), A.gu.resize(Nq * 2 * F), A.sw.resize(Nq * F);
+    rmsnorm(x.data(), l.ffn_norm.data(), s.eps, Nq, H, A.m.data());
+    matmul(A.m.data(), l.gate_up, Nq, H, 2 * F, A.gu.data(), pool);
+    for (int64_t r = 0; r < Nq; ++r)
+      for (int64_t i = 0; i < F; ++i) {
+        const double g = A.gu[r * 2 * F + i];
+        A.sw[r * F + i] = static_cast<float>(g / (1 + std::exp(-g)) * A.gu[r * 2 * F + F + i]);
+      }
+    std::vector<float> d(Nq * H);
+    matmul(A.sw.data(), l.down, Nq, F, H, d.data(), pool);
+    for (int64_t i = 0; i < Nq * H; ++i) x[i] += d[i];
+  }
+  std::vector<float> h(Nq * H), logits(Nq * s.V);
+  rmsnorm(x.data(), p.norm.data(), s.eps, Nq, H, h.data());
+  const std::vector<float> lm(t.lm_head, t.lm_head + s.V * H);
+  matmul(h.data(), lm, Nq, H, s.V, logits.data(), pool);
+  DraftStepResult res;
+  std::vector<float> dlogits(Nq * s.V);
+  res.loss = cross_entropy(logits.data(), row.labels.data(), row.weight.data(), Nq, s.V, row.denom, dlogits.data());
+  res.correct.resize(Nq);
+  for (int64_t i = 0; i < Nq; ++i) {
+    const float* z = logits.data() + i * s.V;
+    res.correct[i] = std::max_element(z, z + s.V) - z == row.labels[i];
+  }
+
+  // ---- backward ----
+  std::vector<float> dh(Nq * H), dx(Nq * H), dc(S * H, 0.f);
+  linear_backward(h.data(), t.lm_head, dlogits.data(), Nq, H, s.V, dh.data(), nullptr, nullptr, pool);  // frozen head
+  rmsnorm_backward(x.data(), p.norm.data(), s.eps, dh.data(), Nq, H, dx.data(), grad.norm.data());
+  for (int64_t li = s.n_layers - 1; li >= 0; --li) {
+    const DraftParams::Layer& l = p.layers[li];
+    DraftParams::Layer& gl = grad.layers[li];
+    LayerActs& A = acts[li];
+    // MLP: x2 = x1 + down(swiglu(gate_up(rmsnorm(x1))))
+    std::vector<float> dsw(Nq * F), dgu(Nq * 2 * F), dm(Nq * H), dx1(Nq * H);
+    linear_backward(A.sw.data(), l.down.data(), dx.data(), Nq, F, H, dsw.data(), gl.down.data(), nullptr, pool);
+    swiglu_backward(A.gu.data(), dsw.data(), Nq, F, dgu.data());
+    linear_backward(A.m.data(), l.gate_up.data(), dgu.data(), Nq, H, 2 * F, dm.data(), gl.gate_up.data(), nullptr, pool);
+    rmsnorm_backward(A.x1.data(), l.ffn_norm.data(), s.eps, dm.data(), Nq, H, dx1.data(), gl.ffn_norm.data());
+    add_to(dx1, dx);  // residual
+    // attention: x1 = x + o(att)
+    std::vector<float> datt(Nq * nq), dq(Nq * nq), dK(NK * nk), dV(NK * nk);
+    linear_backward(A.att.data(), l.o.data(), dx1.data(), Nq, nq, H, datt.data(), gl.o.data(), nullptr, pool);
+    masked_attention_backward(A.qr.data(), A.K.data(), A.V.data(), spans_of(li), as, A.probs, datt.data(), dq.data(),
+                              dK.data(), dV.data());
+    std::vector<float> dkc(dK.begin(), dK.begin() + S * nk), dkb(dK.begin() + S * nk, dK.end());
+    std::vector<float> dvc(dV.begin(), dV.begin() + S * nk), dvb(dV.begin() + S * nk, dV.end());
+    rope_bwd(dq, pos_b.data(), Nq, nh);
+    rope_bwd(dkb, pos_b.data(), Nq, nkv);
+    rope_bwd(dkc, row.pos.data(), S, nkv);
+    // per-head q / k RMSNorms (k_norm serves block and context keys)
+    std::vector<float> dq0(Nq * nq), dkb0(Nq * nk), dkc0(S * nk);
+    rmsnorm_backward(A.q.data(), l.q_norm.data(), s.eps, dq.data(), Nq * nh, D, dq0.data(), gl.q_norm.data());
+    rmsnorm_backward(A.kb.data(), l.k_norm.data(), s.eps, dkb.data(), Nq * nkv, D, dkb0.data(), gl.k_norm.data());
+    rmsnorm_backward(A.kc.data(), l.k_norm.data(), s.eps, dkc.data(), S * nkv, D, dkc0.data(), gl.k_norm.data());
+    // projections of the block rows (from a) and of the context (from c)
+    std::vector<float> da(Nq * H), tmp(Nq * H), dct(S * H);
+    linear_backward(A.a.data(), l.q.data(), dq0.data(), Nq, H, nq, da.data(), gl.q.data(), nullptr, pool);
+    linear_backward(A.a.data(), l.k.data(), dkb0.data(), Nq, H, nk, tmp.data(), gl.k.data(), nullptr, pool);
+    add_to(da, tmp);
+    linear_backward(A.a.data(), l.v.data(), dvb.data(), Nq, H, nk, tmp.data(), gl.v.data(), nullptr, pool);
+    add_to(da, tmp);
+    linear_backward(c.data(), l.k.data(), dkc0.data(), S, H, nk, dct.data(), gl.k.data(), nullptr, pool);
+    add_to(dc, dct);
+    linear_backward(c.data(), l.v.data(), dvc.data(), S, H, nk, dct.data(), gl.v.data(), nullptr, pool);
+    add_to(dc, dct);
+    rmsnorm_backward(A.x.data(), l.attn_norm.data(), s.eps, da.data(), Nq, H, dx.data(), gl.attn_norm.data());
+    add_to(dx, dx1);  // residual; dx is now the gradient of this layer's input
+  }
+  // dx reaches the frozen embedding and stops. Context: c = hidden_norm(fc(taps)).
+  std::vector<float> dcpre(S * H);
+  rmsnorm_backward(c_pre.data(), p.hidden_norm.data(), s.eps, dc.data(), S, H, dcpre.data(), grad.hidden_norm.data());
+  linear_backward(row.taps, p.fc.data(), dcpre.data(), S, s.tap_width, H, nullptr, grad.fc.data(), nullptr, pool);
+  return res;
+}
+
+}  // namespace blockspec

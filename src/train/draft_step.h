@@ -1,0 +1,73 @@
+// One DFlash (DFlash1) training step over a packed row, forward and
+// hand-written backward (training.md §2-§3): context features from the
+// target's taps, anchor blocks [anchor, MASK x (B-1)] embedded with the
+// frozen target table, every draft layer attending from the blocks to the
+// context and to their own block by the spans of train/blocks.h, the frozen
+// target lm_head, and the weighted cross-entropy against the target's
+// predictions. Parameters are f32 masters in checkpoint order; gradients
+// are accumulated into a second DraftParams of the same shapes.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "formats/hf_config.h"
+
+namespace blockspec {
+
+struct DraftShape {
+  int64_t H = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, F = 0, n_layers = 0;
+  int64_t tap_width = 0;  // n_taps * target hidden
+  int64_t V = 0;          // vocabulary of the frozen lm_head
+  float eps = 1e-6f;
+  RopeTables rope;
+};
+
+struct DraftParams {
+  struct Layer {
+    std::vector<float> attn_norm, q, k, v, o, q_norm, k_norm, ffn_norm, gate_up, down;
+  };
+  std::vector<float> fc, hidden_norm, norm;
+  std::vector<Layer> layers;
+  // Zero tensors of `s`'s shapes (gradients), or a random init: N(0, init_std)
+  // matrices, unit norms.
+  static DraftParams zeros(const DraftShape& s);
+  static DraftParams init(const DraftShape& s, uint64_t seed, float init_std);
+  // Every tensor with its checkpoint name ("fc.weight", "layers.0.self_attn.q_proj.weight", ...).
+  void each(const std::function<void(const std::string&, std::vector<float>&)>& f);
+};
+
+// The frozen target pieces: f32 rows of its embedding, and its lm_head [V, H].
+struct FrozenTarget {
+  std::function<void(const int32_t* ids, int64_t n, float* out)> embed;  // out: [n, H]
+  const float* lm_head = nullptr;                                         // [V, H]
+};
+
+struct DraftRow {
+  int64_t S = 0;                  // context tokens
+  const float* taps = nullptr;    // [S, tap_width]
+  std::vector<int64_t> pos;       // [S] position ids (restarting per document)
+  std::vector<int64_t> anchors;   // [nA]
+  std::vector<int32_t> block_ids; // [nA * B] anchor token then mask_token_id
+  std::vector<int32_t> spans;     // [nA * B, 4] keys [S context | nA * B block] (block_key_spans)
+  // Per layer when layers differ in causality or window (DraftConfig::layer_causal / layer_window):
+  // [n_layers][nA * B, 4]; empty: `spans` for every layer.
+  std::vector<std::vector<int32_t>> layer_spans;
+  std::vector<int32_t> labels;    // [nA * B]
+  std::vector<float> weight;      // [nA * B] mask * position weight
+  double denom = 1;               // the loss's denominator (sum of the mask, training.md §3)
+  int64_t B = 0;
+};
+
+struct DraftStepResult {
+  double loss = 0;
+  std::vector<uint8_t> correct;  // [nA * B] argmax(draft) == label
+};
+
+// Forward, loss and backward; grads accumulate into `grad` (same shapes as p).
+DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const FrozenTarget& t, const DraftRow& row,
+                           DraftParams& grad, ThreadPool& pool);
+
+}  // namespace blockspec

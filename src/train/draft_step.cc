@@ -213,6 +213,7 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
   std::vector<float> dcpre(S * H);
   rmsnorm_backward(c_pre.data(), p.hidden_norm.data(), s.eps, dc.data(), S, H, dcpre.data(), grad.hidden_norm.data());
   linear_backward(row.taps, p.fc.data(), dcpre.data(), S, s.tap_width, H, nullptr, grad.fc.data(), nullptr, pool);
+  res.logits = std::move(logits);
   return res;
 }
 

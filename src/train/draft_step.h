@@ -64,6 +64,7 @@ struct DraftRow {
 struct DraftStepResult {
   double loss = 0;
   std::vector<uint8_t> correct;  // [nA * B] argmax(draft) == label
+  std::vector<float> logits;     // [nA * B, V] draft logits of every block slot
 };
 
 // Forward, loss and backward; grads accumulate into `grad` (same shapes as p).

@@ -14,8 +14,7 @@ namespace blockspec {
 namespace {
 
 // y[M, N] = x[M, K] w[N, K]^T, f32 dense (the trainer's own forward GEMM).
-void matmul(const float* x, const std::vector<float>& w, int64_t M, int64_t K, int64_t N, float* y, ThreadPool& pool) {
-  if (static_cast<int64_t>(w.size()) != N * K) fail("draft_step: weight of ", w.size(), " values, expected ", N * K);
+void matmul(const float* x, const float* w, int64_t M, int64_t K, int64_t N, float* y, ThreadPool& pool) {
   pool.parallel_for(M, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m)
       for (int64_t n = 0; n < N; ++n) {
@@ -24,6 +23,11 @@ void matmul(const float* x, const std::vector<float>& w, int64_t M, int64_t K, i
         y[m * N + n] = static_cast<float>(acc);
       }
   });
+}
+
+void matmul(const float* x, const std::vector<float>& w, int64_t M, int64_t K, int64_t N, float* y, ThreadPool& pool) {
+  if (static_cast<int64_t>(w.size()) != N * K) fail("draft_step: weight of ", w.size(), " values, expected ", N * K);
+  matmul(x, w.data(), M, K, N, y, pool);
 }
 
 void add_to(std::vector<float>& a, const std::vector<float>& b) {
@@ -154,8 +158,7 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
   }
   std::vector<float> h(Nq * H), logits(Nq * s.V);
   rmsnorm(x.data(), p.norm.data(), s.eps, Nq, H, h.data());
-  const std::vector<float> lm(t.lm_head, t.lm_head + s.V * H);
-  matmul(h.data(), lm, Nq, H, s.V, logits.data(), pool);
+  matmul(h.data(), t.lm_head, Nq, H, s.V, logits.data(), pool);  // the frozen head, read in place
   DraftStepResult res;
   std::vector<float> dlogits(Nq * s.V);
   res.loss = cross_entropy(logits.data(), row.labels.data(), row.weight.data(), Nq, s.V, row.denom, dlogits.data());

@@ -56,6 +56,10 @@ Engine::Engine(std::unique_ptr<Transformer> model, const EngineOptions& opts) : 
       I.ksel = opts.verify_cost_ms.empty() ? KSelector(*I.model, max_draft, opts.max_num_seqs)
                                            : KSelector(opts.verify_cost_ms, max_draft);
   }
+  if (!opts.capture_taps.empty()) {
+    if (opts.spec) fail("capture_taps (drafter data generation) cannot be combined with speculative decoding");
+    I.model->set_tap_layers(opts.capture_taps);
+  }
   // KV budget in pages of kPageTokens tokens.
   const int64_t per_token = I.model->kv_bytes_per_token();
   // Default: room for max_num_seqs full-length sequences, but at most 2 GiB
@@ -122,6 +126,7 @@ uint64_t Engine::submit(RequestParams p, std::function<void(const TokenEvent&)> 
     fail("the prompt (", p.prompt.size(), " tokens) + max_tokens (", p.max_tokens, ") = ", need,
          " exceeds the maximum model length ", I.max_model_len);
   validate_sampling(p.sampling);
+  if (p.on_taps && I.opts.capture_taps.empty()) fail("on_taps needs an engine started with capture_taps");
   if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2 || !std::isfinite(p.frequency_penalty) ||
       std::fabs(p.frequency_penalty) > 2)
     fail("presence_penalty and frequency_penalty must be in [-2, 2]");

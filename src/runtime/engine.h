@@ -43,6 +43,11 @@ struct EngineOptions {
   // Adaptive K (spec without num_speculative_tokens): the target's verify
   // cost {rows, ms}, rows increasing; empty: measured at start-up.
   std::vector<std::pair<int64_t, double>> verify_cost_ms;
+  // Data generation for drafter training (issue 15): the target layers
+  // (DFlash target_layer_ids) whose hidden states every request with an
+  // on_taps callback receives as the target computes them. Not with spec:
+  // the drafter's own taps are the only ones a speculative engine computes.
+  std::vector<int64_t> capture_taps;
   // A test seam, empty in production: takes the proposer `spec` made for a
   // new request and returns the one to use (a test wraps it, e.g. to break
   // its proposal distribution on purpose, or replaces it with one whose
@@ -62,6 +67,12 @@ struct RequestParams {
   std::vector<int32_t> stop_token_ids;  // in addition to the model's eos unless ignore_eos
   bool ignore_eos = false;
   float presence_penalty = 0.f, frequency_penalty = 0.f;  // OpenAI semantics, on generated tokens
+  // With EngineOptions::capture_taps: called on the engine thread whenever
+  // the target has run and committed tokens [first, first + n) of prompt +
+  // output, with their tapped hidden states taps: [n, n_taps * H]. Every
+  // token but the last one or two (never run, or run in the final step) is
+  // reported once, in order.
+  std::function<void(int64_t first, int64_t n, const float* taps)> on_taps;
 };
 
 // What the engine reports to a request: new tokens, and once, the end.

@@ -11,6 +11,30 @@
 
 namespace blockspec {
 
+namespace {
+
+// A request's tap sink for drafter data generation: a proposer that is
+// only ever observed (the engine has no spec, so it is never asked to
+// draft), passing the committed tokens' taps to RequestParams::on_taps.
+class TapRecorder : public Proposer {
+ public:
+  TapRecorder(std::vector<int64_t> layers, std::function<void(int64_t, int64_t, const float*)> sink)
+      : layers_(std::move(layers)), sink_(std::move(sink)) {}
+  std::string method() const override { return "tap-recorder"; }
+  std::vector<int64_t> tap_layers() const override { return layers_; }
+  void observe(const std::vector<int32_t>&, int64_t n_seen, int64_t n_new, const float* taps) override {
+    sink_(n_seen, n_new, taps);
+  }
+  void propose(const std::vector<int32_t>&, int64_t, const SamplingParams&, Rng&, Draft& out) override { out.clear(); }
+  void reset() override {}
+
+ private:
+  std::vector<int64_t> layers_;
+  std::function<void(int64_t, int64_t, const float*)> sink_;
+};
+
+}  // namespace
+
 void Engine::Impl::intake() {
   std::deque<std::unique_ptr<Sequence>> arrived;
   std::vector<std::pair<uint64_t, std::string>> cancels;  // id, reason
@@ -42,6 +66,9 @@ void Engine::Impl::start(Sequence& s) {
     if (opts.wrap_proposer) s.owned_proposer = opts.wrap_proposer(std::move(s.owned_proposer));
     s.use_proposer(s.owned_proposer.get());
     s.proposer->reset();
+  } else if (s.params.on_taps) {
+    s.owned_proposer = std::make_unique<TapRecorder>(opts.capture_taps, s.params.on_taps);
+    s.use_proposer(s.owned_proposer.get());  // observed only: without spec the request never drafts
   }
   s.tokens = s.params.prompt;
 }

@@ -7,27 +7,17 @@
 #include "base/error.h"
 #include "kernels/ops.h"
 #include "model/hf_names.h"
+#include "train/gemm.h"
 #include "train/grad_ops.h"
 
 namespace blockspec {
 
 namespace {
 
-// y[M, N] = x[M, K] w[N, K]^T, f32 dense (the trainer's own forward GEMM).
-void matmul(const float* x, const float* w, int64_t M, int64_t K, int64_t N, float* y, ThreadPool& pool) {
-  pool.parallel_for(M, [&](int64_t m0, int64_t m1) {
-    for (int64_t m = m0; m < m1; ++m)
-      for (int64_t n = 0; n < N; ++n) {
-        double acc = 0;
-        for (int64_t j = 0; j < K; ++j) acc += static_cast<double>(x[m * K + j]) * w[n * K + j];
-        y[m * N + n] = static_cast<float>(acc);
-      }
-  });
-}
-
-void matmul(const float* x, const std::vector<float>& w, int64_t M, int64_t K, int64_t N, float* y, ThreadPool& pool) {
+void matmul(const OpContext& c, const float* x, const std::vector<float>& w, int64_t M, int64_t K, int64_t N,
+            float* y) {
   if (static_cast<int64_t>(w.size()) != N * K) fail("draft_step: weight of ", w.size(), " values, expected ", N * K);
-  matmul(x, w.data(), M, K, N, y, pool);
+  gemm_nt(c, x, w.data(), M, K, N, y);
 }
 
 void add_to(std::vector<float>& a, const std::vector<float>& b) {
@@ -89,7 +79,7 @@ void DraftParams::each(const std::function<void(const std::string&, std::vector<
 }
 
 DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const FrozenTarget& t, const DraftRow& row,
-                           DraftParams& grad, ThreadPool& pool) {
+                           DraftParams* grad_out, const OpContext& ctx) {
   const int64_t H = s.H, D = s.head_dim, nh = s.n_heads, nkv = s.n_kv_heads, nq = nh * D, nk = nkv * D, F = s.F;
   const int64_t S = row.S, Nq = static_cast<int64_t>(row.block_ids.size()), NK = S + Nq;
   if (row.B < 1 || Nq != static_cast<int64_t>(row.anchors.size()) * row.B)
@@ -109,7 +99,7 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
 
   // ---- forward ----
   std::vector<float> c_pre(S * H), c(S * H);
-  matmul(row.taps, p.fc, S, s.tap_width, H, c_pre.data(), pool);
+  matmul(ctx, row.taps, p.fc, S, s.tap_width, H, c_pre.data());
   rmsnorm(c_pre.data(), p.hidden_norm.data(), s.eps, S, H, c.data());
   std::vector<float> x(Nq * H);
   t.embed(row.block_ids.data(), Nq, x.data());
@@ -121,11 +111,11 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
     A.a.resize(Nq * H);
     rmsnorm(x.data(), l.attn_norm.data(), s.eps, Nq, H, A.a.data());
     A.q.resize(Nq * nq), A.kb.resize(Nq * nk), A.vb.resize(Nq * nk), A.kc.resize(S * nk), A.vc.resize(S * nk);
-    matmul(A.a.data(), l.q, Nq, H, nq, A.q.data(), pool);
-    matmul(A.a.data(), l.k, Nq, H, nk, A.kb.data(), pool);
-    matmul(A.a.data(), l.v, Nq, H, nk, A.vb.data(), pool);
-    matmul(c.data(), l.k, S, H, nk, A.kc.data(), pool);  // context K/V: no input norm (dflash.md §2)
-    matmul(c.data(), l.v, S, H, nk, A.vc.data(), pool);
+    matmul(ctx, A.a.data(), l.q, Nq, H, nq, A.q.data());
+    matmul(ctx, A.a.data(), l.k, Nq, H, nk, A.kb.data());
+    matmul(ctx, A.a.data(), l.v, Nq, H, nk, A.vb.data());
+    matmul(ctx, c.data(), l.k, S, H, nk, A.kc.data());  // context K/V: no input norm (dflash.md §2)
+    matmul(ctx, c.data(), l.v, S, H, nk, A.vc.data());
     std::vector<float> qr(A.q.size()), kbr(A.kb.size()), kcr(A.kc.size());
     rmsnorm(A.q.data(), l.q_norm.data(), s.eps, Nq * nh, D, qr.data());
     rmsnorm(A.kb.data(), l.k_norm.data(), s.eps, Nq * nkv, D, kbr.data());
@@ -139,38 +129,43 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
     A.V.insert(A.V.end(), A.vb.begin(), A.vb.end());
     A.qr = std::move(qr);  // the normed, roped q the attention used
     A.att.resize(Nq * nq);
-    masked_attention_forward(A.qr.data(), A.K.data(), A.V.data(), spans_of(li), as, A.att.data(), A.probs, pool);
+    masked_attention_forward(A.qr.data(), A.K.data(), A.V.data(), spans_of(li), as, A.att.data(), A.probs, *ctx.pool);
     std::vector<float> o(Nq * H);
-    matmul(A.att.data(), l.o, Nq, nq, H, o.data(), pool);
+    matmul(ctx, A.att.data(), l.o, Nq, nq, H, o.data());
     for (int64_t i = 0; i < Nq * H; ++i) x[i] += o[i];
     A.x1 = x;
     A.m.resize(Nq * H), A.gu.resize(Nq * 2 * F), A.sw.resize(Nq * F);
     rmsnorm(x.data(), l.ffn_norm.data(), s.eps, Nq, H, A.m.data());
-    matmul(A.m.data(), l.gate_up, Nq, H, 2 * F, A.gu.data(), pool);
+    matmul(ctx, A.m.data(), l.gate_up, Nq, H, 2 * F, A.gu.data());
     for (int64_t r = 0; r < Nq; ++r)
       for (int64_t i = 0; i < F; ++i) {
         const double g = A.gu[r * 2 * F + i];
         A.sw[r * F + i] = static_cast<float>(g / (1 + std::exp(-g)) * A.gu[r * 2 * F + F + i]);
       }
     std::vector<float> d(Nq * H);
-    matmul(A.sw.data(), l.down, Nq, F, H, d.data(), pool);
+    matmul(ctx, A.sw.data(), l.down, Nq, F, H, d.data());
     for (int64_t i = 0; i < Nq * H; ++i) x[i] += d[i];
   }
   std::vector<float> h(Nq * H), logits(Nq * s.V);
   rmsnorm(x.data(), p.norm.data(), s.eps, Nq, H, h.data());
-  matmul(h.data(), t.lm_head, Nq, H, s.V, logits.data(), pool);  // the frozen head, read in place
+  gemm_nt(ctx, h.data(), t.lm_head, Nq, H, s.V, logits.data());  // the frozen head, read in place
   DraftStepResult res;
   std::vector<float> dlogits(Nq * s.V);
-  res.loss = cross_entropy(logits.data(), row.labels.data(), row.weight.data(), Nq, s.V, row.denom, dlogits.data());
+  res.loss = cross_entropy(logits.data(), row.labels.data(), row.weight.data(), Nq, s.V, row.denom,
+                           grad_out ? dlogits.data() : nullptr);
   res.correct.resize(Nq);
   for (int64_t i = 0; i < Nq; ++i) {
     const float* z = logits.data() + i * s.V;
     res.correct[i] = std::max_element(z, z + s.V) - z == row.labels[i];
   }
 
+  res.logits = std::move(logits);
+  if (grad_out == nullptr) return res;
+  DraftParams& grad = *grad_out;
+
   // ---- backward ----
   std::vector<float> dh(Nq * H), dx(Nq * H), dc(S * H, 0.f);
-  linear_backward(h.data(), t.lm_head, dlogits.data(), Nq, H, s.V, dh.data(), nullptr, nullptr, pool);  // frozen head
+  gemm_backward(ctx, h.data(), t.lm_head, t.lm_head_t, dlogits.data(), Nq, H, s.V, dh.data(), nullptr);  // frozen head
   rmsnorm_backward(x.data(), p.norm.data(), s.eps, dh.data(), Nq, H, dx.data(), grad.norm.data());
   for (int64_t li = s.n_layers - 1; li >= 0; --li) {
     const DraftParams::Layer& l = p.layers[li];
@@ -178,14 +173,14 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
     LayerActs& A = acts[li];
     // MLP: x2 = x1 + down(swiglu(gate_up(rmsnorm(x1))))
     std::vector<float> dsw(Nq * F), dgu(Nq * 2 * F), dm(Nq * H), dx1(Nq * H);
-    linear_backward(A.sw.data(), l.down.data(), dx.data(), Nq, F, H, dsw.data(), gl.down.data(), nullptr, pool);
+    gemm_backward(ctx, A.sw.data(), l.down.data(), nullptr, dx.data(), Nq, F, H, dsw.data(), gl.down.data());
     swiglu_backward(A.gu.data(), dsw.data(), Nq, F, dgu.data());
-    linear_backward(A.m.data(), l.gate_up.data(), dgu.data(), Nq, H, 2 * F, dm.data(), gl.gate_up.data(), nullptr, pool);
+    gemm_backward(ctx, A.m.data(), l.gate_up.data(), nullptr, dgu.data(), Nq, H, 2 * F, dm.data(), gl.gate_up.data());
     rmsnorm_backward(A.x1.data(), l.ffn_norm.data(), s.eps, dm.data(), Nq, H, dx1.data(), gl.ffn_norm.data());
     add_to(dx1, dx);  // residual
     // attention: x1 = x + o(att)
     std::vector<float> datt(Nq * nq), dq(Nq * nq), dK(NK * nk), dV(NK * nk);
-    linear_backward(A.att.data(), l.o.data(), dx1.data(), Nq, nq, H, datt.data(), gl.o.data(), nullptr, pool);
+    gemm_backward(ctx, A.att.data(), l.o.data(), nullptr, dx1.data(), Nq, nq, H, datt.data(), gl.o.data());
     masked_attention_backward(A.qr.data(), A.K.data(), A.V.data(), spans_of(li), as, A.probs, datt.data(), dq.data(),
                               dK.data(), dV.data());
     std::vector<float> dkc(dK.begin(), dK.begin() + S * nk), dkb(dK.begin() + S * nk, dK.end());
@@ -200,14 +195,14 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
     rmsnorm_backward(A.kc.data(), l.k_norm.data(), s.eps, dkc.data(), S * nkv, D, dkc0.data(), gl.k_norm.data());
     // projections of the block rows (from a) and of the context (from c)
     std::vector<float> da(Nq * H), tmp(Nq * H), dct(S * H);
-    linear_backward(A.a.data(), l.q.data(), dq0.data(), Nq, H, nq, da.data(), gl.q.data(), nullptr, pool);
-    linear_backward(A.a.data(), l.k.data(), dkb0.data(), Nq, H, nk, tmp.data(), gl.k.data(), nullptr, pool);
+    gemm_backward(ctx, A.a.data(), l.q.data(), nullptr, dq0.data(), Nq, H, nq, da.data(), gl.q.data());
+    gemm_backward(ctx, A.a.data(), l.k.data(), nullptr, dkb0.data(), Nq, H, nk, tmp.data(), gl.k.data());
     add_to(da, tmp);
-    linear_backward(A.a.data(), l.v.data(), dvb.data(), Nq, H, nk, tmp.data(), gl.v.data(), nullptr, pool);
+    gemm_backward(ctx, A.a.data(), l.v.data(), nullptr, dvb.data(), Nq, H, nk, tmp.data(), gl.v.data());
     add_to(da, tmp);
-    linear_backward(c.data(), l.k.data(), dkc0.data(), S, H, nk, dct.data(), gl.k.data(), nullptr, pool);
+    gemm_backward(ctx, c.data(), l.k.data(), nullptr, dkc0.data(), S, H, nk, dct.data(), gl.k.data());
     add_to(dc, dct);
-    linear_backward(c.data(), l.v.data(), dvc.data(), S, H, nk, dct.data(), gl.v.data(), nullptr, pool);
+    gemm_backward(ctx, c.data(), l.v.data(), nullptr, dvc.data(), S, H, nk, dct.data(), gl.v.data());
     add_to(dc, dct);
     rmsnorm_backward(A.x.data(), l.attn_norm.data(), s.eps, da.data(), Nq, H, dx.data(), gl.attn_norm.data());
     add_to(dx, dx1);  // residual; dx is now the gradient of this layer's input
@@ -215,8 +210,7 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
   // dx reaches the frozen embedding and stops. Context: c = hidden_norm(fc(taps)).
   std::vector<float> dcpre(S * H);
   rmsnorm_backward(c_pre.data(), p.hidden_norm.data(), s.eps, dc.data(), S, H, dcpre.data(), grad.hidden_norm.data());
-  linear_backward(row.taps, p.fc.data(), dcpre.data(), S, s.tap_width, H, nullptr, grad.fc.data(), nullptr, pool);
-  res.logits = std::move(logits);
+  gemm_backward(ctx, row.taps, p.fc.data(), nullptr, dcpre.data(), S, s.tap_width, H, nullptr, grad.fc.data());
   return res;
 }
 

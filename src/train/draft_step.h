@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "base/thread_pool.h"
+#include "kernels/ops.h"
 #include "formats/hf_config.h"
 
 namespace blockspec {
@@ -43,6 +43,7 @@ struct DraftParams {
 struct FrozenTarget {
   std::function<void(const int32_t* ids, int64_t n, float* out)> embed;  // out: [n, H]
   const float* lm_head = nullptr;                                         // [V, H]
+  const float* lm_head_t = nullptr;  // [H, V] its transpose when the caller keeps one; nullptr: made per step
 };
 
 struct DraftRow {
@@ -67,8 +68,9 @@ struct DraftStepResult {
   std::vector<float> logits;     // [nA * B, V] draft logits of every block slot
 };
 
-// Forward, loss and backward; grads accumulate into `grad` (same shapes as p).
+// Forward, loss and backward; grads accumulate into *grad (same shapes as
+// p). grad nullptr: forward and loss only (validation).
 DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const FrozenTarget& t, const DraftRow& row,
-                           DraftParams& grad, ThreadPool& pool);
+                           DraftParams* grad, const OpContext& ctx);
 
 }  // namespace blockspec

@@ -40,14 +40,16 @@ TEST(DraftStep, BackwardMatchesFiniteDifferences) {
   row.weight = {0, 1, 0.7f, 0.5f, 0, 1, 0.7f, 0.f};
   row.denom = 5;
   ThreadPool pool(2);
+  const KernelTable kt = select_kernels("");
+  const OpContext ctx{&kt, &pool};
   DraftParams g = DraftParams::zeros(s);
-  const DraftStepResult r = draft_step(s, p0, t, row, g, pool);
+  const DraftStepResult r = draft_step(s, p0, t, row, &g, ctx);
   EXPECT_GT(r.loss, 0);
   ASSERT_EQ(r.correct.size(), 8u);
 
   auto loss_of = [&](const DraftParams& p) {
     DraftParams scratch = DraftParams::zeros(s);
-    return draft_step(s, p, t, row, scratch, pool).loss;
+    return draft_step(s, p, t, row, &scratch, ctx).loss;
   };
   DraftParams p = p0;
   std::vector<std::pair<std::string, std::vector<float>*>> pt, gt;

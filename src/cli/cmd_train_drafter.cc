@@ -1,0 +1,249 @@
+// blockspec train-drafter TARGET OUT --prompts FILE.jsonl [flags]
+// Trains a DFlash drafter for TARGET on the target's own greedy responses
+// (issue 15, training.md): data generation through the batched engine with
+// the tap hidden states captured (OUT/data/draft_data.bin, resumable), then
+// the C++ trainer (OUT/train_state.safetensors, resumable), writing a
+// z-lab DFlash checkpoint to OUT (config.json + model.safetensors).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "base/timer.h"
+#include "chat/chat_template.h"
+#include "cli/args.h"
+#include "cli/bench_spec.h"
+#include "cli/commands.h"
+#include "cli/model_files.h"
+#include "formats/dflash_config.h"
+#include "model/chat_files.h"
+#include "runtime/engine.h"
+#include "train/datagen.h"
+#include "train/frozen_target.h"
+#include "train/trainer.h"
+
+namespace blockspec {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<FlagSpec> flags() {
+  std::vector<FlagSpec> f = model_flags();
+  std::vector<FlagSpec> own = {
+    {"--method", "", true, "dflash (default); dflash2 is not trainable yet"},
+    {"--prompts", "", true, "JSONL training prompts (\"prompt\", \"turns\"[0] or \"question\"; never evaluation sets)"},
+    {"--prompt-template", "", true, "build each prompt from the line's fields, e.g. \"{question}\""},
+    {"--num-prompts", "", true, "use the first N prompts (default all)"},
+    {"--max-new-tokens", "", true, "tokens the target generates per prompt (default 256)"},
+    {"--concurrency", "", true, "sequences the engine batches while generating data (default 16)"},
+    {"--data-only", "", false, "generate (or finish) the data, then stop"},
+    {"--layers", "", true, "draft layers (default 1)"},
+    {"--block-size", "", true, "block size B: drafts up to B-1 tokens (default 8)"},
+    {"--taps", "", true, "target layer ids to tap, e.g. 1,7,13,19,25 (default: 5 spread over the target)"},
+    {"--intermediate-size", "", true, "draft MLP width (default: the target's)"},
+    {"--mask-token-id", "", true, "id of the mask token (default: the last special token that is not bos/eos)"},
+    {"--draft-vocab", "", true, "reduced draft vocabulary (not supported yet)"},
+    {"--epochs", "", true, "passes over the data (default 6)"},
+    {"--lr", "", true, "peak learning rate (default 6e-4)"},
+    {"--seed", "", true, "seed of init, anchors and shuffles (default 42)"},
+    {"--seq-len", "", true, "tokens per packed training row (default 2048)"},
+    {"--max-anchors", "", true, "blocks per row per step (default 128)"},
+    {"--gamma", "", true, "position weight decay exp(-(k-1)/gamma) (default 4)"},
+    {"--max-steps", "", true, "stop after N optimizer steps this run (default: all epochs)"},
+    {"--checkpoint-minutes", "", true, "minutes between checkpoints (default 10)"},
+    {"--target-weights", "", true, "alias of --weights: the target's compute format for data generation"},
+    {"--resume", "", false, "continue from OUT/train_state.safetensors when it exists"},
+    {"--help", "-h", false, "show this help"},
+  };
+  f.insert(f.begin(), own.begin(), own.end());
+  return f;
+}
+
+std::vector<int64_t> parse_ids(const std::string& s, const std::string& flag) {
+  std::vector<int64_t> out;
+  for (size_t i = 0; i <= s.size();) {
+    size_t e = s.find(',', i);
+    if (e == std::string::npos) e = s.size();
+    const std::string item = s.substr(i, e - i);
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0) fail(flag, ": \"", item, "\" is not a layer id");
+    out.push_back(v);
+    i = e + 1;
+  }
+  return out;
+}
+
+std::string hms(double s) {
+  char b[32];
+  const long t = static_cast<long>(s);
+  std::snprintf(b, sizeof b, "%ldh%02ldm%02lds", t / 3600, t / 60 % 60, t % 60);
+  return b;
+}
+
+}  // namespace
+
+int cmd_train_drafter(const std::vector<std::string>& argv) {
+  Args a("train-drafter", flags(), argv);
+  if (a.has("--help")) {
+    std::fputs(Args::usage("train-drafter", "TARGET OUT --prompts FILE.jsonl [flags]", flags()).c_str(), stdout);
+    return 0;
+  }
+  if (a.positionals().size() != 2) fail("train-drafter: expected TARGET and OUT, found ", a.positionals().size(), " arguments");
+  const std::string target_path = a.positionals()[0], out = a.positionals()[1];
+  const std::string method = a.str("--method", "dflash");
+  if (method == "dflash2") fail("train-drafter: --method dflash2 is not trainable yet (its convolutions and selector have no backward)");
+  if (method != "dflash") fail("train-drafter: --method must be dflash or dflash2, found \"", method, "\"");
+  if (a.has("--draft-vocab")) fail("train-drafter: --draft-vocab is not supported yet (the drafter uses the target's vocabulary)");
+  const int64_t B = a.integer("--block-size", 8), n_layers = a.integer("--layers", 1);
+  if (B < 2 || B > 32) fail("train-drafter: --block-size must be in [2, 32], found ", B);
+  if (n_layers < 1 || n_layers > 16) fail("train-drafter: --layers must be in [1, 16], found ", n_layers);
+  TrainOptions to;
+  to.epochs = a.integer("--epochs", 6);
+  to.lr = a.number("--lr", 6e-4);
+  to.seed = a.u64("--seed", 42);
+  to.seq_len = a.integer("--seq-len", 2048);
+  to.max_anchors = a.integer("--max-anchors", 128);
+  to.gamma = a.number("--gamma", 4.0);
+  to.max_steps = a.integer("--max-steps", 0);
+  to.checkpoint_every_s = 60 * a.number("--checkpoint-minutes", 10);
+  if (to.epochs < 1) fail("train-drafter: --epochs must be >= 1, found ", to.epochs);
+  if (!(to.lr > 0 && to.lr < 1)) fail("train-drafter: --lr must be in (0, 1), found ", to.lr);
+  if (to.seq_len < 16) fail("train-drafter: --seq-len must be >= 16, found ", to.seq_len);
+  if (to.max_anchors < 1) fail("train-drafter: --max-anchors must be >= 1, found ", to.max_anchors);
+  if (!(to.gamma > 0)) fail("train-drafter: --gamma must be > 0");
+  const int64_t max_new = a.integer("--max-new-tokens", 256), conc = a.integer("--concurrency", 16);
+  if (max_new < 2) fail("train-drafter: --max-new-tokens must be >= 2, found ", max_new);
+  if (conc < 1 || conc > 256) fail("train-drafter: --concurrency must be in [1, 256], found ", conc);
+  ModelOptions mo = model_options(a);
+  if (a.has("--target-weights")) {
+    if (a.has("--weights")) fail("train-drafter: give --weights or --target-weights, not both");
+    Args alias("train-drafter", model_flags(), {"--weights", a.str("--target-weights")});
+    mo.weights = model_options(alias).weights;
+  }
+
+  // ---- prompts, rendered with the target's chat template ----
+  Tokenizer tok = load_tokenizer(target_path);
+  const ChatAssets assets = read_chat_assets(target_path);
+  if (assets.template_source.empty()) fail(target_path, ": the target has no chat template to render prompts with");
+  const ChatTemplate tmpl(assets.template_source, assets.template_what);
+  ChatTemplateOptions co;
+  co.bos_token = assets.bos_token, co.eos_token = assets.eos_token;
+  std::vector<std::vector<int32_t>> prompts;
+  for (const std::string& text : load_prompts(a.required("--prompts"), a.str("--prompt-template"),
+                                              a.integer("--num-prompts", int64_t(1) << 40)))
+    prompts.push_back(tok.encode(tmpl.apply({{"user", text, ""}}, co)));
+
+  auto model = Transformer::load(target_path, mo);
+  const ModelConfig mc = model->config();
+  const std::vector<int64_t> taps =
+      a.has("--taps") ? parse_ids(a.str("--taps"), "--taps") : default_target_layer_ids(mc.n_layers, 5);
+  for (int64_t t : taps)
+    if (t >= mc.n_layers) fail("--taps: ", t, " is not a layer of the target (it has ", mc.n_layers, ")");
+  int64_t mask_id = a.integer("--mask-token-id", -1);
+  if (mask_id < 0) {
+    for (int32_t id = std::min<int32_t>(tok.vocab_size(), static_cast<int32_t>(mc.vocab_size)) - 1; id >= 0; --id) {
+      const bool eos = std::find(mc.eos_token_ids.begin(), mc.eos_token_ids.end(), id) != mc.eos_token_ids.end();
+      if (tok.is_special(id) && !eos && mc.bos_token_id != id) {
+        mask_id = id;
+        break;
+      }
+    }
+    if (mask_id < 0) fail("train-drafter: the tokenizer has no spare special token; pass --mask-token-id");
+  }
+  if (mask_id >= mc.vocab_size) fail("--mask-token-id ", mask_id, " is outside the target's vocabulary (", mc.vocab_size, ")");
+  fs::create_directories(fs::path(out) / "data");
+  {
+    nlohmann::ordered_json r;
+    std::string cmd = "blockspec train-drafter";
+    for (const std::string& s : argv) cmd += " " + s;
+    r["command"] = cmd;
+    r["target"] = target_path;
+    r["prompts"] = a.required("--prompts");
+    r["num_prompts"] = prompts.size();
+    r["taps"] = taps;
+    r["mask_token_id"] = mask_id;
+    std::ofstream(fs::path(out) / "recipe.json") << r.dump(2) << "\n";
+  }
+
+  // ---- data: the target's own greedy responses and taps ----
+  const std::string data_path = (fs::path(out) / "data" / "draft_data.bin").string();
+  {
+    DraftDataWriter w(data_path, static_cast<int64_t>(taps.size()), mc.hidden_size);
+    if (static_cast<int64_t>(w.done().size()) < static_cast<int64_t>(prompts.size())) {
+      std::fprintf(stderr, "data: %zu of %zu prompts done, generating the rest (batch %lld, up to %lld tokens each)\n",
+                   w.done().size(), prompts.size(), static_cast<long long>(conc), static_cast<long long>(max_new));
+      EngineOptions eo;
+      eo.max_num_seqs = conc;
+      eo.max_model_len = std::min<int64_t>(mc.max_position_embeddings, 4096);
+      eo.max_step_tokens = 512;
+      eo.capture_taps = taps;
+      Engine eng(Transformer::load(target_path, mo), eo);
+      DatagenOptions dg;
+      dg.max_new_tokens = max_new;
+      dg.in_flight = 2 * conc;
+      double last = -1;
+      dg.progress = [&](const DatagenProgress& p) {
+        if (p.seconds - last < 10 && p.done != p.total) return;
+        last = p.seconds;
+        const double tps = p.new_tokens / std::max(1e-9, p.seconds);
+        std::fprintf(stderr, "data %lld/%lld prompts | %lld new tokens | %.1f tok/s | %s elapsed\n",
+                     static_cast<long long>(p.done), static_cast<long long>(p.total),
+                     static_cast<long long>(p.new_tokens), tps, hms(p.seconds).c_str());
+      };
+      const int64_t skipped = generate_draft_data(eng, prompts, w, dg);
+      if (skipped > 0) std::fprintf(stderr, "data: %lld prompts too long for --max-new-tokens were skipped\n",
+                                    static_cast<long long>(skipped));
+    }
+    std::fprintf(stderr, "data: %zu records, %lld tokens in %s\n", w.done().size(),
+                 static_cast<long long>(w.tokens_written()), data_path.c_str());
+  }
+  if (a.has("--data-only")) return 0;
+
+  // ---- training ----
+  DraftData data(data_path);
+  DraftShape s;
+  s.H = mc.hidden_size, s.n_heads = mc.n_heads, s.n_kv_heads = mc.n_kv_heads, s.head_dim = mc.head_dim;
+  s.F = a.integer("--intermediate-size", mc.intermediate_size);
+  s.n_layers = n_layers;
+  s.tap_width = static_cast<int64_t>(taps.size()) * mc.hidden_size;
+  s.V = mc.vocab_size;
+  s.eps = static_cast<float>(mc.rms_norm_eps);
+  ModelConfig rc;
+  rc.head_dim = mc.head_dim;
+  rc.rope.theta = mc.rope.theta;
+  s.rope = compute_rope(rc);
+  DraftArch arch;
+  arch.block_size = B;
+  arch.mask_token_id = static_cast<int32_t>(mask_id);
+  arch.target_layer_ids = taps;
+  arch.num_target_layers = mc.n_layers;
+  arch.target_vocab_size = mc.vocab_size;
+  arch.rope_theta = mc.rope.theta;
+  arch.max_position_embeddings = mc.max_position_embeddings;
+  arch.target_model_type = mc.model_type;
+  DraftParams p = DraftParams::init(s, to.seed, 0.02f);
+  ThreadPool& pool = *model->op_context().pool;
+  auto frozen = freeze_target(*model, pool);
+  const OpContext ctx = model->op_context();
+  double last = -1;
+  const TrainResult r = train_drafter(data, frozen->view, s, p, arch, to, out, a.has("--resume"), ctx,
+                                      [&](const TrainProgress& pr) {
+    if (!pr.eval && pr.elapsed_s - last < 15) return;
+    last = pr.elapsed_s;
+    std::string acc;
+    for (size_t k = 1; k < pr.slot_acc.size(); ++k) acc += (k > 1 ? " " : "") + std::to_string(pr.slot_acc[k]).substr(0, 4);
+    std::fprintf(stderr, "step %lld/%lld ep %lld | loss %.3f | acc %s | eal %.2f val %.2f | lr %.1e | %.0f tok/s | ETA %s\n",
+                 static_cast<long long>(pr.step), static_cast<long long>(pr.total_steps),
+                 static_cast<long long>(pr.epoch), pr.loss, acc.c_str(), pr.train_eal, pr.val_eal, pr.lr,
+                 pr.tokens_per_s, hms(pr.eta_s).c_str());
+  });
+  std::fprintf(stderr, "done: %lld steps in %s (%.0f tokens/s); held-out eal %.2f -> %.2f; drafter in %s\n",
+               static_cast<long long>(r.steps), hms(r.seconds).c_str(), r.tokens_per_s, r.val_eal_start,
+               r.val_eal_end, out.c_str());
+  return 0;
+}
+
+}  // namespace blockspec

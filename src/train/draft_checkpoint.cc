@@ -1,0 +1,150 @@
+#include "train/draft_checkpoint.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "formats/safetensors.h"
+#include "tensor/tensor.h"
+
+namespace blockspec {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Checkpoint shape of a DraftParams tensor: [rows, input width] for
+// matrices, [n] for norms.
+Shape shape_of(const std::string& name, const DraftShape& s, int64_t numel) {
+  if (name.find("norm") != std::string::npos) return {numel};
+  const int64_t cols = name == "fc.weight"                              ? s.tap_width
+                       : name.find("o_proj") != std::string::npos    ? s.n_heads * s.head_dim
+                       : name.find("down_proj") != std::string::npos ? s.F
+                                                                     : s.H;
+  return {numel / cols, cols};
+}
+
+Tensor to_tensor(const float* v, const Shape& shape, DType dtype) {
+  Tensor t(dtype, shape);
+  const int64_t n = shape_numel(shape);
+  if (dtype == DType::kF32) std::copy(v, v + n, t.mutable_ptr<float>());
+  else if (dtype == DType::kBF16)
+    for (int64_t i = 0; i < n; ++i) t.mutable_ptr<uint16_t>()[i] = f32_to_bf16(v[i]);
+  else fail("write_draft_checkpoint: dtype ", dtype_name(dtype), " (use bf16 or f32)");
+  return t;
+}
+
+void copy_from(const Tensor& t, const std::string& what, float* out, int64_t n) {
+  if (t.numel() != n) fail(what, ": ", t.numel(), " values, expected ", n);
+  if (t.dtype() == DType::kF32) std::copy(t.ptr<float>(), t.ptr<float>() + n, out);
+  else if (t.dtype() == DType::kBF16)
+    for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(t.ptr<uint16_t>()[i]);
+  else fail(what, ": dtype ", dtype_name(t.dtype()), " (expected f32 or bf16)");
+}
+
+}  // namespace
+
+void write_draft_checkpoint(const std::string& dir, const DraftShape& s, DraftParams& p, const DraftArch& a,
+                            DType dtype) {
+  fs::create_directories(dir);
+  nlohmann::ordered_json j;
+  j["architectures"] = {"DFlashDraftModel"};
+  j["model_type"] = "qwen3";
+  j["hidden_size"] = s.H;
+  j["num_attention_heads"] = s.n_heads;
+  j["num_key_value_heads"] = s.n_kv_heads;
+  j["head_dim"] = s.head_dim;
+  j["intermediate_size"] = s.F;
+  j["num_hidden_layers"] = s.n_layers;
+  j["layer_types"] = std::vector<std::string>(s.n_layers, "full_attention");
+  j["rms_norm_eps"] = s.eps;
+  j["rope_theta"] = a.rope_theta;
+  j["max_position_embeddings"] = a.max_position_embeddings;
+  j["vocab_size"] = a.target_vocab_size;
+  j["attention_bias"] = false;
+  j["tie_word_embeddings"] = false;
+  j["hidden_act"] = "silu";
+  j["torch_dtype"] = dtype == DType::kBF16 ? "bfloat16" : "float32";
+  j["block_size"] = a.block_size;
+  j["num_target_layers"] = a.num_target_layers;
+  j["dflash_config"] = {{"mask_token_id", a.mask_token_id}, {"target_layer_ids", a.target_layer_ids}};
+  j["blockspec_trained"] = {{"target_model_type", a.target_model_type}};
+  {
+    std::ofstream f(fs::path(dir) / "config.json");
+    f << j.dump(2) << "\n";
+    if (!f) fail(dir, "/config.json: write failed");
+  }
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  p.each([&](const std::string& n, std::vector<float>& v) {
+    const int64_t numel = static_cast<int64_t>(v.size());
+    if (const size_t at = n.find("gate_up_proj"); at != std::string::npos) {  // stored apart
+      const std::string pre = n.substr(0, at);
+      tensors.push_back({pre + "gate_proj.weight", to_tensor(v.data(), {s.F, s.H}, dtype)});
+      tensors.push_back({pre + "up_proj.weight", to_tensor(v.data() + numel / 2, {s.F, s.H}, dtype)});
+    } else {
+      tensors.push_back({n, to_tensor(v.data(), shape_of(n, s, numel), dtype)});
+    }
+  });
+  const std::string tmp = (fs::path(dir) / "model.safetensors.tmp").string();
+  write_safetensors(tmp, tensors, {{"format", "pt"}});
+  fs::rename(tmp, fs::path(dir) / "model.safetensors");
+}
+
+void read_draft_params(const std::string& dir, const DraftShape& s, DraftParams& p) {
+  (void)s;
+  SafetensorsCheckpoint ck(dir);
+  p.each([&](const std::string& n, std::vector<float>& v) {
+    const int64_t numel = static_cast<int64_t>(v.size());
+    if (const size_t at = n.find("gate_up_proj"); at != std::string::npos) {
+      const std::string pre = n.substr(0, at);
+      copy_from(ck.tensor(pre + "gate_proj.weight"), dir + ": " + pre + "gate_proj.weight", v.data(), numel / 2);
+      copy_from(ck.tensor(pre + "up_proj.weight"), dir + ": " + pre + "up_proj.weight", v.data() + numel / 2,
+                numel / 2);
+    } else {
+      copy_from(ck.tensor(n), dir + ": " + n, v.data(), numel);
+    }
+  });
+}
+
+void save_train_state(const std::string& path, DraftParams& p, std::vector<AdamW>& opt, int64_t step) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  size_t i = 0;
+  p.each([&](const std::string& n, std::vector<float>& v) {
+    const int64_t numel = static_cast<int64_t>(v.size());
+    tensors.push_back({n, to_tensor(v.data(), {numel}, DType::kF32)});
+    for (const char* which : {"m", "v"}) {
+      const std::vector<double>& src = which[0] == 'm' ? opt.at(i).m() : opt.at(i).v();
+      Tensor t(DType::kF64, {numel});
+      std::copy(src.begin(), src.end(), t.mutable_ptr<double>());
+      tensors.push_back({std::string("adamw.") + which + "." + n, t});
+    }
+    ++i;
+  });
+  const std::string tmp = path + ".tmp";
+  write_safetensors(tmp, tensors, {{"step", std::to_string(step)}});
+  fs::rename(tmp, path);
+}
+
+int64_t load_train_state(const std::string& path, DraftParams& p, std::vector<AdamW>& opt) {
+  SafetensorsFile f(path);
+  size_t i = 0;
+  p.each([&](const std::string& n, std::vector<float>& v) {
+    const int64_t numel = static_cast<int64_t>(v.size());
+    copy_from(f.tensor(n), path + ": " + n, v.data(), numel);
+    for (const char* which : {"m", "v"}) {
+      const Tensor t = f.tensor(std::string("adamw.") + which + "." + n);
+      if (t.dtype() != DType::kF64 || t.numel() != numel) fail(path, ": adamw.", which, ".", n, " has the wrong shape");
+      std::vector<double>& dst = which[0] == 'm' ? opt.at(i).m() : opt.at(i).v();
+      std::copy(t.ptr<double>(), t.ptr<double>() + numel, dst.begin());
+    }
+    ++i;
+  });
+  const auto it = f.metadata().find("step");
+  if (it == f.metadata().end()) fail(path, ": no step in the metadata");
+  return std::stoll(it->second);
+}
+
+}  // namespace blockspec

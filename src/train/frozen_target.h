@@ -1,0 +1,19 @@
+// The frozen target pieces a drafter trains against (training.md §1): its
+// embedding rows, read through the serving model's own weights, and its
+// lm_head dequantized to f32 once, with the transpose the backward uses.
+#pragma once
+#include <vector>
+
+#include "model/transformer.h"
+#include "train/draft_step.h"
+
+namespace blockspec {
+
+struct FrozenTargetCopy {
+  std::vector<float> lm_head, lm_head_t;  // [V, H], [H, V]
+  FrozenTarget view;                      // points into this object and the model: keep both alive
+};
+
+std::unique_ptr<FrozenTargetCopy> freeze_target(const Transformer& model, ThreadPool& pool);
+
+}  // namespace blockspec

@@ -1,0 +1,27 @@
+// The trainer's matrix products on the engine's f32 matmul kernel
+// (KernelTable::matmul_f32, the kernel serving's f32 linear() runs): the
+// forward y = x w^T, and the backward's dx = dy w and dw += dy^T x through
+// transposed copies, so all three are the one batch-invariant kernel.
+// linear_backward (grad_ops.h, double accumulation) is the scalar reference
+// twin; tests/train/gemm_test.cc checks one against the other.
+#pragma once
+#include <cstdint>
+
+#include "kernels/ops.h"
+
+namespace blockspec {
+
+// out[C, R] = in[R, C]^T
+void transpose(const OpContext& c, const float* in, int64_t R, int64_t C, float* out);
+
+// y[M, N] = x[M, K] @ w[N, K]^T
+void gemm_nt(const OpContext& c, const float* x, const float* w, int64_t M, int64_t K, int64_t N, float* y);
+
+// Backward of y = x w^T:
+//   dx[M, K] = dy[M, N] @ w[N, K]   (written; nullptr: not wanted)
+//   dw[N, K] += dy^T @ x            (nullptr: a frozen weight)
+// w_t: w^T [K, N] if the caller keeps one (a frozen head), else nullptr.
+void gemm_backward(const OpContext& c, const float* x, const float* w, const float* w_t, const float* dy, int64_t M,
+                   int64_t K, int64_t N, float* dx, float* dw);
+
+}  // namespace blockspec

@@ -1,0 +1,244 @@
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "base/error.h"
+#include "base/timer.h"
+#include "train/blocks.h"
+
+namespace blockspec {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// One packed training row: documents back to back, positions restarting
+// at 0 per document (training.md §1).
+struct Packed {
+  int64_t S = 0;
+  std::vector<float> taps;      // [S, width]
+  std::vector<int64_t> pos;     // [S]
+  std::vector<int32_t> doc;     // [S] document within the row
+  std::vector<int32_t> tok;     // [S] the data = the target's greedy tokens = the labels (training.md §8)
+  std::vector<uint8_t> mask;    // [S] 1 on response tokens
+};
+
+// Tokens of record r a row uses: those with taps, at most seq_len.
+int64_t usable(const DraftRecordView& r, int64_t seq_len) { return std::min(r.rows, seq_len); }
+bool trainable(const DraftRecordView& r, int64_t seq_len) { return usable(r, seq_len) > r.n_prompt + 1; }
+
+// Greedy packing of records (in `order`) into rows of <= seq_len tokens.
+std::vector<std::vector<int64_t>> pack(const DraftData& d, const std::vector<int64_t>& order, int64_t seq_len) {
+  std::vector<std::vector<int64_t>> rows;
+  int64_t used = seq_len;
+  for (int64_t r : order) {
+    const int64_t n = usable(d.records()[r], seq_len);
+    if (used + n > seq_len) rows.emplace_back(), used = 0;
+    rows.back().push_back(r);
+    used += n;
+  }
+  return rows;
+}
+
+Packed build(const DraftData& d, const std::vector<int64_t>& recs, int64_t seq_len) {
+  Packed p;
+  const int64_t width = d.n_taps() * d.hidden();
+  for (size_t di = 0; di < recs.size(); ++di) {
+    const DraftRecordView& r = d.records()[recs[di]];
+    const int64_t n = usable(r, seq_len);
+    p.taps.insert(p.taps.end(), r.taps, r.taps + n * width);
+    for (int64_t i = 0; i < n; ++i) {
+      p.pos.push_back(i);
+      p.doc.push_back(static_cast<int32_t>(di));
+      p.tok.push_back(r.tokens[i]);
+      p.mask.push_back(i >= r.n_prompt ? 1 : 0);
+    }
+    p.S += n;
+  }
+  return p;
+}
+
+// The DraftRow of a packed row for these anchors.
+DraftRow make_row(const Packed& pk, std::vector<int64_t> anchors, int64_t B, int32_t mask_id,
+                  const std::vector<float>& slot_w) {
+  DraftRow row;
+  row.S = pk.S, row.taps = pk.taps.data(), row.pos = pk.pos, row.B = B;
+  const BlockTargets bt = block_targets(anchors, pk.tok, pk.mask, pk.doc, B);
+  row.spans = block_key_spans(anchors, pk.doc, B, false, 0);  // full-attention layers: the whole block
+  row.block_ids.assign(anchors.size() * B, mask_id);
+  for (size_t j = 0; j < anchors.size(); ++j) row.block_ids[j * B] = pk.tok[anchors[j]];
+  row.labels = bt.labels;
+  row.weight.resize(bt.mask.size());
+  double n = 0;
+  for (size_t i = 0; i < bt.mask.size(); ++i) row.weight[i] = bt.mask[i] * slot_w[i % B], n += bt.mask[i];
+  row.denom = n + 1e-5;  // unweighted denominator, as speculators (training.md §3)
+  row.anchors = std::move(anchors);
+  return row;
+}
+
+struct Split {
+  std::vector<int64_t> train, val;
+};
+Split split(const DraftData& d, const TrainOptions& o) {
+  Split s;
+  const int64_t every = o.val_frac > 0 ? std::max<int64_t>(2, std::llround(1.0 / o.val_frac)) : 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(d.records().size()); ++i) {
+    if (!trainable(d.records()[i], o.seq_len)) continue;
+    (every > 0 && i % every == every - 1 ? s.val : s.train).push_back(i);
+  }
+  return s;
+}
+
+// Epoch e's order of the training records: a shuffle seeded by (seed, e).
+std::vector<int64_t> epoch_order(const std::vector<int64_t>& train, uint64_t seed, int64_t e) {
+  std::vector<int64_t> o = train;
+  Rng rng(seed * 1000003 + static_cast<uint64_t>(e) + 1);
+  for (int64_t i = static_cast<int64_t>(o.size()) - 1; i > 0; --i)
+    std::swap(o[i], o[static_cast<int64_t>(rng.next() % static_cast<uint64_t>(i + 1))]);
+  return o;
+}
+
+// Correct counted slots of many blocks: eal and accuracy per slot.
+struct SlotTally {
+  int64_t B;
+  std::vector<uint8_t> correct;
+  std::vector<float> mask;
+  std::vector<double> hits, seen;
+  explicit SlotTally(int64_t b) : B(b), hits(b, 0.0), seen(b, 0.0) {}
+  void add(const DraftStepResult& r, const DraftRow& row) {
+    for (size_t i = 0; i < r.correct.size(); ++i) {
+      const float m = row.weight[i] > 0 ? 1.f : 0.f;
+      correct.push_back(r.correct[i]);
+      mask.push_back(m);
+      hits[i % B] += m * r.correct[i];
+      seen[i % B] += m;
+    }
+  }
+  double eal() const { return expected_acceptance_length(correct, mask, B); }
+  std::vector<double> acc() const {
+    std::vector<double> a(B, 0.0);
+    for (int64_t k = 0; k < B; ++k) a[k] = seen[k] > 0 ? hits[k] / seen[k] : 0;
+    return a;
+  }
+};
+
+}  // namespace
+
+EvalResult evaluate_drafter(const DraftData& data, const std::vector<int64_t>& records, const FrozenTarget& target,
+                            const DraftShape& s, const DraftParams& p, int64_t B, int32_t mask_token_id,
+                            const TrainOptions& o, const OpContext& ctx) {
+  EvalResult r;
+  SlotTally tally(B);
+  const std::vector<float> w = exp_decay_weights(B, o.gamma);
+  int64_t row_i = 0;
+  double loss = 0;
+  for (const std::vector<int64_t>& recs : pack(data, records, o.seq_len)) {
+    const Packed pk = build(data, recs, o.seq_len);
+    Rng rng(o.seed + 7919 * static_cast<uint64_t>(++row_i));  // the same anchors at every evaluation
+    std::vector<int64_t> anchors = select_anchors(pk.mask, pk.doc, o.max_anchors, rng);
+    if (anchors.empty()) continue;
+    const DraftRow row = make_row(pk, std::move(anchors), B, mask_token_id, w);
+    const DraftStepResult res = draft_step(s, p, target, row, nullptr, ctx);
+    loss += res.loss;
+    tally.add(res, row);
+  }
+  r.eal = tally.eal();
+  r.loss = row_i > 0 ? loss / row_i : 0;
+  r.slot_acc = tally.acc();
+  return r;
+}
+
+TrainResult train_drafter(const DraftData& data, const FrozenTarget& target, const DraftShape& s, DraftParams& p,
+                          const DraftArch& arch, const TrainOptions& o, const std::string& out_dir, bool resume,
+                          const OpContext& ctx, const std::function<void(const TrainProgress&)>& progress) {
+  const int64_t B = arch.block_size;
+  if (data.n_taps() * data.hidden() != s.tap_width)
+    fail("train-drafter: the data has ", data.n_taps(), " taps x ", data.hidden(), ", the drafter reads ", s.tap_width);
+  const Split sp = split(data, o);
+  if (sp.train.empty()) fail("train-drafter: no record with a response to train on");
+  // Steps of every epoch (one per packed row), for the schedule and resuming.
+  std::vector<int64_t> epoch_rows;
+  int64_t total = 0;
+  for (int64_t e = 0; e < o.epochs; ++e) {
+    epoch_rows.push_back(static_cast<int64_t>(pack(data, epoch_order(sp.train, o.seed, e), o.seq_len).size()));
+    total += epoch_rows.back();
+  }
+  const int64_t warmup = static_cast<int64_t>(std::ceil(o.warmup_frac * total));
+  std::vector<AdamW> opt;
+  std::vector<std::vector<float>*> params;  // each()'s order, as opt and the gradients
+  p.each([&](const std::string&, std::vector<float>& v) {
+    opt.emplace_back(static_cast<int64_t>(v.size()));
+    params.push_back(&v);
+  });
+  const std::string state_path = (fs::path(out_dir) / "train_state.safetensors").string();
+  fs::create_directories(out_dir);
+  int64_t step = 0;
+  if (resume && fs::exists(state_path)) step = load_train_state(state_path, p, opt);
+  const std::vector<int64_t> val(sp.val.begin(), sp.val.begin() + std::min<size_t>(sp.val.size(), 64));
+  TrainResult res;
+  EvalResult ev = evaluate_drafter(data, val, target, s, p, B, arch.mask_token_id, o, ctx);
+  res.val_eal_start = ev.eal;
+  const std::vector<float> w = exp_decay_weights(B, o.gamma);
+  const AdamWOptions ao{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
+  DraftParams grad = DraftParams::zeros(s);
+  Timer run, since_ckpt;
+  int64_t tokens = 0, steps_run = 0;
+  SlotTally window(B);  // training blocks since the last evaluation
+  auto checkpoint = [&] {
+    save_train_state(state_path, p, opt, step);
+    write_draft_checkpoint(out_dir, s, p, arch, DType::kBF16);
+    since_ckpt.reset();
+  };
+  const int64_t stop = o.max_steps > 0 ? std::min(total, step + o.max_steps) : total;
+  int64_t e = 0, first = step;
+  while (e < o.epochs && first >= epoch_rows[e]) first -= epoch_rows[e++];
+  for (; e < o.epochs && step < stop; ++e, first = 0) {
+    const std::vector<std::vector<int64_t>> rows = pack(data, epoch_order(sp.train, o.seed, e), o.seq_len);
+    for (int64_t ri = first; ri < static_cast<int64_t>(rows.size()) && step < stop; ++ri) {
+      const Packed pk = build(data, rows[ri], o.seq_len);
+      Rng rng(o.seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(step + 1)));  // anchors: a function of the step
+      std::vector<int64_t> anchors = select_anchors(pk.mask, pk.doc, o.max_anchors, rng);
+      TrainProgress pr;
+      if (!anchors.empty()) {
+        const DraftRow row = make_row(pk, std::move(anchors), B, arch.mask_token_id, w);
+        grad.each([](const std::string&, std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.f); });
+        const DraftStepResult r = draft_step(s, p, target, row, &grad, ctx);
+        std::vector<std::pair<float*, int64_t>> gs;
+        grad.each([&](const std::string&, std::vector<float>& v) { gs.push_back({v.data(), static_cast<int64_t>(v.size())}); });
+        pr.grad_norm = clip_grad_norm(gs, o.clip);
+        pr.lr = lr_at(step, total, warmup, o.lr, o.floor_ratio, o.cosine);
+        for (size_t i = 0; i < params.size(); ++i) opt[i].step(params[i]->data(), gs[i].first, step + 1, pr.lr, ao);
+        pr.loss = r.loss;
+        window.add(r, row);
+      }
+      ++step, ++steps_run;
+      tokens += pk.S;
+      pr.step = step, pr.total_steps = total, pr.epoch = e;
+      pr.elapsed_s = run.seconds();
+      pr.tokens_per_s = tokens / std::max(1e-9, pr.elapsed_s);
+      pr.eta_s = pr.elapsed_s / steps_run * (stop - step);
+      pr.train_eal = window.eal();
+      pr.slot_acc = window.acc();
+      if (step % o.eval_every == 0 || step == stop) {
+        ev = evaluate_drafter(data, val, target, s, p, B, arch.mask_token_id, o, ctx);
+        pr.eval = true;
+        window = SlotTally(B);
+      }
+      pr.val_eal = ev.eal;
+      pr.val_slot_acc = ev.slot_acc;
+      if (progress) progress(pr);
+      if (since_ckpt.seconds() >= o.checkpoint_every_s) checkpoint();
+    }
+  }
+  checkpoint();
+  res.val_eal_end = ev.eal;
+  res.val_slot_acc_end = ev.slot_acc;
+  res.steps = steps_run;
+  res.seconds = run.seconds();
+  res.tokens_per_s = tokens / std::max(1e-9, res.seconds);
+  return res;
+}
+
+}  // namespace blockspec

@@ -1,0 +1,105 @@
+// The trainer end to end on the tiny fixture target: data generated through
+// the batched engine with taps, a few steps of training, checkpoints. A run
+// stopped half way and resumed ends bit-identical to the run that never
+// stopped (masters, moments, the written drafter), and the written drafter
+// loads as a serving DraftModel.
+#include "train/trainer.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "formats/dflash_config.h"
+#include "model/dflash.h"
+#include "train/datagen.h"
+#include "train/frozen_target.h"
+
+namespace blockspec {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
+  const std::string target_dir = std::string(BS_SOURCE_DIR) + "/tests/fixtures/dflash/target";
+  const fs::path root = fs::temp_directory_path() / ("bs_trainer_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  ModelOptions mo;
+  mo.n_threads = 2;
+  mo.weights = WeightFormat::kF32;
+  const std::vector<int64_t> taps = {1, 4};
+  const std::string data_path = (root / "data.bin").string();
+  {
+    EngineOptions eo;
+    eo.max_num_seqs = 4;
+    eo.max_model_len = 128;
+    eo.capture_taps = taps;
+    Engine eng(Transformer::load(target_dir, mo), eo);
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 12; ++i) {
+      std::vector<int32_t> p;
+      for (int j = 0; j < 6 + i % 4; ++j) p.push_back((i * 37 + j * 11 + 1) % 240);
+      prompts.push_back(p);
+    }
+    DraftDataWriter w(data_path, 2, 64);
+    DatagenOptions dg;
+    dg.max_new_tokens = 24;
+    EXPECT_EQ(generate_draft_data(eng, prompts, w, dg), 0);
+    EXPECT_EQ(w.done().size(), 12u);
+  }
+  auto model = Transformer::load(target_dir, mo);
+  const DraftData data(data_path);
+  ASSERT_EQ(data.records().size(), 12u);
+  ThreadPool pool(2);
+  const KernelTable kt = select_kernels("");
+  const OpContext ctx{&kt, &pool};
+  auto frozen = freeze_target(*model, pool);
+  DraftShape s;
+  s.H = 64, s.n_heads = 4, s.n_kv_heads = 2, s.head_dim = 16, s.F = 96, s.n_layers = 1, s.tap_width = 128;
+  s.V = 256, s.eps = 1e-6f;
+  ModelConfig rc;
+  rc.head_dim = 16, rc.rope.theta = 10000.0;
+  s.rope = compute_rope(rc);
+  DraftArch arch;
+  arch.block_size = 4, arch.mask_token_id = 250, arch.target_layer_ids = taps, arch.num_target_layers = 6;
+  arch.target_vocab_size = 256, arch.rope_theta = 10000.0, arch.max_position_embeddings = 256;
+  TrainOptions o;
+  o.epochs = 3, o.seq_len = 64, o.max_anchors = 8, o.lr = 3e-3, o.eval_every = 4;
+  auto run = [&](const fs::path& out, int64_t max_steps, bool resume) {
+    DraftParams p = DraftParams::init(s, 5, 0.05f);
+    TrainOptions oo = o;
+    oo.max_steps = max_steps;
+    return train_drafter(data, frozen->view, s, p, arch, oo, out.string(), resume, ctx, {});
+  };
+  const TrainResult whole = run(root / "whole", 0, false);
+  ASSERT_GT(whole.steps, 6);
+  run(root / "split", whole.steps / 2, false);
+  const TrainResult rest = run(root / "split", 0, true);
+  EXPECT_EQ(rest.steps, whole.steps - whole.steps / 2);
+  EXPECT_EQ(slurp(root / "whole" / "train_state.safetensors"), slurp(root / "split" / "train_state.safetensors"));
+  EXPECT_EQ(slurp(root / "whole" / "model.safetensors"), slurp(root / "split" / "model.safetensors"));
+  // Training moved the weights away from the init, and serving loads the result.
+  DraftParams init = DraftParams::init(s, 5, 0.05f), trained = DraftParams::zeros(s);
+  std::vector<AdamW> opt;
+  trained.each([&](const std::string&, std::vector<float>& v) { opt.emplace_back(static_cast<int64_t>(v.size())); });
+  EXPECT_EQ(load_train_state((root / "whole" / "train_state.safetensors").string(), trained, opt), whole.steps);
+  EXPECT_NE(trained.fc, init.fc);
+  EXPECT_NE(trained.layers[0].gate_up, init.layers[0].gate_up);
+  auto dm = DraftModel::load((root / "whole").string(), *model, DraftOptions{WeightFormat::kF32, false});
+  EXPECT_EQ(dm->config().block_size, 4);
+  EXPECT_EQ(dm->config().target_layer_ids, taps);
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace blockspec

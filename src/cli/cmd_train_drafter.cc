@@ -39,6 +39,7 @@ std::vector<FlagSpec> flags() {
     {"--max-new-tokens", "", true, "tokens the target generates per prompt (default 256)"},
     {"--concurrency", "", true, "sequences the engine batches while generating data (default 16)"},
     {"--data-only", "", false, "generate (or finish) the data, then stop"},
+    {"--train-only", "", false, "train on the records the data file holds now (data generation may still be running)"},
     {"--layers", "", true, "draft layers (default 1)"},
     {"--block-size", "", true, "block size B: drafts up to B-1 tokens (default 8)"},
     {"--taps", "", true, "target layer ids to tap, e.g. 1,7,13,19,25 (default: 5 spread over the target)"},
@@ -53,6 +54,7 @@ std::vector<FlagSpec> flags() {
     {"--gamma", "", true, "position weight decay exp(-(k-1)/gamma) (default 4)"},
     {"--max-steps", "", true, "stop after N optimizer steps this run (default: all epochs)"},
     {"--checkpoint-minutes", "", true, "minutes between checkpoints (default 10)"},
+    {"--head-dtype", "", true, "bf16 (default) or f32: precision of the frozen lm_head's products in training"},
     {"--target-weights", "", true, "alias of --weights: the target's compute format for data generation"},
     {"--resume", "", false, "continue from OUT/train_state.safetensors when it exists"},
     {"--help", "-h", false, "show this help"},
@@ -170,7 +172,8 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
 
   // ---- data: the target's own greedy responses and taps ----
   const std::string data_path = (fs::path(out) / "data" / "draft_data.bin").string();
-  {
+  if (a.has("--data-only") && a.has("--train-only")) fail("train-drafter: --data-only and --train-only exclude each other");
+  if (!a.has("--train-only")) {
     DraftDataWriter w(data_path, static_cast<int64_t>(taps.size()), mc.hidden_size);
     if (static_cast<int64_t>(w.done().size()) < static_cast<int64_t>(prompts.size())) {
       std::fprintf(stderr, "data: %zu of %zu prompts done, generating the rest (batch %lld, up to %lld tokens each)\n",
@@ -226,7 +229,9 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   arch.target_model_type = mc.model_type;
   DraftParams p = DraftParams::init(s, to.seed, 0.02f);
   ThreadPool& pool = *model->op_context().pool;
-  auto frozen = freeze_target(*model, pool);
+  const std::string head_dtype = a.str("--head-dtype", "bf16");
+  if (head_dtype != "bf16" && head_dtype != "f32") fail("--head-dtype must be bf16 or f32, found \"", head_dtype, "\"");
+  auto frozen = freeze_target(*model, pool, head_dtype == "bf16");
   const OpContext ctx = model->op_context();
   double last = -1;
   const TrainResult r = train_drafter(data, frozen->view, s, p, arch, to, out, a.has("--resume"), ctx,

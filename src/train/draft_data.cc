@@ -1,6 +1,7 @@
 #include "train/draft_data.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -53,6 +54,14 @@ void read_header(const char* p, size_t size, const std::string& path, int64_t& n
 
 DraftDataWriter::DraftDataWriter(const std::string& path, int64_t n_taps, int64_t hidden)
     : path_(path), width_(n_taps * hidden) {
+  // One writer per file: a second one would truncate the first one's
+  // record in flight. The lock is held until the writer closes.
+  lock_fd_ = ::open((path + ".lock").c_str(), O_RDWR | O_CREAT, 0644);
+  if (lock_fd_ < 0) fail(path, ".lock: cannot create");
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(lock_fd_);
+    fail(path, ": another process is writing this data file (", path, ".lock is held)");
+  }
   struct stat st{};
   if (::stat(path.c_str(), &st) == 0 && st.st_size > 0) {
     size_t keep = 0;
@@ -85,6 +94,7 @@ DraftDataWriter::DraftDataWriter(const std::string& path, int64_t n_taps, int64_
 
 DraftDataWriter::~DraftDataWriter() {
   if (f_ != nullptr) std::fclose(f_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
 }
 
 void DraftDataWriter::append(const DraftRecordView& r) {

@@ -24,7 +24,9 @@ struct DraftRecordView {
 };
 
 // Appends records; opening an existing file checks its header against
-// (n_taps, hidden) and truncates a partial last record.
+// (n_taps, hidden) and truncates a partial last record. Only one writer may
+// hold a file (PATH.lock, flock): a second one fails instead of truncating
+// the first one's record in flight. Readers (DraftData) need no lock.
 class DraftDataWriter {
  public:
   DraftDataWriter(const std::string& path, int64_t n_taps, int64_t hidden);
@@ -40,6 +42,7 @@ class DraftDataWriter {
  private:
   std::string path_;
   std::FILE* f_ = nullptr;
+  int lock_fd_ = -1;
   int64_t width_ = 0;
   std::vector<int64_t> done_;
   int64_t tokens_ = 0;

@@ -148,24 +148,26 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
   }
   std::vector<float> h(Nq * H), logits(Nq * s.V);
   rmsnorm(x.data(), p.norm.data(), s.eps, Nq, H, h.data());
-  gemm_nt(ctx, h.data(), t.lm_head, Nq, H, s.V, logits.data());  // the frozen head, read in place
+  if (t.lm_head_bf16 != nullptr) gemm_nt_bf16(ctx, h.data(), t.lm_head_bf16, Nq, H, s.V, logits.data());
+  else gemm_nt(ctx, h.data(), t.lm_head, Nq, H, s.V, logits.data());  // the frozen head, read in place
   DraftStepResult res;
-  std::vector<float> dlogits(Nq * s.V);
-  res.loss = cross_entropy(logits.data(), row.labels.data(), row.weight.data(), Nq, s.V, row.denom,
-                           grad_out ? dlogits.data() : nullptr);
   res.correct.resize(Nq);
-  for (int64_t i = 0; i < Nq; ++i) {
-    const float* z = logits.data() + i * s.V;
-    res.correct[i] = std::max_element(z, z + s.V) - z == row.labels[i];
+  if (grad_out == nullptr) {  // loss, argmax and the logits
+    res.loss = cross_entropy_rows(ctx, logits.data(), row.labels.data(), row.weight.data(), Nq, s.V, row.denom,
+                                  nullptr, res.correct.data());
+    res.logits = std::move(logits);
+    return res;
   }
-
-  res.logits = std::move(logits);
-  if (grad_out == nullptr) return res;
+  // Training: dlogits overwrite the logits (the largest buffer of the step).
+  std::vector<float>& dlogits = logits;
+  res.loss = cross_entropy_rows(ctx, logits.data(), row.labels.data(), row.weight.data(), Nq, s.V, row.denom,
+                                dlogits.data(), res.correct.data());
   DraftParams& grad = *grad_out;
 
   // ---- backward ----
   std::vector<float> dh(Nq * H), dx(Nq * H), dc(S * H, 0.f);
-  gemm_backward(ctx, h.data(), t.lm_head, t.lm_head_t, dlogits.data(), Nq, H, s.V, dh.data(), nullptr);  // frozen head
+  if (t.lm_head_t_bf16 != nullptr) gemm_nt_bf16(ctx, dlogits.data(), t.lm_head_t_bf16, Nq, s.V, H, dh.data());
+  else gemm_backward(ctx, h.data(), t.lm_head, t.lm_head_t, dlogits.data(), Nq, H, s.V, dh.data(), nullptr);  // frozen head
   rmsnorm_backward(x.data(), p.norm.data(), s.eps, dh.data(), Nq, H, dx.data(), grad.norm.data());
   for (int64_t li = s.n_layers - 1; li >= 0; --li) {
     const DraftParams::Layer& l = p.layers[li];

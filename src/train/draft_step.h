@@ -44,6 +44,10 @@ struct FrozenTarget {
   std::function<void(const int32_t* ids, int64_t n, float* out)> embed;  // out: [n, H]
   const float* lm_head = nullptr;                                         // [V, H]
   const float* lm_head_t = nullptr;  // [H, V] its transpose when the caller keeps one; nullptr: made per step
+  // bf16 copies of both: when set, the head's two products run in bf16
+  // (gemm_nt_bf16), the cost that dominates a step at a large vocabulary.
+  const uint16_t* lm_head_bf16 = nullptr;    // [V, H]
+  const uint16_t* lm_head_t_bf16 = nullptr;  // [H, V]
 };
 
 struct DraftRow {
@@ -65,7 +69,7 @@ struct DraftRow {
 struct DraftStepResult {
   double loss = 0;
   std::vector<uint8_t> correct;  // [nA * B] argmax(draft) == label
-  std::vector<float> logits;     // [nA * B, V] draft logits of every block slot
+  std::vector<float> logits;     // [nA * B, V] draft logits of every block slot (forward-only calls; empty when training)
 };
 
 // Forward, loss and backward; grads accumulate into *grad (same shapes as

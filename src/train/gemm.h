@@ -3,7 +3,8 @@
 // forward y = x w^T, and the backward's dx = dy w and dw += dy^T x through
 // transposed copies, so all three are the one batch-invariant kernel.
 // linear_backward (grad_ops.h, double accumulation) is the scalar reference
-// twin; tests/train/gemm_test.cc checks one against the other.
+// twin; tests/train/gemm_test.cc checks one against the other. Also the
+// threaded cross-entropy over the vocabulary, twin of grad_ops.h's.
 #pragma once
 #include <cstdint>
 
@@ -23,5 +24,17 @@ void gemm_nt(const OpContext& c, const float* x, const float* w, int64_t M, int6
 // w_t: w^T [K, N] if the caller keeps one (a frozen head), else nullptr.
 void gemm_backward(const OpContext& c, const float* x, const float* w, const float* w_t, const float* dy, int64_t M,
                    int64_t K, int64_t N, float* dx, float* dw);
+
+// y[M, N] = bf16(x)[M, K] @ w[N, K]^T with bf16 w, f32 sums
+// (KernelTable::matmul_bf16_dp, or the bf16-weight kernel on the rounded x
+// where the CPU has no AVX-512 BF16): the frozen lm_head's products, as
+// bf16 autocast runs them (training.md §4).
+void gemm_nt_bf16(const OpContext& c, const float* x, const uint16_t* w, int64_t M, int64_t K, int64_t N, float* y);
+
+// grad_ops.h cross_entropy, threaded over rows, f32 exp with double sums;
+// also correct[i] = (argmax z_i == label_i) for every row (weight 0
+// included). dlogits may alias logits (written row by row after reading).
+double cross_entropy_rows(const OpContext& c, const float* logits, const int32_t* labels, const float* weight,
+                          int64_t n, int64_t V, double denom, float* dlogits, uint8_t* correct);
 
 }  // namespace blockspec

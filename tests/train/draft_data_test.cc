@@ -35,6 +35,7 @@ TEST(DraftData, RoundTripResumeAndTruncation) {
   {
     DraftDataWriter w(path, 2, 4);  // resumes
     ASSERT_EQ(w.done(), std::vector<int64_t>{7});
+    EXPECT_THROW(DraftDataWriter(path, 2, 4), Error);  // one writer at a time
     w.append({3, 3, 1, 2, t2.data(), taps2.data()});
   }
   const auto size_two = fs::file_size(path);
@@ -72,6 +73,7 @@ TEST(DraftData, RoundTripResumeAndTruncation) {
   EXPECT_THROW(DraftData(tmp_path("bad.bin")), Error);
   EXPECT_THROW(DraftData(tmp_path("missing.bin")), Error);
   fs::remove(path);
+  fs::remove(path + ".lock");
   fs::remove(tmp_path("bad.bin"));
 }
 

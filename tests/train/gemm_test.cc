@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <algorithm>
 #include <cmath>
 
 #include "train/grad_ops.h"
@@ -50,6 +51,50 @@ TEST(TrainGemm, ForwardAndBackwardMatchTheReference) {
       EXPECT_LT(max_rel(dw, dw_ref), 1e-5) << M << "x" << K << "x" << N;
     }
   }
+}
+
+TEST(TrainGemm, Bf16HeadProductIsTheF32OneToBf16Precision) {
+  ThreadPool pool(2);
+  const KernelTable kt = select_kernels("");
+  const OpContext c{&kt, &pool};
+  const int64_t M = 9, K = 70, N = 33;
+  const std::vector<float> x = randv(M * K, 5), w = randv(N * K, 6);
+  std::vector<uint16_t> wb(N * K);
+  std::vector<float> wr(N * K), xr(M * K);
+  for (int64_t i = 0; i < N * K; ++i) wb[i] = f32_to_bf16(w[i]), wr[i] = bf16_to_f32(wb[i]);
+  for (int64_t i = 0; i < M * K; ++i) xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  std::vector<float> y(M * N), y_exact(M * N), y_f32(M * N);
+  gemm_nt_bf16(c, x.data(), wb.data(), M, K, N, y.data());
+  gemm_nt(c, xr.data(), wr.data(), M, K, N, y_exact.data());  // the same rounded operands in f32
+  gemm_nt(c, x.data(), w.data(), M, K, N, y_f32.data());
+  EXPECT_LT(max_rel(y, y_exact), 1e-5);
+  EXPECT_LT(max_rel(y, y_f32), 3e-2);
+  EXPECT_GT(max_rel(y, y_f32), 0);  // it did round
+}
+
+TEST(TrainGemm, CrossEntropyRowsMatchesTheReference) {
+  ThreadPool pool(2);
+  const KernelTable kt = select_kernels("");
+  const OpContext c{&kt, &pool};
+  const int64_t n = 7, V = 301;
+  std::vector<float> z = randv(n * V, 4, 3.f);
+  const std::vector<int32_t> labels = {0, 300, 17, 5, 99, 250, 1};
+  const std::vector<float> w = {1, 0.5f, 0, 1, 0.25f, 1, 0.7f};
+  z[3 * V + 5] = 40.f;  // row 3: its label is the argmax
+  std::vector<float> dz_ref(n * V), dz(n * V);
+  const double ref = cross_entropy(z.data(), labels.data(), w.data(), n, V, 4.5, dz_ref.data());
+  std::vector<uint8_t> correct(n, 9);
+  const double got = cross_entropy_rows(c, z.data(), labels.data(), w.data(), n, V, 4.5, dz.data(), correct.data());
+  EXPECT_NEAR(got, ref, 1e-6 * std::fabs(ref));
+  EXPECT_LT(max_rel(dz, dz_ref), 1e-5);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* r = z.data() + i * V;
+    EXPECT_EQ(correct[i], std::max_element(r, r + V) - r == labels[i]) << i;
+  }
+  EXPECT_EQ(correct[3], 1);
+  std::vector<float> inplace = z;  // dlogits over the logits
+  cross_entropy_rows(c, inplace.data(), labels.data(), w.data(), n, V, 4.5, inplace.data(), correct.data());
+  EXPECT_EQ(inplace, dz);
 }
 
 }  // namespace

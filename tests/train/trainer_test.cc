@@ -63,7 +63,7 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
   ThreadPool pool(2);
   const KernelTable kt = select_kernels("");
   const OpContext ctx{&kt, &pool};
-  auto frozen = freeze_target(*model, pool);
+  auto frozen = freeze_target(*model, pool, false);
   DraftShape s;
   s.H = 64, s.n_heads = 4, s.n_kv_heads = 2, s.head_dim = 16, s.F = 96, s.n_layers = 1, s.tap_width = 128;
   s.V = 256, s.eps = 1e-6f;

@@ -1,0 +1,360 @@
+#!/usr/bin/env python3
+"""Gradient golden of the DFlash drafter training step (issue 15, training.md §11, llm.c test_gpt2.c style).
+
+Writes tests/fixtures/train/draft_grad.safetensors and tests/fixtures/train/README.md. Developers run this by hand;
+CI only reads the committed fixture (tests/train/draft_grad_golden_test.cc).
+
+The reference is written here from the definitions (training.md §2-§3, dflash.md §2, src/train/draft_step.h and
+src/train/blocks.h), not from the C++: a tiny 2-layer DFlash drafter in float64 PyTorch, its gradients by autograd,
+and 10 steps of torch.optim.AdamW. Every input is rounded to f32 before the f64 forward, so the stored f32 inputs are
+exactly the ones the reference saw; outputs are stored f32 (losses f64).
+
+Venv (outside the repository; the PyPI torch 2.15.0 wheel is a CUDA build that runs on a CPU when its CUDA
+libraries load, training.md §9.3):
+
+    python3 -m venv /work/venv-torch           # any path
+    /work/venv-torch/bin/pip install torch==2.15.0 numpy==2.4.6 safetensors==0.8.0
+    /work/venv-torch/bin/python scripts/make_train_golden.py
+
+The plain `pip install torch==2.15.0` pulls the whole CUDA 13 stack (several GB of wheels). The slim install
+(~1.1 GB) that worked on the project's 2-core dev machine, whose /usr/local/cuda-13.0/lib (in ld.so.conf) already
+supplies cuBLAS / cuDNN 13 but an older NCCL and no cuFile / cuSPARSELt / NVSHMEM:
+
+    pip download --no-deps -d /tmp/w torch==2.15.0 && pip install --no-deps /tmp/w/torch-2.15.0-*.whl
+    pip install filelock typing-extensions sympy networkx jinja2 fsspec numpy==2.4.6 safetensors==0.8.0
+    pip install --no-deps nvidia-cuda-runtime==13.2.86 nvidia-cuda-cupti==13.2.86 nvidia-cufile==1.17.1.22 \
+        nvidia-cusparselt-cu13==0.8.1 nvidia-nvshmem-cu13==3.7.2 nvidia-nccl-cu13==2.30.7
+
+(`import torch` names the next missing library if one is absent.) CPU, one thread, deterministic algorithms, fixed
+seed: running the script twice writes byte-identical files.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import math
+import sys
+from pathlib import Path
+
+PINNED = {"torch": "2.15.0", "numpy": "2.4.6", "safetensors": "0.8.0"}
+
+
+def check_versions():
+    found = {}
+    for name in PINNED:
+        try:
+            found[name] = importlib.metadata.version(name).split("+")[0]
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = "(not installed)"
+    bad = [f"{k}: need {v}, found {found[k]}" for k, v in PINNED.items() if found[k] != v]
+    if bad:
+        sys.exit("make_train_golden.py: wrong package versions (see the docstring for the venv):\n  "
+                 + "\n  ".join(bad))
+    return found
+
+
+VERSIONS = check_versions()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from safetensors.numpy import save_file  # noqa: E402
+
+torch.set_num_threads(1)
+torch.use_deterministic_algorithms(True)
+f64 = torch.float64
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "tests/fixtures/train"
+
+# ---- the tiny drafter and its row ----
+H, N_HEADS, N_KV, HEAD_DIM, F, V, N_LAYERS = 64, 4, 2, 16, 128, 256, 2
+TARGET_H, N_TAPS = 32, 3
+TAP_W = N_TAPS * TARGET_H  # 96
+B, S = 4, 32
+THETA, EPS = 10000.0, 1e-6
+MASK_ID = 250
+DOC = [0] * 20 + [1] * 12  # two documents; position ids restart at 0 in each
+LOSS_MASK = [0 if i in (0, 1, 2, 8) else 1 for i in range(S)]  # 8: a masked slot inside a block
+ANCHORS = [6, 18, 27]  # 18: slots 2 and 3 fall in the next document and do not count
+LAYER_CAUSAL = [True, False]  # layer 0: causal inside the block, full context
+LAYER_WINDOW = [0, 3]  # layer 1: bidirectional block, sliding window of 3 (cuts context and block keys)
+GAMMA = 4.0  # fixed loss decay w(k) = exp(-(k - 1) / gamma), w(0) = 0
+SEED = 15
+ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+N_STEPS = 10
+N_A, NQ = len(ANCHORS), len(ANCHORS) * B
+
+
+def f32(t):
+    """Round to f32 and back: the reference sees exactly the stored values."""
+    return t.to(torch.float32).to(f64)
+
+
+def param_shapes():
+    """DraftParams::each order and names, [out, in] matrices."""
+    nq, nk = N_HEADS * HEAD_DIM, N_KV * HEAD_DIM
+    shapes = [("fc.weight", (H, TAP_W)), ("hidden_norm.weight", (H,))]
+    for i in range(N_LAYERS):
+        p = f"layers.{i}."
+        shapes += [(p + "input_layernorm.weight", (H,)), (p + "self_attn.q_proj.weight", (nq, H)),
+                   (p + "self_attn.k_proj.weight", (nk, H)), (p + "self_attn.v_proj.weight", (nk, H)),
+                   (p + "self_attn.o_proj.weight", (H, nq)), (p + "self_attn.q_norm.weight", (HEAD_DIM,)),
+                   (p + "self_attn.k_norm.weight", (HEAD_DIM,)), (p + "post_attention_layernorm.weight", (H,)),
+                   (p + "mlp.gate_up_proj.weight", (2 * F, H)), (p + "mlp.down_proj.weight", (H, F))]
+    return shapes + [("norm.weight", (H,))]
+
+
+def make_inputs(g):
+    taps = f32(torch.randn(S, TAP_W, generator=g, dtype=f64))
+    tokens = torch.randint(0, MASK_ID, (S,), generator=g)
+    params = {}
+    for name, shape in param_shapes():
+        if len(shape) == 1:  # norms: around 1, not 1, so their gradients matter
+            params[name] = f32(1 + 0.1 * torch.randn(shape, generator=g, dtype=f64))
+        else:
+            params[name] = f32(torch.randn(shape, generator=g, dtype=f64) / math.sqrt(shape[1]))
+    embed = f32(0.5 * torch.randn(V, H, generator=g, dtype=f64))
+    lm_head = f32(0.3 * torch.randn(V, H, generator=g, dtype=f64))
+    labels_all = torch.randint(0, V, (NQ,), generator=g)
+    return taps, tokens, params, embed, lm_head, labels_all
+
+
+def positions():
+    pos, prev = [], None
+    for d in DOC:
+        pos.append(0 if d != prev else pos[-1] + 1)
+        prev = d
+    return pos
+
+
+def slot_targets(labels_all):
+    """training.md §2.6 / §3: slot k of block j at row index i = a_j + k counts iff k >= 1, i < S, loss_mask[i] and
+    i lies in the anchor's document; weight = count * exp(-(k - 1) / gamma); label 0 where it does not count."""
+    labels, weight, count = [], [], 0
+    for j, a in enumerate(ANCHORS):
+        for k in range(B):
+            i = a + k
+            ok = k >= 1 and i < S and LOSS_MASK[i] == 1 and DOC[i] == DOC[a]
+            labels.append(int(labels_all[j * B + k]) if ok else 0)
+            weight.append(math.exp(-(k - 1) / GAMMA) if ok else 0.0)
+            count += ok
+    return labels, f32(torch.tensor(weight, dtype=f64)), float(count)
+
+
+def visibility(causal, window):
+    """training.md §2.4: keys [S context | NQ block]; query (j, k) at row index p = a_j + k sees context key q iff
+    q is in a_j's document, q < a_j, and p - q < W when windowed; block key (j, l) iff l <= k when causal and
+    |k - l| < W when windowed; nothing else. [NQ, S + NQ] bool"""
+    m = torch.zeros(NQ, S + NQ, dtype=torch.bool)
+    for j, a in enumerate(ANCHORS):
+        for k in range(B):
+            r, p = j * B + k, a + k
+            for q in range(S):
+                m[r, q] = DOC[q] == DOC[a] and q < a and (window == 0 or p - q < window)
+            for l in range(B):
+                m[r, S + j * B + l] = (not causal or l <= k) and (window == 0 or abs(k - l) < window)
+    return m
+
+
+def spans_of(m):
+    """The visible keys of each query as two ranges [lo0, hi0) (context) and [lo1, hi1) (block), the layout
+    masked_attention takes; an empty context range is written [a_j, a_j). [NQ, 4] int32"""
+    out = []
+    for r in range(NQ):
+        ranges = []
+        for lo_key, hi_key in ((0, S), (S, S + NQ)):
+            idx = [q for q in range(lo_key, hi_key) if m[r, q]]
+            if idx:
+                assert idx == list(range(idx[0], idx[-1] + 1)), f"query {r}: keys not contiguous"
+                ranges += [idx[0], idx[-1] + 1]
+            else:
+                a = ANCHORS[r // B]
+                ranges += [a, a]
+        out.append(ranges)
+    return np.array(out, dtype=np.int32)
+
+
+# ---- the forward, from the definitions ----
+
+def rmsnorm(x, w):
+    """Qwen3 RMSNorm with a plain weight: x / sqrt(mean(x^2) + eps) * w over the last dim."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w
+
+
+def rope(x, pos):
+    """NeoX RoPE of x [n, heads, hd] at positions pos [n]: each pair (i, i + hd/2) rotated by pos * theta^(-2i/hd)."""
+    half = HEAD_DIM // 2
+    inv_freq = THETA ** (-torch.arange(0, half, dtype=f64) * 2 / HEAD_DIM)
+    ang = pos.to(f64)[:, None] * inv_freq[None, :]
+    cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def attention(q, k, v, visible):
+    """q [NQ, heads, hd], k v [NK, kv_heads, hd], GQA (head h reads kv head h // (heads / kv_heads)),
+    softmax(q k^T / sqrt(hd)) over the visible keys only. -> [NQ, heads * hd]"""
+    rep = N_HEADS // N_KV
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # [NK, heads, hd]
+    scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(HEAD_DIM)
+    scores = scores.masked_fill(~visible[None], float("-inf"))
+    out = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
+    return out.reshape(q.shape[0], N_HEADS * HEAD_DIM)
+
+
+def forward(P, inp):
+    """Draft logits [NQ, V] and the weighted CE loss of one row."""
+    c = rmsnorm(inp["taps"] @ P["fc.weight"].T, P["hidden_norm.weight"])  # [S, H] context features
+    x = inp["embed"][inp["block_ids"]]  # [NQ, H] frozen target embedding of [anchor, MASK x (B-1)]
+    for i in range(N_LAYERS):
+        w = lambda n: P[f"layers.{i}.{n}.weight"]  # noqa: E731
+        a = rmsnorm(x, w("input_layernorm"))  # block rows only; the context gets no input norm
+        q = (a @ w("self_attn.q_proj").T).view(NQ, N_HEADS, HEAD_DIM)
+        kb = (a @ w("self_attn.k_proj").T).view(NQ, N_KV, HEAD_DIM)
+        vb = (a @ w("self_attn.v_proj").T).view(NQ, N_KV, HEAD_DIM)
+        kc = (c @ w("self_attn.k_proj").T).view(S, N_KV, HEAD_DIM)
+        vc = (c @ w("self_attn.v_proj").T).view(S, N_KV, HEAD_DIM)
+        q = rope(rmsnorm(q, w("self_attn.q_norm")), inp["pos_block"])
+        kb = rope(rmsnorm(kb, w("self_attn.k_norm")), inp["pos_block"])
+        kc = rope(rmsnorm(kc, w("self_attn.k_norm")), inp["pos"])
+        att = attention(q, torch.cat([kc, kb]), torch.cat([vc, vb]), inp["visible"][i])
+        x = x + att @ w("self_attn.o_proj").T
+        gu = rmsnorm(x, w("post_attention_layernorm")) @ w("mlp.gate_up_proj").T  # [NQ, 2F]: gate | up
+        x = x + (torch.nn.functional.silu(gu[:, :F]) * gu[:, F:]) @ w("mlp.down_proj").T
+    logits = rmsnorm(x, P["norm.weight"]) @ inp["lm_head"].T  # frozen target head
+    nll = torch.logsumexp(logits, -1) - logits.gather(1, inp["labels"][:, None])[:, 0]
+    return logits, (inp["weight"] * nll).sum() / inp["denom"]
+
+
+def main():
+    g = torch.Generator().manual_seed(SEED)
+    taps, tokens, params, embed, lm_head, labels_all = make_inputs(g)
+    pos = positions()
+    labels, weight, denom = slot_targets(labels_all)
+    block_ids = [int(tokens[a]) if k == 0 else MASK_ID for a in ANCHORS for k in range(B)]
+    visible = [visibility(c, w) for c, w in zip(LAYER_CAUSAL, LAYER_WINDOW)]
+    inp = dict(taps=taps, embed=embed, lm_head=lm_head, block_ids=torch.tensor(block_ids),
+               pos=torch.tensor(pos), pos_block=torch.tensor([pos[a] + k for a in ANCHORS for k in range(B)]),
+               visible=visible, labels=torch.tensor(labels), weight=weight, denom=denom)
+
+    # One forward + backward.
+    P = {n: t.clone().requires_grad_(True) for n, t in params.items()}
+    logits, loss = forward(P, inp)
+    loss.backward()
+    grads = {n: t.grad.clone() for n, t in P.items()}
+
+    # 10 AdamW steps at a constant lr, loss recorded before each step.
+    P = {n: t.clone().requires_grad_(True) for n, t in params.items()}
+    opt = torch.optim.AdamW(list(P.values()), foreach=False, **ADAMW)
+    losses, step1 = [], None
+    for step in range(N_STEPS):
+        opt.zero_grad()
+        _, l = forward(P, inp)
+        l.backward()
+        if step == 0:
+            assert l.item() == loss.item() and all(torch.equal(P[n].grad, grads[n]) for n in P)
+        losses.append(l.item())
+        opt.step()
+        if step == 0:
+            step1 = {n: t.detach().clone() for n, t in P.items()}
+
+    def a32(t):
+        return np.ascontiguousarray(t.detach().to(torch.float32).numpy())
+
+    def i32(v):
+        return np.ascontiguousarray(np.array(v, dtype=np.int32))
+
+    used = sorted(set(block_ids))
+    out = {
+        "taps": a32(taps), "pos": i32(pos), "doc": i32(DOC), "loss_mask": i32(LOSS_MASK), "anchors": i32(ANCHORS),
+        "block_ids": i32(block_ids), "labels": i32(labels), "weight": a32(weight),
+        "denom": np.array([denom], dtype=np.float64),
+        "target.embed_ids": i32(used), "target.embed_rows": a32(embed[used]), "target.lm_head": a32(lm_head),
+        "logits": a32(logits), "loss": np.array([loss.item()], dtype=np.float64),
+        "adamw.losses": np.array(losses, dtype=np.float64),
+    }
+    for i, m in enumerate(visible):
+        out[f"spans.{i}"] = spans_of(m)
+    for n in params:
+        out[n] = a32(params[n])
+        out["grad." + n] = a32(grads[n])
+        out["step1." + n] = a32(step1[n])
+    meta = {
+        "made_by": "scripts/make_train_golden.py",
+        "versions": " ".join(f"{k}=={v}" for k, v in VERSIONS.items()),
+        "H": H, "n_heads": N_HEADS, "n_kv_heads": N_KV, "head_dim": HEAD_DIM, "F": F, "V": V, "n_layers": N_LAYERS,
+        "tap_width": TAP_W, "block_size": B, "S": S, "rope_theta": THETA, "eps": EPS, "mask_token_id": MASK_ID,
+        "layer_causal": LAYER_CAUSAL, "layer_window": LAYER_WINDOW, "loss_decay_gamma": GAMMA,
+        "adamw": "lr={lr} beta1={b[0]} beta2={b[1]} eps={eps} weight_decay={weight_decay}".format(b=ADAMW["betas"],
+                                                                                              **ADAMW),
+        "adamw_steps": N_STEPS,
+    }
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / "draft_grad.safetensors"
+    # One metadata key: safetensors writes its metadata map in hash order, so several keys would not give the same
+    # bytes twice.
+    save_file(out, str(path), metadata={"config": json.dumps(meta, sort_keys=True)})
+    path.chmod(0o644)
+    (OUT / "README.md").write_text(readme(meta))
+    print(f"wrote {path.relative_to(REPO)} ({path.stat().st_size} bytes): loss {loss.item():.9f}, "
+          f"AdamW losses {losses[0]:.6f} .. {losses[-1]:.6f}")
+
+
+def readme(meta):
+    names = "\n".join(f"| `{n}` | {list(s)} |" for n, s in param_shapes())
+    return f"""# Training fixtures (issue 15, training.md §11)
+
+Made by `scripts/make_train_golden.py` ({meta["versions"]}; how to make the venv is in the script's
+docstring), run from the repository root:
+
+    <venv>/bin/python scripts/make_train_golden.py
+
+Read by `tests/train/draft_grad_golden_test.cc` (target `train_golden_tests`). Running the script again writes the
+same bytes.
+
+## draft_grad.safetensors
+
+The DFlash drafter training step (`train/draft_step`) in float64 PyTorch with autograd, written from the
+definitions (training.md §2-§3), not from the C++, and 10 steps of `torch.optim.AdamW`. Inputs are rounded to f32
+before the f64 forward, so the stored inputs are exactly what the reference saw; results are stored f32 (losses f64).
+
+Drafter: {N_LAYERS} layers, H {H}, {N_HEADS} query / {N_KV} KV heads x head_dim {HEAD_DIM}, F {F}, V {V},
+RMSNorm eps {EPS} (plain weight), NeoX RoPE theta {THETA:g} over the whole head, {N_TAPS} taps of a target hidden
+size {TARGET_H} (tap_width {TAP_W}). Layer 0: block keys causal, all of the context; layer 1: block keys
+bidirectional, sliding window 3 (a query at row index p sees context keys q with p - q < 3 and block slots l with
+|k - l| < 3). Row: S {S} context tokens in two documents (rows 0-19 and 20-31, position ids restarting at 0),
+block size B {B}, anchors {ANCHORS}, mask token {MASK_ID}, loss weights exp(-(k - 1) / {GAMMA:g}). The
+safetensors metadata key `config` (a JSON object) repeats these numbers.
+
+| tensor | shape, dtype | meaning |
+|---|---|---|
+| `taps` | [{S}, {TAP_W}] f32 | the target's tap features of the context rows |
+| `pos` | [{S}] i32 | position ids (restart per document) |
+| `doc` | [{S}] i32 | document id of each row |
+| `loss_mask` | [{S}] i32 | 1 on trained tokens (0 at rows 0, 1, 2, 8) |
+| `anchors` | [{N_A}] i32 | anchor row indices |
+| `block_ids` | [{NQ}] i32 | per block: the anchor's token, then {B - 1} x mask token |
+| `spans.0`, `spans.1` | [{NQ}, 4] i32 | per layer, the keys each block query sees: [lo0, hi0) context rows, [lo1, hi1) block rows laid out after the {S} context keys (an empty context range is [a, a)); from the visibility rule of training.md §2.4 |
+| `labels` | [{NQ}] i32 | label of each block slot (0 where it does not count) |
+| `weight` | [{NQ}] f32 | mask x exp(-(k - 1) / {GAMMA:g}); 0 on slot 0, masked rows and rows past the document |
+| `denom` | [1] f64 | the loss denominator: the number of counted slots |
+| `target.embed_ids`, `target.embed_rows` | [n] i32, [n, {H}] f32 | the frozen target embedding rows of the ids in `block_ids` |
+| `target.lm_head` | [{V}, {H}] f32 | the frozen target lm_head |
+| *param* | below | the initial parameters, named and ordered as `DraftParams::each` |
+| `logits` | [{NQ}, {V}] f32 | draft logits of every block slot |
+| `loss` | [1] f64 | sum_i weight_i (logsumexp(z_i) - z_i[label_i]) / denom |
+| `grad.`*param* | as *param* | d loss / d param |
+| `adamw.losses` | [{N_STEPS}] f64 | the loss before each of {N_STEPS} `torch.optim.AdamW` steps ({meta["adamw"]}, constant) |
+| `step1.`*param* | as *param* | the parameters after the first AdamW step |
+
+Parameters (`mlp.gate_up_proj.weight` is gate_proj rows then up_proj rows):
+
+| param | shape |
+|---|---|
+{names}
+"""
+
+
+if __name__ == "__main__":
+    main()

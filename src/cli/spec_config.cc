@@ -1,6 +1,8 @@
 #include "cli/spec_config.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -10,6 +12,30 @@
 namespace blockspec {
 
 using nlohmann::json;
+
+std::vector<std::string> drafter_dirs() {
+  std::vector<std::string> d;
+  if (const char* e = std::getenv("BLOCKSPEC_DRAFTERS"); e != nullptr && *e != '\0') d.push_back(e);
+#ifdef BS_DRAFTERS_DIR
+  d.push_back(BS_DRAFTERS_DIR);
+#endif
+  return d;
+}
+
+std::string resolve_drafter(const std::string& model) {
+  namespace fs = std::filesystem;
+  if (model.empty() || model.find('/') != std::string::npos || fs::exists(model)) return model;
+  std::string known;
+  for (const std::string& dir : drafter_dirs()) {
+    const fs::path p = fs::path(dir) / model;
+    if (is_draft_checkpoint(p.string())) return p.string();
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (is_draft_checkpoint(e.path().string())) known += (known.empty() ? "" : ", ") + e.path().filename().string();
+  }
+  fail("--speculative-config: \"model\" ", model, " is neither a directory nor a shipped drafter (shipped: ",
+       known.empty() ? "none found" : known, ")");
+}
 
 SpecConfig parse_spec_config(const std::string& text) {
   const char* what = "--speculative-config";
@@ -45,6 +71,7 @@ SpecConfig parse_spec_config(const std::string& text) {
            "\" (known: method, model, num_speculative_tokens, prompt_lookup_max, prompt_lookup_min, "
            "draft_sample_method)");
   }
+  if (method != "ngram") model = resolve_drafter(model);  // a short name of a shipped drafter
   if (method.empty() && !model.empty() && is_draft_checkpoint(model)) method = "dflash";  // refined below
   if (method.empty()) fail(what, ": missing \"method\" (dflash, dflash2 or ngram)");
   if (method != "dflash" && method != "dflash2" && method != "ngram")

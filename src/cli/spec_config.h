@@ -5,6 +5,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/dflash.h"
 #include "runtime/spec_config.h"
@@ -16,7 +17,14 @@ namespace blockspec {
 // architectures (DFlash2DraftModel -> dflash2); "dflash" naming a DFlash2
 // drafter runs it as dflash2 (vLLM does the same). The drafter's config.json
 // is read here, once, into cfg.draft. Errors name the key.
+// "model" is a drafter directory, or the short name of a drafter shipped in
+// the repository's drafters/ (e.g. "smollm2-135m-dflash"), looked up in
+// $BLOCKSPEC_DRAFTERS first.
 SpecConfig parse_spec_config(const std::string& json_text);
+
+// A short drafter name to its directory (a path, or a name no drafters
+// directory holds, is returned as given / fails naming the shipped ones).
+std::string resolve_drafter(const std::string& model);
 
 // The drafter cfg names (nullptr for ngram), loaded for `target` from the
 // config parse_spec_config read.

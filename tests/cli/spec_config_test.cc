@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "base/error.h"
@@ -52,6 +53,18 @@ TEST(SpecConfigParse, DrafterConfigReadOnceAndDecidesTheMethod) {
     EXPECT_EQ(c.num_speculative_tokens, 3);
     EXPECT_TRUE(c.greedy_draft);
   }
+}
+
+TEST(SpecConfigParse, ShippedDraftersByShortName) {
+  // $BLOCKSPEC_DRAFTERS is searched first: the fixture drafters stand in for shipped ones.
+  ASSERT_EQ(::setenv("BLOCKSPEC_DRAFTERS", kDrafters.c_str(), 1), 0);
+  const SpecConfig c = parse_spec_config(R"({"method":"dflash","model":"dflash2"})");
+  EXPECT_EQ(c.model, kDrafters + "dflash2");
+  EXPECT_EQ(c.method, SpecMethod::kDFlash2);
+  const std::string e = error_of(R"({"method":"dflash","model":"no-such-drafter"})");
+  EXPECT_NE(e.find("no-such-drafter is neither a directory nor a shipped drafter"), std::string::npos) << e;
+  EXPECT_NE(e.find("dflash2"), std::string::npos) << e;  // the names it knows
+  ::unsetenv("BLOCKSPEC_DRAFTERS");
 }
 
 TEST(SpecConfigParse, BadConfigsNameWhatIsWrong) {

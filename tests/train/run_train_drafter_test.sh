@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# CTest entry (label e2e): `blockspec train-drafter` learns. On SmolLM2-135M
+# (scripts/fetch_models.sh smollm2) and 64 gsm8k training prompts it
+# generates the target's own responses with taps through the batched engine,
+# trains a 1-layer DFlash drafter for a few minutes, and must raise the
+# held-out expected acceptance length (eal, training.md §3) well above the
+# untrained drafter's. The result must pass `blockspec check` and, served
+# through --speculative-config, give exactly the tokens of plain decoding.
+#   tests/train/run_train_drafter_test.sh BLOCKSPEC_BINARY
+set -euo pipefail
+bs=$1
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${BLOCKSPEC_CACHE:-$HOME/.cache/blockspec}
+model=$cache/models/smollm2.gguf
+[[ -f $model ]] || { echo "run_train_drafter_test.sh: $model is missing: run scripts/fetch_models.sh smollm2" >&2; exit 1; }
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+"$bs" train-drafter "$model" "$out/drafter" --prompts "$here/../fixtures/train/gsm8k_train_head.jsonl" \
+  --max-new-tokens 96 --concurrency 16 --epochs 30 --max-anchors 64 --seq-len 1024 --lr 2e-3 --threads 2 \
+  2> "$out/log" || { cat "$out/log" >&2; exit 1; }
+grep -E '^(data:|step|done)' "$out/log" | tail -5
+line=$(grep '^done:' "$out/log")
+read -r before after < <(sed -E 's/.*held-out eal ([0-9.]+) -> ([0-9.]+).*/\1 \2/' <<< "$line")
+python3 - "$before" "$after" <<'PY'
+import sys
+before, after = map(float, sys.argv[1:])
+print(f"held-out eal: untrained {before:.3f}, trained {after:.3f}")
+assert before < 1.15, f"an untrained drafter should accept almost nothing, eal {before}"
+assert after >= before + 0.3, f"training did not raise the held-out eal enough: {before} -> {after}"
+PY
+"$bs" check "$out/drafter" --target "$model"
+prompt='Tom has 3 apples and buys 5 more. How many apples does he have?'
+plain=$("$bs" generate -m "$model" -p "$prompt" -n 48 --threads 2)
+spec=$("$bs" generate -m "$model" -p "$prompt" -n 48 --threads 2 \
+  --speculative-config "{\"method\":\"dflash\",\"model\":\"$out/drafter\"}")
+[[ "$plain" == "$spec" ]] || { echo "DFlash output differs from plain decoding:"; echo "$plain"; echo "---"; echo "$spec"; exit 1; }
+echo "train-drafter e2e: ok"

@@ -42,7 +42,8 @@ Url parse_url(const std::string& u) {
   return {"http://" + rest};
 }
 
-// Sums of the spec-decode counters in Prometheus text (blockspec: or vllm: prefix).
+// Sums of the spec-decode counters in Prometheus text (blockspec: or vllm:
+// prefix); the per-position counter is kept per position ("...[i]").
 std::map<std::string, double> spec_counters(const std::string& text) {
   std::map<std::string, double> out;
   std::istringstream in(text);
@@ -53,8 +54,14 @@ std::map<std::string, double> spec_counters(const std::string& text) {
     const size_t sp = line.rfind(' ');
     if (colon == std::string::npos || sp == std::string::npos || sp < colon) continue;
     std::string name = line.substr(colon + 1, sp - colon - 1);
-    const size_t brace = name.find('{');  // labels (model_name, position) are summed over
-    if (brace != std::string::npos) name.erase(brace);
+    const size_t brace = name.find('{');  // labels (model_name) are summed over, except position
+    if (brace != std::string::npos) {
+      const size_t at = name.find("position=\"", brace);
+      std::string pos;
+      if (at != std::string::npos) pos = name.substr(at + 10, name.find('"', at + 10) - at - 10);
+      name.erase(brace);
+      if (!pos.empty()) name += "[" + pos + "]";
+    }
     if (name.rfind("spec_decode_", 0) != 0) continue;
     try {
       out[name] += std::stod(line.substr(sp + 1));
@@ -107,6 +114,7 @@ nlohmann::json bench_serving(const Args& a) {
 
   std::mutex mu;
   std::vector<double> ttft, tpot;
+  std::vector<std::string> texts(prompts.size());  // each response, to compare runs token for token
   int64_t out_tokens = 0, errors = 0, done = 0;
   std::atomic<int64_t> next{0};
   const double t0 = now_s();
@@ -125,7 +133,7 @@ nlohmann::json bench_serving(const Args& a) {
       const double start = now_s();
       double first = 0;
       int64_t completion = 0;
-      std::string buf;
+      std::string buf, text;
       bool ok = true;
       httplib::Request hreq;
       hreq.method = "POST";
@@ -151,6 +159,10 @@ nlohmann::json bench_serving(const Args& a) {
                 !d["content"].get<std::string>().empty())
               first = now_s();
           }
+          if (j.contains("choices") && !j["choices"].empty()) {
+            const auto& d = j["choices"][0]["delta"];
+            if (d.is_object() && d.contains("content") && d["content"].is_string()) text += d["content"].get<std::string>();
+          }
           if (j.contains("usage") && j["usage"].is_object())
             completion = j["usage"].value("completion_tokens", int64_t{0});
         }
@@ -167,6 +179,7 @@ nlohmann::json bench_serving(const Args& a) {
         continue;
       }
       out_tokens += completion;
+      texts[i] = text;
       if (first > 0) ttft.push_back((first - start) * 1e3);
       if (completion > 1 && first > 0) tpot.push_back((end - first) * 1e3 / static_cast<double>(completion - 1));
     }
@@ -186,6 +199,7 @@ nlohmann::json bench_serving(const Args& a) {
   j["output_tokens"] = out_tokens;
   j["duration_s"] = wall;
   j["output_tok_s"] = wall > 0 ? static_cast<double>(out_tokens) / wall : 0.0;
+  j["outputs"] = texts;
   j["ttft_ms_p50"] = pct(ttft, 0.5);
   j["ttft_ms_p99"] = pct(ttft, 0.99);
   j["tpot_ms_p50"] = pct(tpot, 0.5);
@@ -201,6 +215,11 @@ nlohmann::json bench_serving(const Args& a) {
   spec["num_draft_tokens"] = delta("spec_decode_num_draft_tokens_total");
   spec["num_accepted_tokens"] = acc;
   spec["mean_acceptance_length"] = drafts > 0 ? 1.0 + acc / drafts : 0.0;
+  std::vector<double> per_pos;  // fraction of drafts whose token at position i was accepted
+  for (int i = 0; drafts > 0 && after.count("spec_decode_num_accepted_tokens_per_pos_total[" + std::to_string(i) + "]");
+       ++i)
+    per_pos.push_back(delta("spec_decode_num_accepted_tokens_per_pos_total[" + std::to_string(i) + "]") / drafts);
+  spec["acceptance_per_pos"] = per_pos;
   j["spec"] = spec;
   std::fprintf(stderr,
                "%s (%s) | concurrency %lld | %lld requests, %lld errors | %.1f s\n"

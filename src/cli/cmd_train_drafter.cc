@@ -45,7 +45,7 @@ std::vector<FlagSpec> flags() {
     {"--taps", "", true, "target layer ids to tap, e.g. 1,7,13,19,25 (default: 5 spread over the target)"},
     {"--intermediate-size", "", true, "draft MLP width (default: the target's)"},
     {"--mask-token-id", "", true, "id of the mask token (default: the last special token that is not bos/eos)"},
-    {"--draft-vocab", "", true, "reduced draft vocabulary (not supported yet)"},
+    {"--draft-vocab", "", true, "reduced draft vocabulary: the N most frequent response tokens (default: the full vocabulary)"},
     {"--epochs", "", true, "passes over the data (default 6)"},
     {"--lr", "", true, "peak learning rate (default 6e-4)"},
     {"--seed", "", true, "seed of init, anchors and shuffles (default 42)"},
@@ -98,7 +98,6 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   const std::string method = a.str("--method", "dflash");
   if (method == "dflash2") fail("train-drafter: --method dflash2 is not trainable yet (its convolutions and selector have no backward)");
   if (method != "dflash") fail("train-drafter: --method must be dflash or dflash2, found \"", method, "\"");
-  if (a.has("--draft-vocab")) fail("train-drafter: --draft-vocab is not supported yet (the drafter uses the target's vocabulary)");
   const int64_t B = a.integer("--block-size", 8), n_layers = a.integer("--layers", 1);
   if (B < 2 || B > 32) fail("train-drafter: --block-size must be in [2, 32], found ", B);
   if (n_layers < 1 || n_layers > 16) fail("train-drafter: --layers must be in [1, 16], found ", n_layers);
@@ -212,7 +211,23 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   s.F = a.integer("--intermediate-size", mc.intermediate_size);
   s.n_layers = n_layers;
   s.tap_width = static_cast<int64_t>(taps.size()) * mc.hidden_size;
-  s.V = mc.vocab_size;
+  const int64_t Vd = a.integer("--draft-vocab", 0);
+  std::vector<int32_t> vocab;
+  if (Vd < 0 || Vd > mc.vocab_size) fail("--draft-vocab must be in [1, ", mc.vocab_size, "], found ", Vd);
+  const fs::path vocab_path = fs::path(out) / "draft_vocab.json";
+  if (Vd > 0 && Vd < mc.vocab_size) {
+    // Chosen once from the data and kept, so a resumed run trains the same head rows.
+    if (fs::exists(vocab_path)) {
+      std::ifstream f(vocab_path);
+      vocab = nlohmann::json::parse(f, nullptr, false).value("ids", std::vector<int32_t>{});
+      if (static_cast<int64_t>(vocab.size()) != Vd)
+        fail(vocab_path.string(), ": holds ", vocab.size(), " ids but --draft-vocab is ", Vd, "; use another OUT");
+    } else {
+      vocab = choose_draft_vocab(data, Vd, mc.vocab_size);
+      std::ofstream(vocab_path) << nlohmann::json{{"ids", vocab}}.dump() << "\n";
+    }
+  }
+  s.V = vocab.empty() ? mc.vocab_size : Vd;
   s.eps = static_cast<float>(mc.rms_norm_eps);
   ModelConfig rc;
   rc.head_dim = mc.head_dim;
@@ -231,7 +246,9 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   ThreadPool& pool = *model->op_context().pool;
   const std::string head_dtype = a.str("--head-dtype", "bf16");
   if (head_dtype != "bf16" && head_dtype != "f32") fail("--head-dtype must be bf16 or f32, found \"", head_dtype, "\"");
-  auto frozen = freeze_target(*model, pool, head_dtype == "bf16");
+  auto frozen = freeze_target(*model, pool, head_dtype == "bf16", vocab);
+  arch.draft_vocab = vocab;
+  arch.head = frozen->lm_head.data();
   const OpContext ctx = model->op_context();
   double last = -1;
   const TrainResult r = train_drafter(data, frozen->view, s, p, arch, to, out, a.has("--resume"), ctx,

@@ -95,6 +95,13 @@ DraftConfig parse_draft_config(const std::string& json_text, const std::string& 
       fail(what, ": field \"hidden_act\" must be \"silu\" for a DFlash drafter, found ", act->dump());
 
   d.block_size = r.integer("block_size", 16, 2);
+  if (auto [v, where] = r.find("draft_vocab_size"); v != nullptr) {
+    d.draft_vocab_size = r.integer("draft_vocab_size", 0, 1);
+    if (d.draft_vocab_size > b.vocab_size)
+      fail(what, ": draft_vocab_size ", d.draft_vocab_size, " exceeds vocab_size ", b.vocab_size);
+    if (d.method == DraftMethod::kDFlash2)
+      fail(what, ": draft_vocab_size: a DFlash2 drafter drafts over the full vocabulary (its selector indexes it)");
+  }
   d.mask_token_id = static_cast<int32_t>(r.integer("mask_token_id", std::nullopt, 0));
   if (auto [v, where] = r.find("num_target_layers"); v != nullptr) d.num_target_layers = r.integer("num_target_layers", 0, 1);
   if (auto [v, where] = r.find("target_layer_ids"); v != nullptr) {

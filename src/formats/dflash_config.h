@@ -35,6 +35,10 @@ struct DraftConfig {
   // input_embedding_scale.
   double output_multiplier = 1.0, final_logit_softcapping = 0.0, input_embedding_scale = 1.0;
   std::string dtype;  // "bfloat16", "float16", ... from dtype / torch_dtype ("" if absent)
+  // Reduced draft vocabulary (training.md §5; DFlash1 only): the drafter
+  // carries its own frozen lm_head.weight [draft_vocab_size, H] and d2t
+  // [draft_vocab_size] (target id = i + d2t[i]); 0 = the target's head.
+  int64_t draft_vocab_size = 0;
 
   int64_t n_taps() const { return static_cast<int64_t>(target_layer_ids.size()); }
 };

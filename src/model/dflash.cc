@@ -200,16 +200,22 @@ void DraftModel::forward_batch(const std::vector<DraftJob>& jobs) {
 }
 
 void DraftModel::logits(const float* hidden, int64_t n, std::vector<float>& out) {
-  const int64_t V = target_.config().vocab_size;
-  out.resize(n * V);
+  const int64_t V = target_.config().vocab_size, Vd = cfg_.draft_vocab_size;
   OpContext ctx = target_.op_context();
-  linear(ctx, hidden, target_.weights().lm_head, nullptr, out.data(), n);
+  std::vector<float>& z = Vd > 0 ? reduced_ : out;  // [n, Vd] or [n, V]
+  z.resize(n * (Vd > 0 ? Vd : V));
+  linear(ctx, hidden, Vd > 0 ? w_.lm_head : target_.weights().lm_head, nullptr, z.data(), n);
   const float mult = static_cast<float>(cfg_.output_multiplier);
   const float cap = static_cast<float>(cfg_.final_logit_softcapping);
   if (mult != 1.0f)
-    for (float& z : out) z *= mult;
+    for (float& x : z) x *= mult;
   if (cap > 0)
-    for (float& z : out) z = cap * std::tanh(z / cap);
+    for (float& x : z) x = cap * std::tanh(x / cap);
+  if (Vd > 0) {  // target ids outside the draft vocabulary get probability 0
+    out.assign(n * V, -INFINITY);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t i = 0; i < Vd; ++i) out[r * V + w_.d2t_ids[i]] = z[r * Vd + i];
+  }
 }
 
 void DraftModel::select(const float* hidden, const float* logits, int64_t k, int32_t anchor, float temperature,

@@ -42,6 +42,9 @@ struct DraftWeights {
   // DFlash2 candidate selector
   QuantTensor predecessor_codebook, successor_codebook;  // [V, r]
   QuantTensor hidden_projection;                         // [r, H]
+  // Reduced draft vocabulary (DraftConfig::draft_vocab_size > 0)
+  QuantTensor lm_head;           // [Vd, H] the drafter's own frozen head: target rows d2t_ids
+  std::vector<int32_t> d2t_ids;  // [Vd] target id of each draft id, ascending
   std::string format_summary;
 };
 
@@ -128,7 +131,8 @@ class DraftModel {
   // branch per linear, numerics unchanged either way.
   void set_observer(DraftObserver f) { observer_ = std::move(f); }
 
-  // Draft logits of n hidden rows through the target lm_head, times
+  // Draft logits of n hidden rows through the target lm_head (or the
+  // drafter's own reduced head, -inf outside its vocabulary), times
   // output_multiplier, softcapped: [n, V].
   void logits(const float* hidden, int64_t n, std::vector<float>& out);
 
@@ -154,6 +158,7 @@ class DraftModel {
   Transformer& target_;
   RopeTables rope_;
   DraftObserver observer_;
+  std::vector<float> reduced_;  // [n, draft_vocab_size] scratch of logits()
 };
 
 }  // namespace blockspec

@@ -335,6 +335,13 @@ std::vector<DraftProblem> check_drafter(const std::string& dir, const ModelConfi
   c.tensor("norm.weight", {H}, false, "final RMSNorm [hidden_size]");
   c.layers();
   if (d.method == DraftMethod::kDFlash2) c.selector();
+  if (d.draft_vocab_size > 0) {  // reduced vocabulary: its own frozen head and the id map (training.md §5)
+    c.tensor("lm_head.weight", {d.draft_vocab_size, d.base.hidden_size}, true,
+             "reduced draft head [draft_vocab_size, hidden_size]");
+    if (raw->has("d2t")) c.expected.insert("d2t");
+    else c.problem("d2t", "missing tensor [draft_vocab_size] int64 (draft id -> target id offsets)");
+    if (raw->has("t2d")) c.expected.insert("t2d");
+  }
   if (d.method == DraftMethod::kDFlash2 && !c.f16.empty())
     problems.push_back({c.f16.front(), str_cat(c.f16.size(), " tensor(s) stored F16 (first: ", c.f16.front(),
                                                "): DFlash2 overflows in fp16 (vLLM #55250); convert to bfloat16")});

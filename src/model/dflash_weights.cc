@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "model/dflash.h"
+#include "formats/safetensors.h"
 #include "model/hf_names.h"
 #include "model/weight_loader.h"
 
@@ -64,7 +65,7 @@ DraftModel::DraftModel(const std::string& dir, DraftConfig cfg, Transformer& tar
   const bool d2 = cfg_.method == DraftMethod::kDFlash2;
   const int64_t kt = cfg_.conv_kernel_size, G = d2 ? H / cfg_.conv_group_size : 0;
   const LayerSpec spec{H, nq, nkv, hd, F, b.attention_bias, b.attention_bias, true, false};
-  L.total = 3 + b.n_layers * (spec.n_tensors() + (d2 ? 4 : 0)) + (d2 ? 3 : 0);
+  L.total = 3 + b.n_layers * (spec.n_tensors() + (d2 ? 4 : 0)) + (d2 ? 3 : 0) + (cfg_.draft_vocab_size > 0 ? 1 : 0);
 
   // fc's input width decides which target it belongs to: say so plainly.
   if (src->has("fc.weight")) {
@@ -99,6 +100,22 @@ DraftModel::DraftModel(const std::string& dir, DraftConfig cfg, Transformer& tar
     w_.successor_codebook = K.matrix(codebook_name(*src, "candidate_selector.successor_codebook"), {tc.vocab_size, r});
     w_.hidden_projection = L.matrix("candidate_selector.hidden_projection.weight", {r, H});
   }
+  if (const int64_t Vd = cfg_.draft_vocab_size; Vd > 0) {  // training.md §5
+    w_.lm_head = L.matrix("lm_head.weight", {Vd, H});
+    if (!src->has("d2t")) fail(src->path(), ": draft_vocab_size is set but the tensor d2t is missing");
+    const Tensor d2t = SafetensorsCheckpoint(dir).tensor("d2t");  // int64: read as stored
+    if (d2t.dtype() != DType::kI64 || d2t.ndim() != 1 || d2t.dim(0) != Vd)
+      fail(src->path(), ": d2t must be int64 [", Vd, "], found ", dtype_name(d2t.dtype()), " ", shape_str(d2t.shape()));
+    w_.d2t_ids.resize(Vd);
+    for (int64_t i = 0; i < Vd; ++i) {
+      const int64_t t = i + d2t.ptr<int64_t>()[i];  // d2t holds offsets
+      if (t < 0 || t >= tc.vocab_size || (i > 0 && t <= w_.d2t_ids[i - 1]))
+        fail(src->path(), ": d2t[", i, "] maps to target id ", t, " (ids must ascend inside the target vocabulary)");
+      w_.d2t_ids[i] = static_cast<int32_t>(t);
+    }
+  } else if (src->has("lm_head.weight")) {
+    fail(src->path(), ": the drafter carries lm_head.weight but its config has no draft_vocab_size");
+  }
   for (const auto& [f, n] : L.formats_used)
     w_.format_summary += (w_.format_summary.empty() ? "" : ", ") + f + " (" + std::to_string(n) + ")";
   rope_ = compute_rope(b);
@@ -114,7 +131,8 @@ std::unique_ptr<DraftModel> DraftModel::load(const std::string& dir, const Draft
 }
 
 uint64_t DraftModel::weight_bytes() const {
-  uint64_t n = w_.fc.nbytes() + w_.hidden_norm.nbytes() + w_.norm.nbytes() + w_.hidden_projection.nbytes();
+  uint64_t n = w_.fc.nbytes() + w_.hidden_norm.nbytes() + w_.norm.nbytes() + w_.hidden_projection.nbytes() +
+               w_.lm_head.nbytes();
   for (const auto& l : w_.layers) {
     n += l.nbytes() + l.attn_conv_proj.nbytes() + l.mlp_conv_proj.nbytes() + l.attn_conv_base.nbytes() +
          l.mlp_conv_base.nbytes();

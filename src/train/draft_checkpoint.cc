@@ -70,6 +70,8 @@ void write_draft_checkpoint(const std::string& dir, const DraftShape& s, DraftPa
   j["torch_dtype"] = dtype == DType::kBF16 ? "bfloat16" : "float32";
   j["block_size"] = a.block_size;
   j["num_target_layers"] = a.num_target_layers;
+  const int64_t Vd = static_cast<int64_t>(a.draft_vocab.size());
+  if (Vd > 0) j["draft_vocab_size"] = Vd;
   j["dflash_config"] = {{"mask_token_id", a.mask_token_id}, {"target_layer_ids", a.target_layer_ids}};
   j["blockspec_trained"] = {{"target_model_type", a.target_model_type}};
   {
@@ -88,6 +90,18 @@ void write_draft_checkpoint(const std::string& dir, const DraftShape& s, DraftPa
       tensors.push_back({n, to_tensor(v.data(), shape_of(n, s, numel), dtype)});
     }
   });
+  if (Vd > 0) {
+    if (a.head == nullptr) fail("write_draft_checkpoint: a reduced vocabulary needs its head rows");
+    tensors.push_back({"lm_head.weight", to_tensor(a.head, {Vd, s.H}, dtype)});
+    Tensor d2t(DType::kI64, {Vd}), t2d(DType::kBool, {a.target_vocab_size});
+    std::fill(t2d.mutable_ptr<uint8_t>(), t2d.mutable_ptr<uint8_t>() + a.target_vocab_size, 0);
+    for (int64_t i = 0; i < Vd; ++i) {
+      d2t.mutable_ptr<int64_t>()[i] = a.draft_vocab[i] - i;  // offsets: target id = i + d2t[i]
+      t2d.mutable_ptr<uint8_t>()[a.draft_vocab[i]] = 1;
+    }
+    tensors.push_back({"d2t", d2t});
+    tensors.push_back({"t2d", t2d});
+  }
   const std::string tmp = (fs::path(dir) / "model.safetensors.tmp").string();
   write_safetensors(tmp, tensors, {{"format", "pt"}});
   fs::rename(tmp, fs::path(dir) / "model.safetensors");

@@ -24,6 +24,11 @@ struct DraftArch {
   double rope_theta = 1e6;
   int64_t max_position_embeddings = 32768;
   std::string target_model_type;  // recorded for the user; the drafter is Qwen3-shaped
+  // Reduced draft vocabulary (training.md §5): target ids, ascending; empty:
+  // the target's full head. Written as draft_vocab_size + lm_head.weight
+  // (the target's rows, `head`) + d2t offsets + t2d mask.
+  std::vector<int32_t> draft_vocab;
+  const float* head = nullptr;  // [draft_vocab.size(), H] f32
 };
 
 // DIR/config.json + DIR/model.safetensors; dtype kBF16 (the usual release)

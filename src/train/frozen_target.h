@@ -10,12 +10,15 @@
 namespace blockspec {
 
 struct FrozenTargetCopy {
-  std::vector<float> lm_head, lm_head_t;  // [V, H], [H, V]
+  std::vector<float> lm_head, lm_head_t;  // [V, H], [H, V] (V: the draft vocabulary)
   std::vector<uint16_t> lm_head_bf16, lm_head_t_bf16;  // the same in bf16 (when asked for)
   FrozenTarget view;                      // points into this object and the model: keep both alive
 };
 
 // bf16_head: also keep bf16 copies so the head's products run in bf16.
-std::unique_ptr<FrozenTargetCopy> freeze_target(const Transformer& model, ThreadPool& pool, bool bf16_head);
+// vocab: the head rows of a reduced draft vocabulary (target ids); empty:
+// every row.
+std::unique_ptr<FrozenTargetCopy> freeze_target(const Transformer& model, ThreadPool& pool, bool bf16_head,
+                                                const std::vector<int32_t>& vocab = {});
 
 }  // namespace blockspec

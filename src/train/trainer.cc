@@ -60,22 +60,48 @@ Packed build(const DraftData& d, const std::vector<int64_t>& recs, int64_t seq_l
   return p;
 }
 
-// The DraftRow of a packed row for these anchors.
-DraftRow make_row(const Packed& pk, std::vector<int64_t> anchors, int64_t B, int32_t mask_id,
-                  const std::vector<float>& slot_w) {
+// Target id -> draft id (-1: outside the draft vocabulary); empty: the full vocabulary.
+std::vector<int32_t> target_to_draft(const DraftArch& a) {
+  std::vector<int32_t> t2d;
+  if (a.draft_vocab.empty()) return t2d;
+  t2d.assign(a.target_vocab_size, -1);
+  for (size_t i = 0; i < a.draft_vocab.size(); ++i) t2d[a.draft_vocab[i]] = static_cast<int32_t>(i);
+  return t2d;
+}
+
+// The DraftRow of a packed row for these anchors, and which slots the
+// metrics count (those the loss trains, plus slots whose target token is
+// outside a reduced draft vocabulary: never draftable, so counted wrong).
+struct Blocks {
   DraftRow row;
+  std::vector<float> counted;  // [nA * B]
+};
+Blocks make_blocks(const Packed& pk, std::vector<int64_t> anchors, const DraftArch& a, const std::vector<int32_t>& t2d,
+                   const std::vector<float>& slot_w) {
+  const int64_t B = a.block_size;
+  Blocks b;
+  DraftRow& row = b.row;
   row.S = pk.S, row.taps = pk.taps.data(), row.pos = pk.pos, row.B = B;
   const BlockTargets bt = block_targets(anchors, pk.tok, pk.mask, pk.doc, B);
   row.spans = block_key_spans(anchors, pk.doc, B, false, 0);  // full-attention layers: the whole block
-  row.block_ids.assign(anchors.size() * B, mask_id);
+  row.block_ids.assign(anchors.size() * B, a.mask_token_id);
   for (size_t j = 0; j < anchors.size(); ++j) row.block_ids[j * B] = pk.tok[anchors[j]];
   row.labels = bt.labels;
   row.weight.resize(bt.mask.size());
+  b.counted = bt.mask;
   double n = 0;
-  for (size_t i = 0; i < bt.mask.size(); ++i) row.weight[i] = bt.mask[i] * slot_w[i % B], n += bt.mask[i];
+  for (size_t i = 0; i < bt.mask.size(); ++i) {
+    float m = bt.mask[i];
+    if (m > 0 && !t2d.empty()) {
+      const int32_t d = t2d[row.labels[i]];
+      row.labels[i] = d < 0 ? 0 : d;
+      if (d < 0) m = 0;  // untrainable: the draft head has no row for it
+    }
+    row.weight[i] = m * slot_w[i % B], n += m;
+  }
   row.denom = n + 1e-5;  // unweighted denominator, as speculators (training.md §3)
   row.anchors = std::move(anchors);
-  return row;
+  return b;
 }
 
 struct Split {
@@ -107,12 +133,13 @@ struct SlotTally {
   std::vector<float> mask;
   std::vector<double> hits, seen;
   explicit SlotTally(int64_t b) : B(b), hits(b, 0.0), seen(b, 0.0) {}
-  void add(const DraftStepResult& r, const DraftRow& row) {
+  void add(const DraftStepResult& r, const Blocks& b) {
     for (size_t i = 0; i < r.correct.size(); ++i) {
-      const float m = row.weight[i] > 0 ? 1.f : 0.f;
-      correct.push_back(r.correct[i]);
+      const float m = b.counted[i] > 0 ? 1.f : 0.f;
+      const uint8_t ok = r.correct[i] && b.row.weight[i] > 0;  // an out-of-vocabulary slot is never right
+      correct.push_back(ok);
       mask.push_back(m);
-      hits[i % B] += m * r.correct[i];
+      hits[i % B] += m * ok;
       seen[i % B] += m;
     }
   }
@@ -126,9 +153,26 @@ struct SlotTally {
 
 }  // namespace
 
+std::vector<int32_t> choose_draft_vocab(const DraftData& data, int64_t n, int64_t V) {
+  if (n < 1 || n > V) fail("--draft-vocab must be in [1, ", V, "], found ", n);
+  std::vector<int64_t> count(V, 0);
+  for (const DraftRecordView& r : data.records())
+    for (int64_t i = r.n_prompt; i < r.n_tokens; ++i)
+      if (r.tokens[i] >= 0 && r.tokens[i] < V) ++count[r.tokens[i]];
+  std::vector<int32_t> ids(V);
+  for (int32_t i = 0; i < V; ++i) ids[i] = i;
+  // Most frequent first, ties (and the never-seen padding) by ascending id.
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return count[a] > count[b]; });
+  ids.resize(n);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
 EvalResult evaluate_drafter(const DraftData& data, const std::vector<int64_t>& records, const FrozenTarget& target,
-                            const DraftShape& s, const DraftParams& p, int64_t B, int32_t mask_token_id,
-                            const TrainOptions& o, const OpContext& ctx) {
+                            const DraftShape& s, const DraftParams& p, const DraftArch& arch, const TrainOptions& o,
+                            const OpContext& ctx) {
+  const int64_t B = arch.block_size;
+  const std::vector<int32_t> t2d = target_to_draft(arch);
   EvalResult r;
   SlotTally tally(B);
   const std::vector<float> w = exp_decay_weights(B, o.gamma);
@@ -139,10 +183,10 @@ EvalResult evaluate_drafter(const DraftData& data, const std::vector<int64_t>& r
     Rng rng(o.seed + 7919 * static_cast<uint64_t>(++row_i));  // the same anchors at every evaluation
     std::vector<int64_t> anchors = select_anchors(pk.mask, pk.doc, o.max_anchors, rng);
     if (anchors.empty()) continue;
-    const DraftRow row = make_row(pk, std::move(anchors), B, mask_token_id, w);
-    const DraftStepResult res = draft_step(s, p, target, row, nullptr, ctx);
+    const Blocks blk = make_blocks(pk, std::move(anchors), arch, t2d, w);
+    const DraftStepResult res = draft_step(s, p, target, blk.row, nullptr, ctx);
     loss += res.loss;
-    tally.add(res, row);
+    tally.add(res, blk);
   }
   r.eal = tally.eal();
   r.loss = row_i > 0 ? loss / row_i : 0;
@@ -154,6 +198,8 @@ TrainResult train_drafter(const DraftData& data, const FrozenTarget& target, con
                           const DraftArch& arch, const TrainOptions& o, const std::string& out_dir, bool resume,
                           const OpContext& ctx, const std::function<void(const TrainProgress&)>& progress) {
   const int64_t B = arch.block_size;
+  if (!arch.draft_vocab.empty() && static_cast<int64_t>(arch.draft_vocab.size()) != s.V)
+    fail("train-drafter: a draft vocabulary of ", arch.draft_vocab.size(), " ids for a head of ", s.V, " rows");
   if (data.n_taps() * data.hidden() != s.tap_width)
     fail("train-drafter: the data has ", data.n_taps(), " taps x ", data.hidden(), ", the drafter reads ", s.tap_width);
   const Split sp = split(data, o);
@@ -178,9 +224,10 @@ TrainResult train_drafter(const DraftData& data, const FrozenTarget& target, con
   if (resume && fs::exists(state_path)) step = load_train_state(state_path, p, opt);
   const std::vector<int64_t> val(sp.val.begin(), sp.val.begin() + std::min<size_t>(sp.val.size(), 64));
   TrainResult res;
-  EvalResult ev = evaluate_drafter(data, val, target, s, p, B, arch.mask_token_id, o, ctx);
+  EvalResult ev = evaluate_drafter(data, val, target, s, p, arch, o, ctx);
   res.val_eal_start = ev.eal;
   const std::vector<float> w = exp_decay_weights(B, o.gamma);
+  const std::vector<int32_t> t2d = target_to_draft(arch);
   const AdamWOptions ao{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
   DraftParams grad = DraftParams::zeros(s);
   Timer run, since_ckpt;
@@ -202,16 +249,16 @@ TrainResult train_drafter(const DraftData& data, const FrozenTarget& target, con
       std::vector<int64_t> anchors = select_anchors(pk.mask, pk.doc, o.max_anchors, rng);
       TrainProgress pr;
       if (!anchors.empty()) {
-        const DraftRow row = make_row(pk, std::move(anchors), B, arch.mask_token_id, w);
+        const Blocks blk = make_blocks(pk, std::move(anchors), arch, t2d, w);
         grad.each([](const std::string&, std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.f); });
-        const DraftStepResult r = draft_step(s, p, target, row, &grad, ctx);
+        const DraftStepResult r = draft_step(s, p, target, blk.row, &grad, ctx);
         std::vector<std::pair<float*, int64_t>> gs;
         grad.each([&](const std::string&, std::vector<float>& v) { gs.push_back({v.data(), static_cast<int64_t>(v.size())}); });
         pr.grad_norm = clip_grad_norm(gs, o.clip);
         pr.lr = lr_at(step, total, warmup, o.lr, o.floor_ratio, o.cosine);
         for (size_t i = 0; i < params.size(); ++i) opt[i].step(params[i]->data(), gs[i].first, step + 1, pr.lr, ao);
         pr.loss = r.loss;
-        window.add(r, row);
+        window.add(r, blk);
       }
       ++step, ++steps_run;
       tokens += pk.S;
@@ -222,7 +269,7 @@ TrainResult train_drafter(const DraftData& data, const FrozenTarget& target, con
       pr.train_eal = window.eal();
       pr.slot_acc = window.acc();
       if (step % o.eval_every == 0 || step == stop) {
-        ev = evaluate_drafter(data, val, target, s, p, B, arch.mask_token_id, o, ctx);
+        ev = evaluate_drafter(data, val, target, s, p, arch, o, ctx);
         pr.eval = true;
         window = SlotTally(B);
       }

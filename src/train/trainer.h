@@ -57,7 +57,12 @@ struct EvalResult {
   std::vector<double> slot_acc;  // [B]
 };
 EvalResult evaluate_drafter(const DraftData& data, const std::vector<int64_t>& records, const FrozenTarget& target,
-                            const DraftShape& s, const DraftParams& p, int64_t block_size, int32_t mask_token_id,
-                            const TrainOptions& o, const OpContext& ctx);
+                            const DraftShape& s, const DraftParams& p, const DraftArch& arch, const TrainOptions& o,
+                            const OpContext& ctx);
+
+// A reduced draft vocabulary (training.md §5): the n target ids most
+// frequent among the data's response tokens (ties: lower id first), padded
+// with the lowest unused ids, ascending. n must be in [1, V].
+std::vector<int32_t> choose_draft_vocab(const DraftData& data, int64_t n, int64_t V);
 
 }  // namespace blockspec

@@ -8,11 +8,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "formats/dflash_config.h"
+#include "tensor/dtype.h"
 #include "model/dflash.h"
 #include "train/datagen.h"
 #include "train/frozen_target.h"
@@ -98,6 +101,40 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
   auto dm = DraftModel::load((root / "whole").string(), *model, DraftOptions{WeightFormat::kF32, false});
   EXPECT_EQ(dm->config().block_size, 4);
   EXPECT_EQ(dm->config().target_layer_ids, taps);
+
+  // A reduced draft vocabulary: the head is the target's rows of the 100
+  // most frequent response tokens; serving drafts nothing outside them.
+  arch.draft_vocab = choose_draft_vocab(data, 100, 256);
+  ASSERT_EQ(arch.draft_vocab.size(), 100u);
+  ASSERT_TRUE(std::is_sorted(arch.draft_vocab.begin(), arch.draft_vocab.end()));
+  auto reduced = freeze_target(*model, pool, false, arch.draft_vocab);
+  arch.head = reduced->lm_head.data();
+  DraftShape sr = s;
+  sr.V = 100;
+  DraftParams pr = DraftParams::init(sr, 5, 0.05f);
+  TrainOptions oo = o;
+  oo.max_steps = 4;
+  train_drafter(data, reduced->view, sr, pr, arch, oo, (root / "reduced").string(), false, ctx, {});
+  auto dr = DraftModel::load((root / "reduced").string(), *model, DraftOptions{WeightFormat::kF32, false});
+  EXPECT_EQ(dr->config().draft_vocab_size, 100);
+  std::vector<float> hidden(2 * 64, 0.5f), logits;
+  hidden[3] = -2.f;
+  dr->logits(hidden.data(), 2, logits);
+  ASSERT_EQ(logits.size(), 2u * 256);
+  std::vector<bool> in(256, false);
+  for (int32_t id : arch.draft_vocab) in[id] = true;
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t v = 0; v < 256; ++v) {
+      if (!in[v]) {
+        EXPECT_EQ(logits[r * 256 + v], -INFINITY) << v;
+        continue;
+      }
+      // Inside the vocabulary: the target head row (bf16 as written), dotted with the hidden state.
+      const int64_t i = std::lower_bound(arch.draft_vocab.begin(), arch.draft_vocab.end(), v) - arch.draft_vocab.begin();
+      double want = 0;
+      for (int64_t h = 0; h < 64; ++h) want += bf16_to_f32(f32_to_bf16(reduced->lm_head[i * 64 + h])) * hidden[r * 64 + h];
+      EXPECT_NEAR(logits[r * 256 + v], want, 1e-4 * (1 + std::fabs(want))) << v;
+    }
   fs::remove_all(root);
 }
 

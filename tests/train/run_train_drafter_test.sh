@@ -15,7 +15,7 @@ model=$cache/models/smollm2.gguf
 [[ -f $model ]] || { echo "run_train_drafter_test.sh: $model is missing: run scripts/fetch_models.sh smollm2" >&2; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-"$bs" train-drafter "$model" "$out/drafter" --prompts "$here/../fixtures/train/gsm8k_train_head.jsonl" \
+"$bs" train-drafter "$model" "$out/drafter" --prompts "$here/../../data/prompts/gsm8k_train.jsonl" --num-prompts 64 \
   --max-new-tokens 96 --concurrency 16 --epochs 30 --max-anchors 64 --seq-len 1024 --lr 2e-3 --threads 2 \
   2> "$out/log" || { cat "$out/log" >&2; exit 1; }
 grep -E '^(data:|step|done)' "$out/log" | tail -5

@@ -3,6 +3,8 @@
 # (OpenAI-compatible API on 127.0.0.1:8000) with n-gram speculative decoding.
 #   scripts/run.sh [extra serve flags...]
 #   BLOCKSPEC_RUN_MODEL=smollm2 scripts/run.sh   # the small model instead (94 MB)
+#   BLOCKSPEC_SPEC='{"method":"dflash","model":"smollm2-135m-dflash-w8a16"}' ...  # another --speculative-config
+# n-gram lookup is the default because it is the faster one measured (README, BENCHMARKS.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh build
@@ -12,4 +14,4 @@ MODEL="${BLOCKSPEC_MODEL:-${BLOCKSPEC_CACHE:-$HOME/.cache/blockspec}/models/$NAM
 echo "serving $MODEL on http://127.0.0.1:8000 (model name \"$NAME\"); Ctrl-C stops it" >&2
 exec build/blockspec serve "$MODEL" --served-model-name "$NAME" --host 127.0.0.1 --port 8000 \
   --max-num-seqs 8 --max-model-len 4096 \
-  --speculative-config '{"method":"ngram","prompt_lookup_max":3}' "$@"
+  --speculative-config "${BLOCKSPEC_SPEC:-{\"method\":\"ngram\",\"prompt_lookup_max\":3\}}" "$@"

@@ -43,6 +43,7 @@ std::vector<FlagSpec> flags() {
     {"--layers", "", true, "draft layers (default 1)"},
     {"--block-size", "", true, "block size B: drafts up to B-1 tokens (default 8)"},
     {"--taps", "", true, "target layer ids to tap, e.g. 1,7,13,19,25 (default: 5 spread over the target)"},
+    {"--tap-dtype", "", true, "how data stores the taps: bf16 (half the disk) or f32 (default: bf16, or what the data file holds)"},
     {"--intermediate-size", "", true, "draft MLP width (default: the target's)"},
     {"--mask-token-id", "", true, "id of the mask token (default: the last special token that is not bos/eos)"},
     {"--draft-vocab", "", true, "reduced draft vocabulary: the N most frequent response tokens (default: the full vocabulary)"},
@@ -173,7 +174,11 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   const std::string data_path = (fs::path(out) / "data" / "draft_data.bin").string();
   if (a.has("--data-only") && a.has("--train-only")) fail("train-drafter: --data-only and --train-only exclude each other");
   if (!a.has("--train-only")) {
-    DraftDataWriter w(data_path, static_cast<int64_t>(taps.size()), mc.hidden_size);
+    const TapDType want = parse_tap_dtype(a.has("--tap-dtype") ? a.str("--tap-dtype") : "bf16");
+    DraftDataWriter w(data_path, static_cast<int64_t>(taps.size()), mc.hidden_size, want);
+    if (a.has("--tap-dtype") && w.tap_dtype() != want)
+      fail("--tap-dtype: ", data_path, " already holds ", w.tap_dtype() == TapDType::kBF16 ? "bf16" : "f32",
+           " taps; resume without --tap-dtype or use another output directory");
     if (static_cast<int64_t>(w.done().size()) < static_cast<int64_t>(prompts.size())) {
       std::fprintf(stderr, "data: %zu of %zu prompts done, generating the rest (batch %lld, up to %lld tokens each)\n",
                    w.done().size(), prompts.size(), static_cast<long long>(conc), static_cast<long long>(max_new));

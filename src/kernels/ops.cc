@@ -171,4 +171,19 @@ void embedding_lookup(const Tensor& table, const int32_t* ids, int64_t n, float*
   }
 }
 
+void grouped_dynamic_conv(const float* u, int64_t n, int64_t H, const float* base, const float* dyn, int64_t side,
+                          int64_t kt, int64_t gs, float* out) {
+  const int64_t G = H / gs;
+  for (int64_t t = 0; t < n; ++t) {
+    float* o = out + t * H;
+    std::fill(o, o + H, 0.f);
+    for (int64_t j = 0; j < kt && j <= t; ++j) {
+      const float* src = u + (t - j) * H;
+      const float* d = dyn + t * 2 * kt * G + (side * kt + j) * G;
+      const float* bj = base + j * H;
+      for (int64_t c = 0; c < H; ++c) o[c] += bj[c] * src[c] + d[c / gs] * src[c];
+    }
+  }
+}
+
 }  // namespace blockspec

@@ -81,6 +81,14 @@ struct BlockAttentionShape {
 void attention_block(const OpContext& ctx, const float* q, const float* const* ctx_k, const float* const* ctx_v,
                      const float* kb, const float* vb, const BlockAttentionShape& s, float* out);
 
+// DFlash2's grouped dynamic depthwise convolution over the n slots of one
+// block (dflash.md §5.1a, ZL-new _grouped_dynamic_convolve):
+//   out[t, c] = sum_{j < kt, j <= t} (base[j, c] + dyn[t, side, j, c / gs]) * u[t - j, c]
+// Taps never reach before slot 0 (the block boundary). Scalar; one block.
+//   u, out: [n, H]   base: [kt, H] (one side)   dyn: [n, 2, kt, H / gs]
+void grouped_dynamic_conv(const float* u, int64_t n, int64_t H, const float* base, const float* dyn, int64_t side,
+                          int64_t kt, int64_t gs, float* out);
+
 // out[t, :] = table[ids[t], :] as f32.  table: [vocab, dim] F32/BF16/F16.
 void embedding_lookup(const Tensor& table, const int32_t* ids, int64_t n, float* out);
 

@@ -12,30 +12,6 @@
 
 namespace blockspec {
 
-namespace {
-
-// DFlash2 grouped dynamic depthwise convolution over the block slots
-// (ZL-new _grouped_dynamic_convolve): out[t, c] = sum_{j < kt}
-// (base[j, c] + dyn[t, j, c / gs]) * u[t - j, c], u[t - j] = 0 before slot 0,
-// so taps never cross the block boundary.
-//   u, out: [n, H]  base: [kt, H] (one side)  dyn: [n, 2, kt, G] (side picked by `side`)
-void grouped_conv(const float* u, int64_t n, int64_t H, const float* base, const float* dyn, int64_t side,
-                  int64_t kt, int64_t gs, float* out) {
-  const int64_t G = H / gs;
-  for (int64_t t = 0; t < n; ++t) {
-    float* o = out + t * H;
-    std::fill(o, o + H, 0.f);
-    for (int64_t j = 0; j < kt && j <= t; ++j) {
-      const float* src = u + (t - j) * H;
-      const float* d = dyn + t * 2 * kt * G + (side * kt + j) * G;
-      const float* bj = base + j * H;
-      for (int64_t c = 0; c < H; ++c) o[c] += bj[c] * src[c] + d[c / gs] * src[c];
-    }
-  }
-}
-
-}  // namespace
-
 void DraftModel::forward(DraftCache& cache, const float* feats, int64_t n_ctx, int32_t anchor, int64_t k,
                          std::vector<float>& hidden) {
   forward_batch({DraftJob{&cache, feats, n_ctx, anchor, k, &hidden}});
@@ -106,7 +82,7 @@ void DraftModel::forward_batch(const std::vector<DraftJob>& jobs) {
   // conv(src -> dst) with `base` [kt, H] and side `side` of dyn.
   auto conv = [&](const float* src, const float* base, int64_t side, float* dst) {
     for (size_t j = 0; j < J; ++j)
-      grouped_conv(src + b0[j] * H, b0[j + 1] - b0[j], H, base, dyn.data() + b0[j] * dyn_w, side, kt, gs,
+      grouped_dynamic_conv(src + b0[j] * H, b0[j + 1] - b0[j], H, base, dyn.data() + b0[j] * dyn_w, side, kt, gs,
                    dst + b0[j] * H);
   };
 

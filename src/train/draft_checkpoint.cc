@@ -20,6 +20,8 @@ namespace fs = std::filesystem;
 // matrices, [n] for norms.
 Shape shape_of(const std::string& name, const DraftShape& s, int64_t numel) {
   if (name.find("norm") != std::string::npos) return {numel};
+  if (name.find("base_kernel") != std::string::npos) return {2, s.conv_kernel, s.H};
+  if (name.find("codebook") != std::string::npos) return {s.V, s.selector_rank};
   const int64_t cols = name == "fc.weight"                              ? s.tap_width
                        : name.find("o_proj") != std::string::npos    ? s.n_heads * s.head_dim
                        : name.find("down_proj") != std::string::npos ? s.F
@@ -51,7 +53,8 @@ void write_draft_checkpoint(const std::string& dir, const DraftShape& s, DraftPa
                             DType dtype) {
   fs::create_directories(dir);
   nlohmann::ordered_json j;
-  j["architectures"] = {"DFlashDraftModel"};
+  const bool d2 = s.dflash2();
+  j["architectures"] = {d2 ? "DFlash2DraftModel" : "DFlashDraftModel"};
   j["model_type"] = "qwen3";
   j["hidden_size"] = s.H;
   j["num_attention_heads"] = s.n_heads;
@@ -59,7 +62,13 @@ void write_draft_checkpoint(const std::string& dir, const DraftShape& s, DraftPa
   j["head_dim"] = s.head_dim;
   j["intermediate_size"] = s.F;
   j["num_hidden_layers"] = s.n_layers;
-  j["layer_types"] = std::vector<std::string>(s.n_layers, "full_attention");
+  j["layer_types"] = std::vector<std::string>(s.n_layers, d2 ? "sliding_attention" : "full_attention");
+  if (d2) {
+    j["sliding_window"] = a.sliding_window;
+    j["use_sliding_window"] = true;
+    j["max_window_layers"] = 0;
+    j["is_causal"] = false;
+  }
   j["rms_norm_eps"] = s.eps;
   j["rope_theta"] = a.rope_theta;
   j["max_position_embeddings"] = a.max_position_embeddings;
@@ -73,6 +82,14 @@ void write_draft_checkpoint(const std::string& dir, const DraftShape& s, DraftPa
   const int64_t Vd = static_cast<int64_t>(a.draft_vocab.size());
   if (Vd > 0) j["draft_vocab_size"] = Vd;
   j["dflash_config"] = {{"mask_token_id", a.mask_token_id}, {"target_layer_ids", a.target_layer_ids}};
+  if (d2) {
+    if (Vd > 0) fail("write_draft_checkpoint: a DFlash2 drafter drafts over the full vocabulary");
+    j["dflash_config"]["block_size"] = a.block_size;
+    j["dflash_config"]["conv_kernel_size"] = s.conv_kernel;
+    j["dflash_config"]["conv_group_size"] = s.conv_group;
+    j["dflash_config"]["selector_rank"] = s.selector_rank;
+    j["dflash_config"]["selector_top_k"] = s.selector_top_k;
+  }
   j["blockspec_trained"] = {{"target_model_type", a.target_model_type}};
   {
     std::ofstream f(fs::path(dir) / "config.json");

@@ -1,5 +1,5 @@
 // What `blockspec train-drafter` writes (issue 15): the drafter as a z-lab
-// DFlash checkpoint (config.json with dflash_config + model.safetensors,
+// DFlash / DFlash2 checkpoint (config.json with dflash_config + model.safetensors,
 // gate/up split as the reference stores them) that DraftModel, `check`,
 // `quantize` and the dflash reference package load; and the trainer's own
 // state (f32 master weights, AdamW moments, step) it resumes from.
@@ -29,6 +29,10 @@ struct DraftArch {
   // (the target's rows, `head`) + d2t offsets + t2d mask.
   std::vector<int32_t> draft_vocab;
   const float* head = nullptr;  // [draft_vocab.size(), H] f32
+  // DFlash2 (DraftShape::dflash2()): every layer sliding_attention with this
+  // window, bidirectional in the block, as both published DFlash2 configs
+  // (dflash.md §5.1).
+  int64_t sliding_window = 2048;
 };
 
 // DIR/config.json + DIR/model.safetensors; dtype kBF16 (the usual release)

@@ -9,6 +9,7 @@
 #include "model/hf_names.h"
 #include "train/gemm.h"
 #include "train/grad_ops.h"
+#include "train/selector_loss.h"
 
 namespace blockspec {
 
@@ -27,6 +28,8 @@ void add_to(std::vector<float>& a, const std::vector<float>& b) {
 // Saved activations of one layer.
 struct LayerActs {
   std::vector<float> x, a, q, kb, kc, vb, vc, qr, K, V, att, probs, x1, m, gu, sw;  // q, kb, kc: before q/k norm
+  // DFlash2: the sublayers' normed inputs and raw outputs before their convolutions, and the dynamic kernels.
+  std::vector<float> ua, dyn_a, o, um, dyn_m, d;
 };
 
 }  // namespace
@@ -43,6 +46,15 @@ DraftParams DraftParams::zeros(const DraftShape& s) {
     l.q.assign(nq * H, 0.f), l.k.assign(nk * H, 0.f), l.v.assign(nk * H, 0.f), l.o.assign(H * nq, 0.f);
     l.q_norm.assign(s.head_dim, 0.f), l.k_norm.assign(s.head_dim, 0.f);
     l.gate_up.assign(2 * s.F * H, 0.f), l.down.assign(H * s.F, 0.f);
+    if (s.dflash2()) {
+      const int64_t kt = s.conv_kernel, G = H / s.conv_group;
+      l.attn_conv_base.assign(2 * kt * H, 0.f), l.mlp_conv_base.assign(2 * kt * H, 0.f);
+      l.attn_conv_proj.assign(2 * kt * G * H, 0.f), l.mlp_conv_proj.assign(2 * kt * G * H, 0.f);
+    }
+  }
+  if (s.dflash2()) {
+    p.hidden_projection.assign(s.selector_rank * H, 0.f);
+    p.predecessor.assign(s.V * s.selector_rank, 0.f), p.successor.assign(s.V * s.selector_rank, 0.f);
   }
   return p;
 }
@@ -50,10 +62,19 @@ DraftParams DraftParams::zeros(const DraftShape& s) {
 DraftParams DraftParams::init(const DraftShape& s, uint64_t seed, float init_std) {
   DraftParams p = zeros(s);
   std::mt19937_64 g(seed);
-  std::normal_distribution<float> d(0.f, init_std);
+  std::normal_distribution<float> d(0.f, init_std), d02(0.f, 0.02f);
+  auto has = [](const std::string& name, const char* part) { return name.find(part) != std::string::npos; };
   p.each([&](const std::string& name, std::vector<float>& t) {
-    const bool norm = name.find("norm") != std::string::npos;
-    for (float& x : t) x = norm ? 1.f : d(g);
+    if (has(name, "base_kernel")) {  // [2 side, kt, H]: tap 0 passes the input through
+      for (size_t i = 0; i < t.size(); ++i) t[i] = (i / s.H) % s.conv_kernel == 0 ? 1.f : 0.f;
+    } else if (has(name, "kernel_projection") || has(name, "successor_codebook")) {
+      std::fill(t.begin(), t.end(), 0.f);
+    } else if (has(name, "predecessor_codebook") || has(name, "hidden_projection")) {
+      for (float& x : t) x = d02(g);
+    } else {
+      const bool norm = has(name, "norm");
+      for (float& x : t) x = norm ? 1.f : d(g);
+    }
   });
   return p;
 }
@@ -74,8 +95,19 @@ void DraftParams::each(const std::function<void(const std::string&, std::vector<
     f(hf::weight(p, hf::kFfnNorm), l.ffn_norm);
     f(p + "mlp.gate_up_proj.weight", l.gate_up);  // split into gate_proj / up_proj when written
     f(hf::weight(p, hf::kDown), l.down);
+    if (!l.attn_conv_base.empty()) {
+      f(p + "attention_conv.base_kernel", l.attn_conv_base);
+      f(p + "attention_conv.kernel_projection.weight", l.attn_conv_proj);
+      f(p + "mlp_conv.base_kernel", l.mlp_conv_base);
+      f(p + "mlp_conv.kernel_projection.weight", l.mlp_conv_proj);
+    }
   }
   f("norm.weight", norm);
+  if (!hidden_projection.empty()) {
+    f("candidate_selector.hidden_projection.weight", hidden_projection);
+    f("candidate_selector.predecessor_codebook", predecessor);
+    f("candidate_selector.successor_codebook", successor);
+  }
 }
 
 DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const FrozenTarget& t, const DraftRow& row,
@@ -97,6 +129,35 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
     rope_neox_backward(x.data(), pos, n, heads, D, s.rope.inv_freq.data(), s.rope.rotary_dim, s.rope.attention_scaling);
   };
 
+  // DFlash2 convolutions of every block's B rows (never across blocks), and their backward.
+  const bool d2 = s.dflash2();
+  const int64_t kt = s.conv_kernel, gs = s.conv_group, dw = d2 ? 2 * kt * (H / gs) : 0, nA = Nq / row.B;
+  auto conv = [&](const float* src, const std::vector<float>& base, int64_t side, const float* dyn, float* dst) {
+    for (int64_t j = 0; j < nA; ++j)
+      grouped_dynamic_conv(src + j * row.B * H, row.B, H, base.data() + side * kt * H, dyn + j * row.B * dw, side, kt,
+                           gs, dst + j * row.B * H);
+  };
+  // dsrc and ddyn are added to.
+  auto conv_bwd = [&](const float* src, const std::vector<float>& base, int64_t side, const float* dyn,
+                      const float* dout, float* dsrc, std::vector<float>& dbase, float* ddyn) {
+    for (int64_t j = 0; j < nA; ++j)
+      grouped_dynamic_conv_backward(src + j * row.B * H, row.B, H, base.data() + side * kt * H, dyn + j * row.B * dw,
+                                    side, kt, gs, dout + j * row.B * H, dsrc + j * row.B * H,
+                                    dbase.data() + side * kt * H, ddyn + j * row.B * dw);
+  };
+
+  // The conv before a sublayer: out = conv(u, side 0, dyn = u proj^T). dio
+  // holds d loss / d out and becomes d loss / d u; ddyn holds side 1's part.
+  auto conv_in_backward = [&](const std::vector<float>& u, const std::vector<float>& base,
+                              const std::vector<float>& proj, const std::vector<float>& dyn, std::vector<float>& ddyn,
+                              std::vector<float>& dbase, std::vector<float>& dproj, std::vector<float>& dio) {
+    std::vector<float> du(Nq * H, 0.f), tmp(Nq * H);
+    conv_bwd(u.data(), base, 0, dyn.data(), dio.data(), du.data(), dbase, ddyn.data());
+    gemm_backward(ctx, u.data(), proj.data(), nullptr, ddyn.data(), Nq, H, dw, tmp.data(), dproj.data());
+    add_to(du, tmp);
+    dio = std::move(du);
+  };
+
   // ---- forward ----
   std::vector<float> c_pre(S * H), c(S * H);
   matmul(ctx, row.taps, p.fc, S, s.tap_width, H, c_pre.data());
@@ -110,6 +171,11 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
     A.x = x;
     A.a.resize(Nq * H);
     rmsnorm(x.data(), l.attn_norm.data(), s.eps, Nq, H, A.a.data());
+    if (d2) {  // a = conv(rmsnorm(x)), side 0, kernels predicted from rmsnorm(x)
+      A.ua = A.a, A.dyn_a.resize(Nq * dw);
+      matmul(ctx, A.ua.data(), l.attn_conv_proj, Nq, H, dw, A.dyn_a.data());
+      conv(A.ua.data(), l.attn_conv_base, 0, A.dyn_a.data(), A.a.data());
+    }
     A.q.resize(Nq * nq), A.kb.resize(Nq * nk), A.vb.resize(Nq * nk), A.kc.resize(S * nk), A.vc.resize(S * nk);
     matmul(ctx, A.a.data(), l.q, Nq, H, nq, A.q.data());
     matmul(ctx, A.a.data(), l.k, Nq, H, nk, A.kb.data());
@@ -132,10 +198,16 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
     masked_attention_forward(A.qr.data(), A.K.data(), A.V.data(), spans_of(li), as, A.att.data(), A.probs, *ctx.pool);
     std::vector<float> o(Nq * H);
     matmul(ctx, A.att.data(), l.o, Nq, nq, H, o.data());
+    if (d2) A.o = o, conv(A.o.data(), l.attn_conv_base, 1, A.dyn_a.data(), o.data());
     for (int64_t i = 0; i < Nq * H; ++i) x[i] += o[i];
     A.x1 = x;
     A.m.resize(Nq * H), A.gu.resize(Nq * 2 * F), A.sw.resize(Nq * F);
     rmsnorm(x.data(), l.ffn_norm.data(), s.eps, Nq, H, A.m.data());
+    if (d2) {
+      A.um = A.m, A.dyn_m.resize(Nq * dw);
+      matmul(ctx, A.um.data(), l.mlp_conv_proj, Nq, H, dw, A.dyn_m.data());
+      conv(A.um.data(), l.mlp_conv_base, 0, A.dyn_m.data(), A.m.data());
+    }
     matmul(ctx, A.m.data(), l.gate_up, Nq, H, 2 * F, A.gu.data());
     for (int64_t r = 0; r < Nq; ++r)
       for (int64_t i = 0; i < F; ++i) {
@@ -144,6 +216,7 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
       }
     std::vector<float> d(Nq * H);
     matmul(ctx, A.sw.data(), l.down, Nq, F, H, d.data());
+    if (d2) A.d = d, conv(A.d.data(), l.mlp_conv_base, 1, A.dyn_m.data(), d.data());
     for (int64_t i = 0; i < Nq * H; ++i) x[i] += d[i];
   }
   std::vector<float> h(Nq * H), logits(Nq * s.V);
@@ -152,37 +225,74 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
   else gemm_nt(ctx, h.data(), t.lm_head, Nq, H, s.V, logits.data());  // the frozen head, read in place
   DraftStepResult res;
   res.correct.resize(Nq);
-  if (grad_out == nullptr) {  // loss, argmax and the logits
-    res.loss = cross_entropy_rows(ctx, logits.data(), row.labels.data(), row.weight.data(), Nq, s.V, row.denom,
-                                  nullptr, res.correct.data());
-    res.logits = std::move(logits);
-    return res;
+  // DFlash2's selector reads the logits before the cross-entropy overwrites them.
+  const int64_t rk = s.selector_rank;
+  std::vector<float> gsel(d2 ? Nq * rk : 0), dgsel(grad_out != nullptr ? gsel.size() : 0);
+  SelectorResult sel;
+  if (d2) {
+    if (static_cast<int64_t>(row.prev_ids.size()) != Nq) fail("draft_step: DFlash2 needs a predecessor id per slot");
+    matmul(ctx, h.data(), p.hidden_projection, Nq, H, rk, gsel.data());
+    sel = selector_loss(logits.data(), gsel.data(), row.prev_ids.data(), row.labels.data(), row.weight.data(),
+                        row.denom, s.selector_alpha, p.predecessor.data(), p.successor.data(),
+                        SelectorShape{Nq, s.V, rk, s.selector_top_k}, grad_out ? dgsel.data() : nullptr,
+                        grad_out ? grad_out->predecessor.data() : nullptr,
+                        grad_out ? grad_out->successor.data() : nullptr, *ctx.pool);
+    res.selector_loss = sel.loss;
   }
   // Training: dlogits overwrite the logits (the largest buffer of the step).
   std::vector<float>& dlogits = logits;
-  res.loss = cross_entropy_rows(ctx, logits.data(), row.labels.data(), row.weight.data(), Nq, s.V, row.denom,
-                                dlogits.data(), res.correct.data());
+  res.unary_loss = cross_entropy_rows(ctx, logits.data(), row.labels.data(), row.weight.data(), Nq, s.V, row.denom,
+                                      grad_out ? dlogits.data() : nullptr, res.correct.data());
+  res.loss = res.unary_loss + res.selector_loss;
+  if (d2) res.correct = sel.correct;  // serving drafts the selector's pick
+  if (grad_out == nullptr) {  // loss, what serving drafts, and the logits
+    res.logits = std::move(logits);
+    return res;
+  }
   DraftParams& grad = *grad_out;
 
   // ---- backward ----
+  for (int64_t i = 0; d2 && i < Nq; ++i)  // the selector's gradient on the unary logits of its candidates
+    for (int64_t k = 0; k < s.selector_top_k; ++k)
+      dlogits[i * s.V + sel.cand[i * s.selector_top_k + k]] += sel.dscore[i * s.selector_top_k + k];
   std::vector<float> dh(Nq * H), dx(Nq * H), dc(S * H, 0.f);
   if (t.lm_head_t_bf16 != nullptr) gemm_nt_bf16(ctx, dlogits.data(), t.lm_head_t_bf16, Nq, s.V, H, dh.data());
   else gemm_backward(ctx, h.data(), t.lm_head, t.lm_head_t, dlogits.data(), Nq, H, s.V, dh.data(), nullptr);  // frozen head
+  if (d2) {  // g = hidden_projection(h)
+    std::vector<float> dhs(Nq * H);
+    gemm_backward(ctx, h.data(), p.hidden_projection.data(), nullptr, dgsel.data(), Nq, H, rk, dhs.data(),
+                  grad.hidden_projection.data());
+    add_to(dh, dhs);
+  }
   rmsnorm_backward(x.data(), p.norm.data(), s.eps, dh.data(), Nq, H, dx.data(), grad.norm.data());
   for (int64_t li = s.n_layers - 1; li >= 0; --li) {
     const DraftParams::Layer& l = p.layers[li];
     DraftParams::Layer& gl = grad.layers[li];
     LayerActs& A = acts[li];
     // MLP: x2 = x1 + down(swiglu(gate_up(rmsnorm(x1))))
-    std::vector<float> dsw(Nq * F), dgu(Nq * 2 * F), dm(Nq * H), dx1(Nq * H);
-    gemm_backward(ctx, A.sw.data(), l.down.data(), nullptr, dx.data(), Nq, F, H, dsw.data(), gl.down.data());
+    std::vector<float> dsw(Nq * F), dgu(Nq * 2 * F), dm(Nq * H), dx1(Nq * H), ddyn, dd;
+    const float* ddown = dx.data();  // d loss / d down(...)
+    if (d2) {  // through the conv after the MLP
+      ddyn.assign(Nq * dw, 0.f), dd.assign(Nq * H, 0.f);
+      conv_bwd(A.d.data(), l.mlp_conv_base, 1, A.dyn_m.data(), dx.data(), dd.data(), gl.mlp_conv_base, ddyn.data());
+      ddown = dd.data();
+    }
+    gemm_backward(ctx, A.sw.data(), l.down.data(), nullptr, ddown, Nq, F, H, dsw.data(), gl.down.data());
     swiglu_backward(A.gu.data(), dsw.data(), Nq, F, dgu.data());
     gemm_backward(ctx, A.m.data(), l.gate_up.data(), nullptr, dgu.data(), Nq, H, 2 * F, dm.data(), gl.gate_up.data());
+    if (d2) conv_in_backward(A.um, l.mlp_conv_base, l.mlp_conv_proj, A.dyn_m, ddyn, gl.mlp_conv_base, gl.mlp_conv_proj, dm);
     rmsnorm_backward(A.x1.data(), l.ffn_norm.data(), s.eps, dm.data(), Nq, H, dx1.data(), gl.ffn_norm.data());
     add_to(dx1, dx);  // residual
     // attention: x1 = x + o(att)
-    std::vector<float> datt(Nq * nq), dq(Nq * nq), dK(NK * nk), dV(NK * nk);
-    gemm_backward(ctx, A.att.data(), l.o.data(), nullptr, dx1.data(), Nq, nq, H, datt.data(), gl.o.data());
+    std::vector<float> datt(Nq * nq), dq(Nq * nq), dK(NK * nk), dV(NK * nk), dout;
+    const float* dattn = dx1.data();  // d loss / d o(att)
+    if (d2) {  // through the conv after the attention
+      ddyn.assign(Nq * dw, 0.f), dout.assign(Nq * H, 0.f);
+      conv_bwd(A.o.data(), l.attn_conv_base, 1, A.dyn_a.data(), dx1.data(), dout.data(), gl.attn_conv_base,
+               ddyn.data());
+      dattn = dout.data();
+    }
+    gemm_backward(ctx, A.att.data(), l.o.data(), nullptr, dattn, Nq, nq, H, datt.data(), gl.o.data());
     masked_attention_backward(A.qr.data(), A.K.data(), A.V.data(), spans_of(li), as, A.probs, datt.data(), dq.data(),
                               dK.data(), dV.data());
     std::vector<float> dkc(dK.begin(), dK.begin() + S * nk), dkb(dK.begin() + S * nk, dK.end());
@@ -206,6 +316,7 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
     add_to(dc, dct);
     gemm_backward(ctx, c.data(), l.v.data(), nullptr, dvc.data(), S, H, nk, dct.data(), gl.v.data());
     add_to(dc, dct);
+    if (d2) conv_in_backward(A.ua, l.attn_conv_base, l.attn_conv_proj, A.dyn_a, ddyn, gl.attn_conv_base, gl.attn_conv_proj, da);
     rmsnorm_backward(A.x.data(), l.attn_norm.data(), s.eps, da.data(), Nq, H, dx.data(), gl.attn_norm.data());
     add_to(dx, dx1);  // residual; dx is now the gradient of this layer's input
   }

@@ -1,11 +1,14 @@
-// One DFlash (DFlash1) training step over a packed row, forward and
+// One DFlash / DFlash2 training step over a packed row, forward and
 // hand-written backward (training.md §2-§3): context features from the
 // target's taps, anchor blocks [anchor, MASK x (B-1)] embedded with the
 // frozen target table, every draft layer attending from the blocks to the
 // context and to their own block by the spans of train/blocks.h, the frozen
 // target lm_head, and the weighted cross-entropy against the target's
-// predictions. Parameters are f32 masters in checkpoint order; gradients
-// are accumulated into a second DraftParams of the same shapes.
+// predictions. DFlash2 (dflash.md §5.1, training.md §6) adds a grouped
+// dynamic convolution before and after both sublayers of every layer (block
+// rows only, never across a block) and the candidate selector's loss
+// (train/selector_loss.h). Parameters are f32 masters in checkpoint order;
+// gradients are accumulated into a second DraftParams of the same shapes.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -23,16 +26,28 @@ struct DraftShape {
   int64_t V = 0;          // vocabulary of the frozen lm_head
   float eps = 1e-6f;
   RopeTables rope;
+  // DFlash2: conv_kernel > 0 (taps of the block convolutions), channel
+  // groups of conv_group, the selector's rank, top-k and loss weight alpha.
+  int64_t conv_kernel = 0, conv_group = 16, selector_rank = 0, selector_top_k = 16;
+  double selector_alpha = 1.0;
+  bool dflash2() const { return conv_kernel > 0; }
 };
 
 struct DraftParams {
   struct Layer {
     std::vector<float> attn_norm, q, k, v, o, q_norm, k_norm, ffn_norm, gate_up, down;
+    // DFlash2: base kernels [2, kt, H], kernel projections [2 * kt * G, H]; empty for DFlash.
+    std::vector<float> attn_conv_base, attn_conv_proj, mlp_conv_base, mlp_conv_proj;
   };
   std::vector<float> fc, hidden_norm, norm;
   std::vector<Layer> layers;
+  // DFlash2 selector: hidden_projection [r, H], codebooks [V, r]; empty for DFlash.
+  std::vector<float> hidden_projection, predecessor, successor;
   // Zero tensors of `s`'s shapes (gradients), or a random init: N(0, init_std)
-  // matrices, unit norms.
+  // matrices, unit norms; DFlash2's modules start as identity (training.md
+  // §6: base kernel tap 0 = 1, projections 0, successor codebook 0 so the
+  // selector scores are the unary logits; predecessor and hidden_projection
+  // N(0, 0.02)).
   static DraftParams zeros(const DraftShape& s);
   static DraftParams init(const DraftShape& s, uint64_t seed, float init_std);
   // Every tensor with its checkpoint name ("fc.weight", "layers.0.self_attn.q_proj.weight", ...).
@@ -62,13 +77,15 @@ struct DraftRow {
   std::vector<std::vector<int32_t>> layer_spans;
   std::vector<int32_t> labels;    // [nA * B]
   std::vector<float> weight;      // [nA * B] mask * position weight
+  std::vector<int32_t> prev_ids;  // [nA * B] DFlash2: each slot's selector predecessor (the data token before it)
   double denom = 1;               // the loss's denominator (sum of the mask, training.md §3)
   int64_t B = 0;
 };
 
 struct DraftStepResult {
-  double loss = 0;
-  std::vector<uint8_t> correct;  // [nA * B] argmax(draft) == label
+  double loss = 0;                    // unary + selector
+  double unary_loss = 0, selector_loss = 0;
+  std::vector<uint8_t> correct;  // [nA * B] what serving drafts == label: argmax(draft), or DFlash2's selector pick
   std::vector<float> logits;     // [nA * B, V] draft logits of every block slot (forward-only calls; empty when training)
 };
 

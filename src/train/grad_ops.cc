@@ -189,4 +189,31 @@ double cross_entropy(const float* logits, const int32_t* labels, const float* we
   return loss;
 }
 
+void grouped_dynamic_conv_backward(const float* u, int64_t n, int64_t H, const float* base, const float* dyn,
+                                   int64_t side, int64_t kt, int64_t gs, const float* dout, float* du, float* dbase,
+                                   float* ddyn) {
+  const int64_t G = H / gs;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* g = dout + t * H;
+    for (int64_t j = 0; j < kt && j <= t; ++j) {
+      const float* src = u + (t - j) * H;
+      float* dsrc = du + (t - j) * H;
+      const int64_t at = t * 2 * kt * G + (side * kt + j) * G;
+      const float* d = dyn + at;
+      float* dd = ddyn + at;
+      const float* bj = base + j * H;
+      float* dbj = dbase + j * H;
+      for (int64_t gi = 0; gi < G; ++gi) {
+        double acc = 0;
+        for (int64_t c = gi * gs; c < (gi + 1) * gs; ++c) {
+          acc += static_cast<double>(g[c]) * src[c];
+          dbj[c] += g[c] * src[c];
+          dsrc[c] += (bj[c] + d[gi]) * g[c];
+        }
+        dd[gi] += static_cast<float>(acc);
+      }
+    }
+  }
+}
+
 }  // namespace blockspec

@@ -51,6 +51,14 @@ void masked_attention_backward(const float* q, const float* k, const float* v, c
                                const MaskedAttentionShape& s, const std::vector<float>& probs, const float* dout,
                                float* dq, float* dk, float* dv);
 
+// Backward of DFlash2's grouped_dynamic_conv (kernels/ops.h) over one block
+// of n slots, one side: with out[t, c] = sum_j (base[j, c] + dyn[t, side, j,
+// c / gs]) * u[t - j, c],
+//   du[n, H] += ; dbase[kt, H] (this side) += ; ddyn[n, 2, kt, G] (this side) += .
+void grouped_dynamic_conv_backward(const float* u, int64_t n, int64_t H, const float* base, const float* dyn,
+                                   int64_t side, int64_t kt, int64_t gs, const float* dout, float* du, float* dbase,
+                                   float* ddyn);
+
 // Weighted cross-entropy of logits rows against labels (training.md §3):
 //   loss = sum_i weight[i] * (logsumexp(z_i) - z_i[label_i]) / denom
 // Rows with weight 0 contribute nothing. Returns the loss; dlogits [n, V]

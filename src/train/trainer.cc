@@ -48,7 +48,7 @@ Packed build(const DraftData& d, const std::vector<int64_t>& recs, int64_t seq_l
   for (size_t di = 0; di < recs.size(); ++di) {
     const DraftRecordView& r = d.records()[recs[di]];
     const int64_t n = usable(r, seq_len);
-    p.taps.insert(p.taps.end(), r.taps, r.taps + n * width);
+    append_taps_f32(r, width, 0, n, p.taps);
     for (int64_t i = 0; i < n; ++i) {
       p.pos.push_back(i);
       p.doc.push_back(static_cast<int32_t>(di));

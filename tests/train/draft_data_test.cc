@@ -1,6 +1,7 @@
 // The drafter data file: records round-trip, a reopened writer resumes
 // (knows what is done, appends after it), a record cut short by a killed
 // run is dropped, and a file of other widths or not ours is refused.
+// Taps can be stored as bf16 (half the disk, what training reads back).
 #include "train/draft_data.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <fstream>
 
 #include "base/error.h"
+#include "tensor/dtype.h"
 
 namespace blockspec {
 namespace {
@@ -75,6 +77,46 @@ TEST(DraftData, RoundTripResumeAndTruncation) {
   fs::remove(path);
   fs::remove(path + ".lock");
   fs::remove(tmp_path("bad.bin"));
+}
+
+}  // namespace
+}  // namespace blockspec
+
+namespace blockspec {
+namespace {
+
+// A bf16 file stores each tap rounded to bf16 (half the bytes); a resumed
+// writer keeps the file's dtype whatever it was asked for, and
+// append_taps_f32 widens a row range back to f32.
+TEST(DraftData, Bf16TapsRoundAndResume) {
+  const std::string path = tmp_path("draft_data_bf16.bin");
+  fs::remove(path);
+  const std::vector<int32_t> t1 = {1, 2, 3};
+  const std::vector<float> taps1 = {1.0f, 1.00390625f + 1e-4f, -3.14159f, 65504.f, 1e-3f, -0.f};  // 3 rows x 2
+  {
+    DraftDataWriter w(path, 1, 2, TapDType::kBF16);
+    w.append({0, 3, 1, 3, t1.data(), taps1.data()});
+  }
+  {
+    DraftDataWriter w(path, 1, 2, TapDType::kF32);  // the file decides
+    EXPECT_EQ(w.tap_dtype(), TapDType::kBF16);
+    w.append({1, 3, 1, 3, t1.data(), taps1.data()});
+  }
+  EXPECT_EQ(fs::file_size(path), 64u + 2 * (40 + 12 + 6 * 2));
+  DraftData d(path);
+  ASSERT_EQ(d.records().size(), 2u);
+  EXPECT_EQ(d.tap_dtype(), TapDType::kBF16);
+  for (const DraftRecordView& r : d.records()) {
+    EXPECT_EQ(r.taps, nullptr);
+    std::vector<float> got;
+    append_taps_f32(r, 2, 1, 2, got);  // rows 1 and 2
+    ASSERT_EQ(got.size(), 4u);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(got[i], bf16_to_f32(f32_to_bf16(taps1[2 + i]))) << i;
+    EXPECT_NE(got[0], taps1[2]);  // really rounded
+  }
+  EXPECT_THROW(parse_tap_dtype("fp16"), Error);
+  fs::remove(path);
+  fs::remove(path + ".lock");
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""Gradient golden of the DFlash drafter training step (issue 15, training.md §11, llm.c test_gpt2.c style).
+"""Gradient goldens of the DFlash and DFlash2 drafter training steps (issue 15, training.md §11, llm.c test_gpt2.c
+style).
 
-Writes tests/fixtures/train/draft_grad.safetensors and tests/fixtures/train/README.md. Developers run this by hand;
+Writes tests/fixtures/train/draft_grad.safetensors (DFlash), draft2_grad.safetensors (DFlash2: the grouped dynamic
+convolutions around both sublayers and the candidate-selector loss, training.md §6, dflash.md §5.1) and
+tests/fixtures/train/README.md. Developers run this by hand;
 CI only reads the committed fixture (tests/train/draft_grad_golden_test.cc).
 
 The reference is written here from the definitions (training.md §2-§3, dflash.md §2, src/train/draft_step.h and
@@ -82,6 +85,9 @@ LAYER_WINDOW = [0, 3]  # layer 1: bidirectional block, sliding window of 3 (cuts
 GAMMA = 4.0  # fixed loss decay w(k) = exp(-(k - 1) / gamma), w(0) = 0
 SEED = 15
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+# DFlash2: conv taps, channels per dynamic-kernel group, selector rank, top-k candidates, selector loss weight.
+KT, GS, RANK, TOPK, ALPHA = 2, 16, 8, 6, 0.7
+G = H // GS
 N_STEPS = 10
 N_A, NQ = len(ANCHORS), len(ANCHORS) * B
 
@@ -91,7 +97,7 @@ def f32(t):
     return t.to(torch.float32).to(f64)
 
 
-def param_shapes():
+def param_shapes(d2=False):
     """DraftParams::each order and names, [out, in] matrices."""
     nq, nk = N_HEADS * HEAD_DIM, N_KV * HEAD_DIM
     shapes = [("fc.weight", (H, TAP_W)), ("hidden_norm.weight", (H,))]
@@ -102,15 +108,28 @@ def param_shapes():
                    (p + "self_attn.o_proj.weight", (H, nq)), (p + "self_attn.q_norm.weight", (HEAD_DIM,)),
                    (p + "self_attn.k_norm.weight", (HEAD_DIM,)), (p + "post_attention_layernorm.weight", (H,)),
                    (p + "mlp.gate_up_proj.weight", (2 * F, H)), (p + "mlp.down_proj.weight", (H, F))]
-    return shapes + [("norm.weight", (H,))]
+        if d2:
+            for c in ("attention_conv", "mlp_conv"):
+                shapes += [(p + c + ".base_kernel", (2, KT, H)), (p + c + ".kernel_projection.weight", (2 * KT * G, H))]
+    shapes += [("norm.weight", (H,))]
+    if d2:
+        shapes += [("candidate_selector.hidden_projection.weight", (RANK, H)),
+                   ("candidate_selector.predecessor_codebook", (V, RANK)),
+                   ("candidate_selector.successor_codebook", (V, RANK))]
+    return shapes
 
 
-def make_inputs(g):
+def make_inputs(g, d2=False):
     taps = f32(torch.randn(S, TAP_W, generator=g, dtype=f64))
     tokens = torch.randint(0, MASK_ID, (S,), generator=g)
     params = {}
-    for name, shape in param_shapes():
-        if len(shape) == 1:  # norms: around 1, not 1, so their gradients matter
+    for name, shape in param_shapes(d2):
+        if name.endswith("base_kernel"):  # near the identity init (tap 0 = 1, tap 1 = 0), not at it
+            params[name] = f32(torch.cat([1 + 0.1 * torch.randn(2, 1, H, generator=g, dtype=f64),
+                                          0.3 * torch.randn(2, KT - 1, H, generator=g, dtype=f64)], dim=1))
+        elif name.endswith("codebook"):
+            params[name] = f32(0.7 * torch.randn(shape, generator=g, dtype=f64))
+        elif len(shape) == 1:  # norms: around 1, not 1, so their gradients matter
             params[name] = f32(1 + 0.1 * torch.randn(shape, generator=g, dtype=f64))
         else:
             params[name] = f32(torch.randn(shape, generator=g, dtype=f64) / math.sqrt(shape[1]))
@@ -203,44 +222,115 @@ def attention(q, k, v, visible):
     return out.reshape(q.shape[0], N_HEADS * HEAD_DIM)
 
 
-def forward(P, inp):
-    """Draft logits [NQ, V] and the weighted CE loss of one row."""
+def conv(u, base, dyn, side):
+    """dflash.md §5.1a over each anchor's B block rows: out[t, c] = sum_{j < KT, j <= t} (base[side, j, c] +
+    dyn[t, side, j, c // GS]) u[t - j, c], t the slot inside its block (taps never cross a block).
+    u [NQ, H], base [2, KT, H], dyn [NQ, 2 * KT * G] -> [NQ, H]"""
+    d = dyn.view(NQ, 2, KT, G).repeat_interleave(GS, dim=3)  # [NQ, 2, KT, H]: each group's value on its channels
+    out = []
+    for r in range(NQ):
+        t = r % B
+        out.append(sum((base[side, j] + d[r, side, j]) * u[r - j] for j in range(min(KT, t + 1))))
+    return torch.stack(out)
+
+
+def sandwich(u, P, name, sublayer):
+    """DFlash2: conv(u) side 0 -> sublayer -> conv side 1, both with kernels predicted from u."""
+    base, dyn = P[name + ".base_kernel"], u @ P[name + ".kernel_projection.weight"].T
+    return conv(sublayer(conv(u, base, dyn, 0)), base, dyn, 1)
+
+
+def selector_loss(P, h, logits, inp):
+    """training.md §6 (speculators PR #1006): per weighted slot, the top-TOPK of its draft logits (the label replaces
+    the K-th when absent), scored z[c] + sum_r pred[prev, r] g[r] succ[c, r] with g = hidden_projection h and prev the
+    data token before the slot; ALPHA * sum weight * CE(label) / denom. Candidates are chosen on the values, the
+    gradient flows through z[c] (unary not detached)."""
+    g = h @ P["candidate_selector.hidden_projection.weight"].T  # [NQ, RANK]
+    pred, succ = P["candidate_selector.predecessor_codebook"], P["candidate_selector.successor_codebook"]
+    total = torch.zeros((), dtype=f64)
+    for r in range(NQ):
+        w = inp["weight"][r]
+        if w == 0:
+            continue
+        cand = torch.topk(logits[r].detach(), TOPK).indices.tolist()
+        y = int(inp["labels"][r])
+        if y not in cand:
+            cand[-1] = y
+        c = torch.tensor(cand)
+        s = logits[r, c] + (pred[inp["prev_ids"][r]] * g[r]) @ succ[c].T
+        total = total + w * (torch.logsumexp(s, 0) - s[cand.index(y)])
+    return ALPHA * total / inp["denom"]
+
+
+def forward(P, inp, d2=False):
+    """Draft logits [NQ, V] and the loss of one row (DFlash2: unary + selector, and the two parts)."""
     c = rmsnorm(inp["taps"] @ P["fc.weight"].T, P["hidden_norm.weight"])  # [S, H] context features
     x = inp["embed"][inp["block_ids"]]  # [NQ, H] frozen target embedding of [anchor, MASK x (B-1)]
     for i in range(N_LAYERS):
         w = lambda n: P[f"layers.{i}.{n}.weight"]  # noqa: E731
-        a = rmsnorm(x, w("input_layernorm"))  # block rows only; the context gets no input norm
-        q = (a @ w("self_attn.q_proj").T).view(NQ, N_HEADS, HEAD_DIM)
-        kb = (a @ w("self_attn.k_proj").T).view(NQ, N_KV, HEAD_DIM)
-        vb = (a @ w("self_attn.v_proj").T).view(NQ, N_KV, HEAD_DIM)
-        kc = (c @ w("self_attn.k_proj").T).view(S, N_KV, HEAD_DIM)
-        vc = (c @ w("self_attn.v_proj").T).view(S, N_KV, HEAD_DIM)
-        q = rope(rmsnorm(q, w("self_attn.q_norm")), inp["pos_block"])
-        kb = rope(rmsnorm(kb, w("self_attn.k_norm")), inp["pos_block"])
-        kc = rope(rmsnorm(kc, w("self_attn.k_norm")), inp["pos"])
-        att = attention(q, torch.cat([kc, kb]), torch.cat([vc, vb]), inp["visible"][i])
-        x = x + att @ w("self_attn.o_proj").T
-        gu = rmsnorm(x, w("post_attention_layernorm")) @ w("mlp.gate_up_proj").T  # [NQ, 2F]: gate | up
-        x = x + (torch.nn.functional.silu(gu[:, :F]) * gu[:, F:]) @ w("mlp.down_proj").T
-    logits = rmsnorm(x, P["norm.weight"]) @ inp["lm_head"].T  # frozen target head
+        u = rmsnorm(x, w("input_layernorm"))  # block rows only; the context gets no input norm
+
+        def attn(a, i=i, w=w):
+            return attention_sublayer(a, c, w, inp, i)
+        x = x + (sandwich(u, P, f"layers.{i}.attention_conv", attn) if d2 else attn(u))
+
+        def mlp(m, w=w):
+            gu = m @ w("mlp.gate_up_proj").T  # [NQ, 2F]: gate | up
+            return (torch.nn.functional.silu(gu[:, :F]) * gu[:, F:]) @ w("mlp.down_proj").T
+        m = rmsnorm(x, w("post_attention_layernorm"))
+        x = x + (sandwich(m, P, f"layers.{i}.mlp_conv", mlp) if d2 else mlp(m))
+    h = rmsnorm(x, P["norm.weight"])
+    logits = h @ inp["lm_head"].T  # frozen target head
     nll = torch.logsumexp(logits, -1) - logits.gather(1, inp["labels"][:, None])[:, 0]
-    return logits, (inp["weight"] * nll).sum() / inp["denom"]
+    unary = (inp["weight"] * nll).sum() / inp["denom"]
+    if not d2:
+        return logits, unary
+    sel = selector_loss(P, h, logits, inp)
+    return logits, unary + sel, unary, sel
 
 
-def main():
+def attention_sublayer(a, c, w, inp, i):
+    """Layer i's attention from its (normed, DFlash2: convolved) block input a [NQ, H] and the context c: the
+    output projection of the masked attention [NQ, H]."""
+    q = (a @ w("self_attn.q_proj").T).view(NQ, N_HEADS, HEAD_DIM)
+    kb = (a @ w("self_attn.k_proj").T).view(NQ, N_KV, HEAD_DIM)
+    vb = (a @ w("self_attn.v_proj").T).view(NQ, N_KV, HEAD_DIM)
+    kc = (c @ w("self_attn.k_proj").T).view(S, N_KV, HEAD_DIM)
+    vc = (c @ w("self_attn.v_proj").T).view(S, N_KV, HEAD_DIM)
+    q = rope(rmsnorm(q, w("self_attn.q_norm")), inp["pos_block"])
+    kb = rope(rmsnorm(kb, w("self_attn.k_norm")), inp["pos_block"])
+    kc = rope(rmsnorm(kc, w("self_attn.k_norm")), inp["pos"])
+    att = attention(q, torch.cat([kc, kb]), torch.cat([vc, vb]), inp["visible"][i])
+    return att @ w("self_attn.o_proj").T
+
+
+def make(d2):
+    """One fixture: DFlash (d2 False) or DFlash2. Returns its metadata."""
     g = torch.Generator().manual_seed(SEED)
-    taps, tokens, params, embed, lm_head, labels_all = make_inputs(g)
+    taps, tokens, params, embed, lm_head, labels_all = make_inputs(g, d2)
     pos = positions()
     labels, weight, denom = slot_targets(labels_all)
     block_ids = [int(tokens[a]) if k == 0 else MASK_ID for a in ANCHORS for k in range(B)]
+    # DFlash2's selector predecessor of slot k: the data token at a + k - 1 (the anchor's for k = 1).
+    prev_ids = [int(tokens[a + k - 1]) if k >= 1 and a + k - 1 < S else 0 for a in ANCHORS for k in range(B)]
     visible = [visibility(c, w) for c, w in zip(LAYER_CAUSAL, LAYER_WINDOW)]
     inp = dict(taps=taps, embed=embed, lm_head=lm_head, block_ids=torch.tensor(block_ids),
                pos=torch.tensor(pos), pos_block=torch.tensor([pos[a] + k for a in ANCHORS for k in range(B)]),
-               visible=visible, labels=torch.tensor(labels), weight=weight, denom=denom)
+               visible=visible, labels=torch.tensor(labels), weight=weight, denom=denom,
+               prev_ids=torch.tensor(prev_ids))
+    if d2:  # every other counted slot's label inside its top-k (the third candidate), the rest random (injected)
+        with torch.no_grad():
+            z0 = forward(params, inp, d2)[0]
+        counted = [r for r in range(NQ) if weight[r] > 0]
+        for n, r in enumerate(counted):
+            if n % 2 == 0:
+                labels[r] = int(torch.topk(z0[r], 3).indices[2])
+        inp["labels"] = torch.tensor(labels)
 
     # One forward + backward.
     P = {n: t.clone().requires_grad_(True) for n, t in params.items()}
-    logits, loss = forward(P, inp)
+    out_f = forward(P, inp, d2)
+    logits, loss = out_f[0], out_f[1]
     loss.backward()
     grads = {n: t.grad.clone() for n, t in P.items()}
 
@@ -250,7 +340,7 @@ def main():
     losses, step1 = [], None
     for step in range(N_STEPS):
         opt.zero_grad()
-        _, l = forward(P, inp)
+        l = forward(P, inp, d2)[1]
         l.backward()
         if step == 0:
             assert l.item() == loss.item() and all(torch.equal(P[n].grad, grads[n]) for n in P)
@@ -274,6 +364,10 @@ def main():
         "logits": a32(logits), "loss": np.array([loss.item()], dtype=np.float64),
         "adamw.losses": np.array(losses, dtype=np.float64),
     }
+    if d2:
+        out["prev_ids"] = i32(prev_ids)
+        out["loss.unary"] = np.array([out_f[2].item()], dtype=np.float64)
+        out["loss.selector"] = np.array([out_f[3].item()], dtype=np.float64)
     for i, m in enumerate(visible):
         out[f"spans.{i}"] = spans_of(m)
     for n in params:
@@ -290,19 +384,29 @@ def main():
                                                                                               **ADAMW),
         "adamw_steps": N_STEPS,
     }
+    if d2:
+        meta.update({"method": "dflash2", "conv_kernel_size": KT, "conv_group_size": GS, "selector_rank": RANK,
+                     "selector_top_k": TOPK, "selector_loss_alpha": ALPHA})
     OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / "draft_grad.safetensors"
+    path = OUT / ("draft2_grad.safetensors" if d2 else "draft_grad.safetensors")
     # One metadata key: safetensors writes its metadata map in hash order, so several keys would not give the same
     # bytes twice.
     save_file(out, str(path), metadata={"config": json.dumps(meta, sort_keys=True)})
     path.chmod(0o644)
-    (OUT / "README.md").write_text(readme(meta))
     print(f"wrote {path.relative_to(REPO)} ({path.stat().st_size} bytes): loss {loss.item():.9f}, "
           f"AdamW losses {losses[0]:.6f} .. {losses[-1]:.6f}")
+    return meta
+
+
+def main():
+    meta = make(False)
+    make(True)
+    (OUT / "README.md").write_text(readme(meta))
 
 
 def readme(meta):
     names = "\n".join(f"| `{n}` | {list(s)} |" for n, s in param_shapes())
+    names2 = "\n".join(f"| `{n}` | {list(s)} |" for n, s in param_shapes(True) if "conv" in n or "selector" in n)
     return f"""# Training fixtures (issue 15, training.md §11)
 
 Made by `scripts/make_train_golden.py` ({meta["versions"]}; how to make the venv is in the script's
@@ -353,6 +457,22 @@ Parameters (`mlp.gate_up_proj.weight` is gate_proj rows then up_proj rows):
 | param | shape |
 |---|---|
 {names}
+
+## draft2_grad.safetensors
+
+The same row, drafter and AdamW run as a DFlash2 drafter (training.md §6, dflash.md §5.1): every layer's attention
+and MLP sit between two grouped dynamic depthwise convolutions over each block's {B} slots (kernel size {KT},
+{GS} channels per dynamic-kernel group, kernels predicted from the sublayer's normed input; base kernels near, not
+at, the identity init), and the loss adds {ALPHA} x the candidate-selector CE: per weighted slot, the top-{TOPK}
+candidates of its draft logits, scored z[c] + sum_r pred[prev, r] g[r] succ[c, r] (g = hidden_projection of the
+final-normed hidden, rank {RANK}; prev = the data token before the slot, `prev_ids`), the label replacing the
+{TOPK}-th candidate when absent. Every other counted slot is labelled with the third candidate of the initial
+logits (inside the top-{TOPK}); the rest keep random labels (injected). Tensors as above, plus `prev_ids` [{NQ}] i32,
+`loss.unary` and `loss.selector` [1] f64 (loss = their sum), and the DFlash2 parameters:
+
+| param | shape |
+|---|---|
+{names2}
 """
 
 

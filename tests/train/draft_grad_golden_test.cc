@@ -1,12 +1,15 @@
-// The DFlash training step against PyTorch, llm.c test_gpt2.c style
-// (issue 15, training.md §11). tests/fixtures/train/draft_grad.safetensors
+// The DFlash and DFlash2 training steps against PyTorch, llm.c test_gpt2.c
+// style (issue 15, training.md §11). tests/fixtures/train/draft_grad.safetensors
 // (scripts/make_train_golden.py: float64 PyTorch, autograd and
 // torch.optim.AdamW, written from the definitions) holds a tiny 2-layer
 // drafter (H 64, 4/2 heads x 16, F 128, V 256, 3 taps of 32, B 4, three
 // anchors over 32 context tokens in two documents; layer 0 causal in the
 // block, layer 1 bidirectional with a window of 3), its inputs, the logits,
 // the loss, every gradient, the parameters after one AdamW step and the
-// loss before each of 10 steps. draft_step runs f32 GEMMs, so the
+// loss before each of 10 steps. draft2_grad.safetensors is the same as a
+// DFlash2 drafter (grouped dynamic convolutions around both sublayers, the
+// candidate-selector loss with top-6 candidates, rank 8, alpha 0.7; labels
+// half inside the top-6, half injected). draft_step runs f32 GEMMs, so the
 // tolerances are f32-against-f64 ones.
 //
 // Measured on the 2-core AVX-512 dev machine, worst over its ISAs (avx512,
@@ -19,6 +22,10 @@
 //   parameters after AdamW step 1                  0 from the torch gradients, 5.8e-8
 //                                                  from draft_step's   tol 1e-6
 //   loss before each of 10 AdamW steps, relative   8.1e-7  (avx512) tol 1e-5
+// DFlash2 (draft2_grad): loss 1.6e-7 (unary and selector parts each
+// 1.5e-7), gradients 2.6e-6 (avx2 layers.1.attention_conv.base_kernel),
+// step 1 9.9e-8, the 10-step losses 4.8e-6 (avx512, step 8: the loss falls
+// from 7.5 to 0.04, so its relative error grows; 2x under the tolerance).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,7 +47,9 @@
 namespace blockspec {
 namespace {
 
-const std::string kFixture = std::string(BS_SOURCE_DIR) + "/tests/fixtures/train/draft_grad.safetensors";
+std::string fixture_path(const std::string& name) {
+  return std::string(BS_SOURCE_DIR) + "/tests/fixtures/train/" + name + ".safetensors";
+}
 
 constexpr double kLogitTol = 5e-5;     // max|d| / max(1, |ref|), per element
 constexpr double kLossTol = 1e-6;      // relative
@@ -55,7 +64,7 @@ template <class T>
 std::vector<T> read(const SafetensorsFile& f, const std::string& name, DType dtype) {
   const Tensor t = f.tensor(name);
   if (t.dtype() != dtype)
-    fail(kFixture, ": tensor ", name, " is ", dtype_name(t.dtype()), ", expected ", dtype_name(dtype));
+    fail(f.path(), ": tensor ", name, " is ", dtype_name(t.dtype()), ", expected ", dtype_name(dtype));
   std::vector<T> v(t.numel());
   std::memcpy(v.data(), t.data(), v.size() * sizeof(T));
   return v;
@@ -70,7 +79,7 @@ std::vector<std::pair<std::string, std::vector<float>*>> tensors(DraftParams& p)
 
 // The fixture as draft_step's inputs. Not copyable: `t.embed` points into it.
 struct Golden {
-  SafetensorsFile f{kFixture};
+  SafetensorsFile f;
   nlohmann::json cfg = nlohmann::json::parse(f.metadata().at("config"));
   DraftShape s;
   DraftParams p;
@@ -80,7 +89,12 @@ struct Golden {
   DraftRow row;
   std::vector<int32_t> doc;
 
-  Golden() {
+  explicit Golden(const std::string& name = "draft_grad") : f(fixture_path(name)) {
+    if (cfg.value("method", "dflash") == "dflash2") {
+      s.conv_kernel = num("conv_kernel_size"), s.conv_group = num("conv_group_size");
+      s.selector_rank = num("selector_rank"), s.selector_top_k = num("selector_top_k");
+      s.selector_alpha = cfg.at("selector_loss_alpha").get<double>();
+    }
     s.H = num("H"), s.n_heads = num("n_heads"), s.n_kv_heads = num("n_kv_heads"), s.head_dim = num("head_dim");
     s.F = num("F"), s.n_layers = num("n_layers"), s.tap_width = num("tap_width"), s.V = num("V");
     s.eps = cfg.at("eps").get<float>();
@@ -90,7 +104,7 @@ struct Golden {
     p = DraftParams::zeros(s);
     for (auto& [name, v] : tensors(p)) {
       std::vector<float> x = f32(name);
-      if (x.size() != v->size()) fail(kFixture, ": ", name, " has ", x.size(), " values, DraftShape wants ", v->size());
+      if (x.size() != v->size()) fail(f.path(), ": ", name, " has ", x.size(), " values, DraftShape wants ", v->size());
       *v = std::move(x);
     }
     taps = f32("taps"), lm_head = f32("target.lm_head");
@@ -108,6 +122,7 @@ struct Golden {
     row.denom = read<double>(f, "denom", DType::kF64).at(0);
     for (int64_t l = 0; l < s.n_layers; ++l) row.layer_spans.push_back(i32("spans." + std::to_string(l)));
     doc = i32("doc");
+    if (s.dflash2()) row.prev_ids = i32("prev_ids");
   }
   Golden(const Golden&) = delete;
   Golden& operator=(const Golden&) = delete;
@@ -126,7 +141,12 @@ struct Kernels {
   OpContext ctx{&kt, &pool};
 };
 
-class DraftGradGolden : public ::testing::TestWithParam<std::string> {};
+// (fixture, isa): draft_grad (DFlash) and draft2_grad (DFlash2) on every ISA.
+class DraftGradGolden : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
+ protected:
+  const std::string& fixture() const { return std::get<0>(GetParam()); }
+  const std::string& isa() const { return std::get<1>(GetParam()); }
+};
 
 double inf_norm(const std::vector<float>& a) {
   double m = 0;
@@ -160,9 +180,9 @@ TEST(DraftGradFixture, KeySpansFollowTheVisibilityRule) {
 // The forward (a forward-only call gives the logits) and one forward +
 // backward: logits, loss and every gradient tensor.
 TEST_P(DraftGradGolden, LogitsLossAndGradientsMatchTorch) {
-  Golden g;
-  Kernels k(GetParam());
-  std::printf("isa %s\n", GetParam().c_str());
+  Golden g(fixture());
+  Kernels k(isa());
+  std::printf("%s, isa %s\n", fixture().c_str(), isa().c_str());
   const DraftStepResult fwd = draft_step(g.s, g.p, g.t, g.row, nullptr, k.ctx);
   DraftParams grad = DraftParams::zeros(g.s);
   const DraftStepResult r = draft_step(g.s, g.p, g.t, g.row, &grad, k.ctx);
@@ -180,6 +200,13 @@ TEST_P(DraftGradGolden, LogitsLossAndGradientsMatchTorch) {
   EXPECT_LE(logit_err, kLogitTol);
   EXPECT_LE(loss_err, kLossTol);
   EXPECT_LE(std::fabs(fwd.loss - ref_loss) / std::fabs(ref_loss), kLossTol) << "forward-only loss " << fwd.loss;
+  if (g.s.dflash2()) {  // both parts of the DFlash2 loss
+    const double ru = read<double>(g.f, "loss.unary", DType::kF64).at(0);
+    const double rs = read<double>(g.f, "loss.selector", DType::kF64).at(0);
+    std::printf("unary %.9f vs %.9f, selector %.9f vs %.9f\n", r.unary_loss, ru, r.selector_loss, rs);
+    EXPECT_LE(std::fabs(r.unary_loss - ru) / std::fabs(ru), kLossTol);
+    EXPECT_LE(std::fabs(r.selector_loss - rs) / std::fabs(rs), kLossTol);
+  }
 
   double worst = 0;
   std::string worst_name;
@@ -198,9 +225,9 @@ TEST_P(DraftGradGolden, LogitsLossAndGradientsMatchTorch) {
 // The AdamW class on the reference gradients gives torch.optim.AdamW's step;
 // then 10 steps of draft_step + AdamW follow torch's loss curve.
 TEST_P(DraftGradGolden, AdamWStepsMatchTorch) {
-  Golden g;
-  Kernels k(GetParam());
-  std::printf("isa %s\n", GetParam().c_str());
+  Golden g(fixture());
+  Kernels k(isa());
+  std::printf("%s, isa %s\n", fixture().c_str(), isa().c_str());
   {
     DraftParams p = g.p;
     double worst = 0;
@@ -263,7 +290,9 @@ TEST_P(DraftGradGolden, AdamWStepsMatchTorch) {
   std::printf("loss over %d AdamW steps: worst rel err %.3g (tol %.0e)\n", kSteps, worst, kLossSeqTol);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, DraftGradGolden, ::testing::ValuesIn(available_isas()));
+INSTANTIATE_TEST_SUITE_P(AllIsas, DraftGradGolden,
+                         ::testing::Combine(::testing::Values("draft_grad", "draft2_grad"),
+                                            ::testing::ValuesIn(available_isas())));
 
 }  // namespace
 }  // namespace blockspec

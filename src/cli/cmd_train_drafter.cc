@@ -32,7 +32,13 @@ namespace fs = std::filesystem;
 std::vector<FlagSpec> flags() {
   std::vector<FlagSpec> f = model_flags();
   std::vector<FlagSpec> own = {
-    {"--method", "", true, "dflash (default); dflash2 is not trainable yet"},
+    {"--method", "", true, "dflash (default) or dflash2 (block convolutions and a candidate selector, dflash.md §5)"},
+    {"--selector-rank", "", true, "dflash2: rank of the selector's codebooks (default 64: two [vocab, rank] tables)"},
+    {"--selector-top-k", "", true, "dflash2: candidates per slot (default 16)"},
+    {"--selector-alpha", "", true, "dflash2: weight of the selector loss (default 1.0)"},
+    {"--conv-kernel", "", true, "dflash2: taps of the block convolutions (default 2)"},
+    {"--conv-group", "", true, "dflash2: channels per dynamic-kernel group (default 16)"},
+    {"--sliding-window", "", true, "dflash2: attention window of the sliding layers (default 2048)"},
     {"--prompts", "", true, "JSONL training prompts (\"prompt\", \"turns\"[0] or \"question\"; never evaluation sets)"},
     {"--prompt-template", "", true, "build each prompt from the line's fields, e.g. \"{question}\""},
     {"--num-prompts", "", true, "use the first N prompts (default all)"},
@@ -97,8 +103,7 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   if (a.positionals().size() != 2) fail("train-drafter: expected TARGET and OUT, found ", a.positionals().size(), " arguments");
   const std::string target_path = a.positionals()[0], out = a.positionals()[1];
   const std::string method = a.str("--method", "dflash");
-  if (method == "dflash2") fail("train-drafter: --method dflash2 is not trainable yet (its convolutions and selector have no backward)");
-  if (method != "dflash") fail("train-drafter: --method must be dflash or dflash2, found \"", method, "\"");
+  if (method != "dflash" && method != "dflash2") fail("train-drafter: --method must be dflash or dflash2, found \"", method, "\"");
   const int64_t B = a.integer("--block-size", 8), n_layers = a.integer("--layers", 1);
   if (B < 2 || B > 32) fail("train-drafter: --block-size must be in [2, 32], found ", B);
   if (n_layers < 1 || n_layers > 16) fail("train-drafter: --layers must be in [1, 16], found ", n_layers);
@@ -233,12 +238,31 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
     }
   }
   s.V = vocab.empty() ? mc.vocab_size : Vd;
+  DraftArch arch;
+  if (method == "dflash2") {
+    if (!vocab.empty()) fail("train-drafter: --draft-vocab is for dflash; DFlash2's selector indexes the full vocabulary");
+    s.conv_kernel = a.integer("--conv-kernel", 2), s.conv_group = a.integer("--conv-group", 16);
+    s.selector_rank = a.integer("--selector-rank", 64), s.selector_top_k = a.integer("--selector-top-k", 16);
+    s.selector_alpha = a.number("--selector-alpha", 1.0);
+    arch.sliding_window = a.integer("--sliding-window", 2048);
+    if (s.conv_kernel < 1 || s.conv_kernel > B) fail("--conv-kernel must be in [1, --block-size], found ", s.conv_kernel);
+    if (s.conv_group < 1 || s.H % s.conv_group != 0)
+      fail("--conv-group must divide the hidden size ", s.H, ", found ", s.conv_group);
+    if (s.selector_rank < 1 || s.selector_rank > 4096) fail("--selector-rank must be in [1, 4096], found ", s.selector_rank);
+    if (s.selector_top_k < 2 || s.selector_top_k > s.V)
+      fail("--selector-top-k must be in [2, ", s.V, "], found ", s.selector_top_k);
+    if (!(s.selector_alpha >= 0)) fail("--selector-alpha must be >= 0");
+    if (arch.sliding_window < B) fail("--sliding-window must be at least --block-size, found ", arch.sliding_window);
+  } else {
+    for (const char* f : {"--selector-rank", "--selector-top-k", "--selector-alpha", "--conv-kernel", "--conv-group",
+                          "--sliding-window"})
+      if (a.has(f)) fail("train-drafter: ", f, " is a dflash2 option (--method dflash2)");
+  }
   s.eps = static_cast<float>(mc.rms_norm_eps);
   ModelConfig rc;
   rc.head_dim = mc.head_dim;
   rc.rope.theta = mc.rope.theta;
   s.rope = compute_rope(rc);
-  DraftArch arch;
   arch.block_size = B;
   arch.mask_token_id = static_cast<int32_t>(mask_id);
   arch.target_layer_ids = taps;

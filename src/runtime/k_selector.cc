@@ -48,13 +48,23 @@ double KSelector::cost_ms(int64_t rows) const {
 int64_t KSelector::choose(int64_t n, const SpecStats& seen, double draft_ms) const {
   if (K_ == 0 || n == 0) return 0;
   // Conditional acceptance of position i given i-1 accepted; a prior of 0.6
-  // until there are enough drafts to measure it.
+  // until there are enough drafts to measure it. Its denominator is the
+  // drafts that tested position i: with K chosen per step, a position past
+  // a short step's K was never offered, and counting those drafts as
+  // rejections (the old "accepted at i-1" denominator) sank the estimate
+  // of every later position, shortened K further and ended in k = 0.
   std::vector<double> cond(K_, 0.6);
   if (seen.num_drafts >= 8) {
     double prev = static_cast<double>(seen.num_drafts);
     for (int64_t i = 0; i < K_ && i < static_cast<int64_t>(seen.accepted_per_pos.size()); ++i) {
       const double a = static_cast<double>(seen.accepted_per_pos[i]);
-      cond[i] = prev > 0 ? std::clamp(a / prev, 0.0, 1.0) : 0.0;
+      if (i < static_cast<int64_t>(seen.tested_per_pos.size())) {
+        const double t = static_cast<double>(seen.tested_per_pos[i]);
+        if (t >= 8) cond[i] = std::clamp(a / t, 0.0, 1.0);
+        else if (i > 0) cond[i] = cond[i - 1];  // too few tests: like the position before
+      } else {  // a history without tested counts: every draft had length K
+        cond[i] = prev > 0 ? std::clamp(a / prev, 0.0, 1.0) : 0.0;
+      }
       prev = a;
     }
   }

@@ -23,6 +23,8 @@ void SpecStats::record(int64_t n_draft, int64_t accepted) {
   num_accepted_tokens += accepted;
   const size_t k = static_cast<size_t>(n_draft);
   if (accepted_per_pos.size() < k) accepted_per_pos.resize(k, 0);
+  if (tested_per_pos.size() < k) tested_per_pos.resize(k, 0);
+  for (int64_t i = 0; i <= accepted && i < n_draft; ++i) ++tested_per_pos[i];
   if (acceptance_hist.size() < k + 1) acceptance_hist.resize(k + 1, 0);
   for (int64_t i = 0; i < accepted; ++i) ++accepted_per_pos[i];
   ++acceptance_hist[accepted];
@@ -33,6 +35,7 @@ void SpecStats::merge(const SpecStats& o) {
   num_draft_tokens += o.num_draft_tokens;
   num_accepted_tokens += o.num_accepted_tokens;
   add_grow(accepted_per_pos, o.accepted_per_pos);
+  add_grow(tested_per_pos, o.tested_per_pos);
   add_grow(acceptance_hist, o.acceptance_hist);
 }
 

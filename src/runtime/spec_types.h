@@ -82,6 +82,10 @@ struct SpecStats {
   int64_t num_draft_tokens = 0;     // draft tokens verified
   int64_t num_accepted_tokens = 0;  // of them, accepted
   std::vector<int64_t> accepted_per_pos;    // [K] drafts whose token at position i was accepted
+  // [K] drafts that verified position i (it was drafted and every earlier
+  // one accepted): accepted_per_pos[i] / tested_per_pos[i] is the acceptance
+  // of position i given its predecessors', unbiased when K varies per step.
+  std::vector<int64_t> tested_per_pos;
   std::vector<int64_t> acceptance_hist;     // [K+1] drafts that accepted exactly a tokens
   // 1 + accepted / drafts: tokens committed per target pass (bonus included).
   double mean_acceptance_length() const {

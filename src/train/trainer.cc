@@ -77,13 +77,19 @@ struct Blocks {
   std::vector<float> counted;  // [nA * B]
 };
 Blocks make_blocks(const Packed& pk, std::vector<int64_t> anchors, const DraftArch& a, const std::vector<int32_t>& t2d,
-                   const std::vector<float>& slot_w) {
+                   const std::vector<float>& slot_w, bool dflash2) {
   const int64_t B = a.block_size;
   Blocks b;
   DraftRow& row = b.row;
   row.S = pk.S, row.taps = pk.taps.data(), row.pos = pk.pos, row.B = B;
   const BlockTargets bt = block_targets(anchors, pk.tok, pk.mask, pk.doc, B);
-  row.spans = block_key_spans(anchors, pk.doc, B, false, 0);  // full-attention layers: the whole block
+  // DFlash: full-attention layers, the whole block; DFlash2: sliding layers, bidirectional in the block.
+  row.spans = block_key_spans(anchors, pk.doc, B, false, dflash2 ? a.sliding_window : 0);
+  if (dflash2) {  // the selector's predecessor of slot k: the data token at a + k - 1
+    row.prev_ids.assign(anchors.size() * B, 0);
+    for (size_t j = 0; j < anchors.size(); ++j)
+      for (int64_t k = 1; k < B && anchors[j] + k - 1 < pk.S; ++k) row.prev_ids[j * B + k] = pk.tok[anchors[j] + k - 1];
+  }
   row.block_ids.assign(anchors.size() * B, a.mask_token_id);
   for (size_t j = 0; j < anchors.size(); ++j) row.block_ids[j * B] = pk.tok[anchors[j]];
   row.labels = bt.labels;
@@ -183,7 +189,7 @@ EvalResult evaluate_drafter(const DraftData& data, const std::vector<int64_t>& r
     Rng rng(o.seed + 7919 * static_cast<uint64_t>(++row_i));  // the same anchors at every evaluation
     std::vector<int64_t> anchors = select_anchors(pk.mask, pk.doc, o.max_anchors, rng);
     if (anchors.empty()) continue;
-    const Blocks blk = make_blocks(pk, std::move(anchors), arch, t2d, w);
+    const Blocks blk = make_blocks(pk, std::move(anchors), arch, t2d, w, s.dflash2());
     const DraftStepResult res = draft_step(s, p, target, blk.row, nullptr, ctx);
     loss += res.loss;
     tally.add(res, blk);
@@ -198,6 +204,8 @@ TrainResult train_drafter(const DraftData& data, const FrozenTarget& target, con
                           const DraftArch& arch, const TrainOptions& o, const std::string& out_dir, bool resume,
                           const OpContext& ctx, const std::function<void(const TrainProgress&)>& progress) {
   const int64_t B = arch.block_size;
+  if (s.dflash2() && !arch.draft_vocab.empty())
+    fail("train-drafter: DFlash2 drafts over the full vocabulary (its selector indexes it); drop --draft-vocab");
   if (!arch.draft_vocab.empty() && static_cast<int64_t>(arch.draft_vocab.size()) != s.V)
     fail("train-drafter: a draft vocabulary of ", arch.draft_vocab.size(), " ids for a head of ", s.V, " rows");
   if (data.n_taps() * data.hidden() != s.tap_width)
@@ -249,7 +257,7 @@ TrainResult train_drafter(const DraftData& data, const FrozenTarget& target, con
       std::vector<int64_t> anchors = select_anchors(pk.mask, pk.doc, o.max_anchors, rng);
       TrainProgress pr;
       if (!anchors.empty()) {
-        const Blocks blk = make_blocks(pk, std::move(anchors), arch, t2d, w);
+        const Blocks blk = make_blocks(pk, std::move(anchors), arch, t2d, w, s.dflash2());
         grad.each([](const std::string&, std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.f); });
         const DraftStepResult r = draft_step(s, p, target, blk.row, &grad, ctx);
         std::vector<std::pair<float*, int64_t>> gs;

@@ -61,5 +61,26 @@ TEST(KSelector, ADrafterSlowerThanItsGainIsTurnedOff) {
   EXPECT_EQ(KSelector(flat_then_linear(), 4).choose(1, {}, 1.0), 4);
 }
 
+// Steps that drafted fewer tokens never tested the later positions: those
+// drafts are not evidence against them. A target paying 3 ms per extra row;
+// a history of 20 k = 4 drafts then 40 k = 2 drafts, all accepted, must
+// draft 4. Judged by "accepted at i-1" (60 drafts accepted position 1, only
+// 20 position 2) position 2's acceptance would read 1/3 and k stay at 2.
+TEST(KSelector, ShortStepsDoNotCountAgainstLaterPositions) {
+  const KSelector ks({{1, 10.0}, {5, 22.0}}, 4);
+  SpecStats s;
+  for (int i = 0; i < 20; ++i) s.record(4, 4);
+  for (int i = 0; i < 40; ++i) s.record(2, 2);
+  EXPECT_EQ(ks.choose(1, s, 0.0), 4);
+  SpecStats old = s;  // the old denominator on the same counts
+  old.tested_per_pos.clear();
+  EXPECT_EQ(ks.choose(1, old, 0.0), 2);
+  // Real rejections still count: position 1 tested 30 times, accepted 3.
+  SpecStats r;
+  for (int i = 0; i < 27; ++i) r.record(4, 1);
+  for (int i = 0; i < 3; ++i) r.record(4, 4);
+  EXPECT_EQ(ks.choose(1, r, 0.0), 1);
+}
+
 }  // namespace
 }  // namespace blockspec

@@ -16,13 +16,16 @@ TEST(SpecStats, RecordCountsPositionsAndHistogram) {
   EXPECT_EQ(s.num_draft_tokens, 6);
   EXPECT_EQ(s.num_accepted_tokens, 2);
   EXPECT_EQ(s.accepted_per_pos, (std::vector<int64_t>{1, 1, 0}));
+  EXPECT_EQ(s.tested_per_pos, (std::vector<int64_t>{2, 1, 1}));  // (3, 2) tested 0..2, (3, 0) tested 0
   EXPECT_EQ(s.acceptance_hist, (std::vector<int64_t>{1, 0, 1, 0}));
   EXPECT_DOUBLE_EQ(s.mean_acceptance_length(), 2.0);
   s.record(5, 5);  // a larger k grows both vectors
   EXPECT_EQ(s.accepted_per_pos, (std::vector<int64_t>{2, 2, 1, 1, 1}));
+  EXPECT_EQ(s.tested_per_pos, (std::vector<int64_t>{3, 2, 2, 1, 1}));
   EXPECT_EQ(s.acceptance_hist, (std::vector<int64_t>{1, 0, 1, 0, 0, 1}));
-  s.record(1, 1);  // a smaller k keeps them
+  s.record(1, 1);  // a smaller k keeps them, and tests only position 0
   EXPECT_EQ(s.accepted_per_pos.size(), 5u);
+  EXPECT_EQ(s.tested_per_pos, (std::vector<int64_t>{4, 2, 2, 1, 1}));
   EXPECT_EQ(s.acceptance_hist[1], 1);
   EXPECT_DOUBLE_EQ(s.mean_acceptance_length(), 1.0 + 8.0 / 4.0);
 }

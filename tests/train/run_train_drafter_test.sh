@@ -6,6 +6,8 @@
 # held-out expected acceptance length (eal, training.md §3) well above the
 # untrained drafter's. The result must pass `blockspec check` and, served
 # through --speculative-config, give exactly the tokens of plain decoding.
+# Then a DFlash2 drafter (block convolutions + candidate selector) trains on
+# the same data (--train-only) and must do the same.
 #   tests/train/run_train_drafter_test.sh BLOCKSPEC_BINARY
 set -euo pipefail
 bs=$1
@@ -19,19 +21,36 @@ trap 'rm -rf "$out"' EXIT
   --max-new-tokens 96 --concurrency 16 --epochs 30 --max-anchors 64 --seq-len 1024 --lr 2e-3 --threads 2 \
   2> "$out/log" || { cat "$out/log" >&2; exit 1; }
 grep -E '^(data:|step|done)' "$out/log" | tail -5
-line=$(grep '^done:' "$out/log")
-read -r before after < <(sed -E 's/.*held-out eal ([0-9.]+) -> ([0-9.]+).*/\1 \2/' <<< "$line")
-python3 - "$before" "$after" <<'PY'
+# held-out eal before and after from OUT's log; fails unless it rose by >= 0.3.
+check_eal() {
+  local line before after
+  line=$(grep '^done:' "$1")
+  read -r before after < <(sed -E 's/.*held-out eal ([0-9.]+) -> ([0-9.]+).*/\1 \2/' <<< "$line")
+  python3 - "$before" "$after" "$2" <<'PY'
 import sys
-before, after = map(float, sys.argv[1:])
-print(f"held-out eal: untrained {before:.3f}, trained {after:.3f}")
+before, after = map(float, sys.argv[1:3])
+print(f"{sys.argv[3]}: held-out eal: untrained {before:.3f}, trained {after:.3f}")
 assert before < 1.15, f"an untrained drafter should accept almost nothing, eal {before}"
 assert after >= before + 0.3, f"training did not raise the held-out eal enough: {before} -> {after}"
 PY
+}
+check_eal "$out/log" dflash
 "$bs" check "$out/drafter" --target "$model"
 prompt='Tom has 3 apples and buys 5 more. How many apples does he have?'
 plain=$("$bs" generate -m "$model" -p "$prompt" -n 48 --threads 2)
 spec=$("$bs" generate -m "$model" -p "$prompt" -n 48 --threads 2 \
   --speculative-config "{\"method\":\"dflash\",\"model\":\"$out/drafter\"}")
 [[ "$plain" == "$spec" ]] || { echo "DFlash output differs from plain decoding:"; echo "$plain"; echo "---"; echo "$spec"; exit 1; }
+
+mkdir -p "$out/drafter2"
+ln -s "$out/drafter/data" "$out/drafter2/data"
+"$bs" train-drafter "$model" "$out/drafter2" --method dflash2 --train-only --prompts "$here/../../data/prompts/gsm8k_train.jsonl" \
+  --num-prompts 64 --epochs ${DFLASH2_EPOCHS:-20} --max-anchors 64 --seq-len 1024 --lr 2e-3 --threads 2 \
+  2> "$out/log2" || { cat "$out/log2" >&2; exit 1; }
+grep -E '^(step|done)' "$out/log2" | tail -3
+check_eal "$out/log2" dflash2
+"$bs" check "$out/drafter2" --target "$model"
+spec=$("$bs" generate -m "$model" -p "$prompt" -n 48 --threads 2 \
+  --speculative-config "{\"method\":\"dflash2\",\"model\":\"$out/drafter2\"}")
+[[ "$plain" == "$spec" ]] || { echo "DFlash2 output differs from plain decoding:"; echo "$plain"; echo "---"; echo "$spec"; exit 1; }
 echo "train-drafter e2e: ok"

@@ -36,7 +36,7 @@ struct Engine::Impl {
   std::shared_ptr<DraftModel> drafter;
   std::optional<SpecConfig> spec;
   KSelector ksel;
-  double draft_ms_ema = 0;  // measured drafter time per sequence and step
+  DraftCost draft_cost;  // measured drafter time per sequence and step
 
   std::mutex mu;
   std::condition_variable cv;

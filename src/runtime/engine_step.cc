@@ -88,7 +88,7 @@ int64_t Engine::Impl::choose_k(int64_t n_decoding) {
     std::lock_guard<std::mutex> g(mu);
     seen = m.spec;
   }
-  return ksel.choose(n_decoding, seen, draft_ms_ema);
+  return ksel.choose(n_decoding, seen, draft_cost.ms());
 }
 
 void Engine::Impl::step() {
@@ -100,10 +100,9 @@ void Engine::Impl::step() {
 
   const ModelRunner::StepOutcome o =
       runner->run(plan, [this](const SeqState& st) -> Sequence& { return *live.at(st.id); });
-  if (o.n_drafted > 0) {
-    const double ms = o.draft_seconds * 1e3 / static_cast<double>(o.n_drafted);
-    draft_ms_ema = draft_ms_ema == 0 ? ms : 0.8 * draft_ms_ema + 0.2 * ms;
-  }
+  if (o.n_drafted > 0) draft_cost.drafted(o.draft_seconds * 1e3 / static_cast<double>(o.n_drafted));
+  else if (std::any_of(plan.rows.begin(), plan.rows.end(), [](const StepPlan::Row& r) { return r.decode; }))
+    draft_cost.idle();
   // Report this step's tokens (and the ends).
   std::vector<uint64_t> ended;
   for (Sequence* sp : o.touched) {

@@ -31,4 +31,23 @@ class KSelector {
   std::vector<std::pair<int64_t, double>> table_;  // rows -> ms
 };
 
+// The drafter's cost per drafting sequence for KSelector::choose, from the
+// measured draft time of the steps that drafted: an EMA (weight 0.2 for each
+// new step). The first measurement carries cold caches and the prompt's
+// context features, so the second replaces it instead of blending in. Each
+// step that drafted nothing decays the estimate by 0.9: one slow draft that
+// turned drafting off cannot keep it off for good (nothing would ever
+// measure it again); drafting resumes once the estimate says it pays, and
+// the next measurement decides.
+class DraftCost {
+ public:
+  void drafted(double ms_per_seq);
+  void idle() { ms_ *= 0.9; }
+  double ms() const { return ms_; }
+
+ private:
+  double ms_ = 0;
+  int64_t n_ = 0;
+};
+
 }  // namespace blockspec

@@ -124,8 +124,8 @@ SpecResult run_sequence(Transformer& model, Proposer* proposer, int64_t K, const
   Scheduler sched(so, blocks);
   sched.add(&s.st);
   ModelRunner runner(model);
-  double draft_ms = 0;  // measured proposer time per step (EMA), for ksel
-  auto choose = [&](int64_t n) { return ksel ? std::min(K, ksel->choose(n, s.stats, draft_ms)) : K; };
+  DraftCost draft_cost;  // measured proposer time per step, for ksel
+  auto choose = [&](int64_t n) { return ksel ? std::min(K, ksel->choose(n, s.stats, draft_cost.ms())) : K; };
   while (s.end_reason.empty()) {
     const StepPlan plan = sched.plan(choose);
     for (SeqState* st : plan.admitted) {
@@ -137,10 +137,8 @@ SpecResult run_sequence(Transformer& model, Proposer* proposer, int64_t K, const
     BS_ASSERT(!plan.rows.empty());  // the pool holds the one sequence's worst case
     const bool verify = plan.rows[0].decode;
     const ModelRunner::StepOutcome o = runner.run(plan, [&](const SeqState&) -> Sequence& { return s; });
-    if (o.n_drafted > 0) {
-      const double ms = o.draft_seconds * 1e3;
-      draft_ms = draft_ms == 0 ? ms : 0.8 * draft_ms + 0.2 * ms;
-    }
+    if (o.n_drafted > 0) draft_cost.drafted(o.draft_seconds * 1e3);
+    else if (verify) draft_cost.idle();
     if (verify) ++res.target_passes;
     if (on_token)
       for (int32_t t : s.out) on_token(t);

@@ -84,3 +84,33 @@ TEST(KSelector, ShortStepsDoNotCountAgainstLaterPositions) {
 
 }  // namespace
 }  // namespace blockspec
+
+namespace blockspec {
+namespace {
+
+// The draft cost estimate: the first (cold) measurement is replaced by the
+// second, then an EMA; steps without drafts decay it, so one slow draft
+// cannot turn drafting off for good.
+TEST(DraftCost, ColdFirstDraftIsReplacedAndIdleStepsForget) {
+  DraftCost c;
+  EXPECT_EQ(c.ms(), 0.0);
+  c.drafted(50.0);  // cold caches, the prompt's context
+  EXPECT_EQ(c.ms(), 50.0);
+  c.drafted(2.0);
+  EXPECT_EQ(c.ms(), 2.0);
+  c.drafted(4.0);
+  EXPECT_DOUBLE_EQ(c.ms(), 0.8 * 2.0 + 0.2 * 4.0);
+  // A spike that makes drafting look unprofitable (KSelector: 20 ms turns a
+  // 4-token draft off at 10 ms per pass) is forgotten within a few dozen idle steps.
+  DraftCost spike;
+  spike.drafted(5.0), spike.drafted(1.0), spike.drafted(100.0);
+  const KSelector ks({{1, 10.0}, {8, 10.0}}, 4);
+  EXPECT_EQ(ks.choose(1, {}, spike.ms()), 0);
+  int idle = 0;
+  while (ks.choose(1, {}, spike.ms()) == 0 && idle < 1000) spike.idle(), ++idle;
+  EXPECT_GT(idle, 0);
+  EXPECT_LT(idle, 40);
+}
+
+}  // namespace
+}  // namespace blockspec

@@ -5,6 +5,8 @@
 # the quantized drafter) and each held-out prompt set, output tok/s at
 # concurrency 1 and 8, acceptance per position, and a check that every
 # greedy output is identical to plain decoding's. Run it on a quiet machine.
+# The drafter's config picks the method (dflash or dflash2). BENCH_SETS and
+# BENCH_CONC narrow the prompt sets and concurrencies (default: all three, 1 and 8).
 #   scripts/bench_drafter.sh OUTDIR MODEL DRAFTER [DRAFTER_QUANTIZED] [NPROMPTS] [MAXTOK]
 set -eu
 cd "$(dirname "$0")/.."
@@ -17,13 +19,16 @@ T=${6:-128}
 B=build/blockspec
 P=${BLOCKSPEC_PROMPTS:-data/prompts}
 K=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]+'/config.json'))['block_size']-1)" "$D")
+MD=$(python3 -c "import json,sys; print('dflash2' if json.load(open(sys.argv[1]+'/config.json'))['architectures'][0] == 'DFlash2DraftModel' else 'dflash')" "$D")
+SETS=${BENCH_SETS:-gsm8k_test humaneval mt_bench}
+CONCS=${BENCH_CONC:-1 8}
 mkdir -p "$O"
 uptime > "$O/uptime_start.txt"
-configs=("plain:" "ngram:{\"method\":\"ngram\",\"prompt_lookup_max\":3}" "dflash:{\"method\":\"dflash\",\"model\":\"$D\"}")
+configs=("plain:" "ngram:{\"method\":\"ngram\",\"prompt_lookup_max\":3}" "dflash:{\"method\":\"$MD\",\"model\":\"$D\"}")
 for k in 3 7 15; do
-  [ "$k" -le "$K" ] && configs+=("dflash_k$k:{\"method\":\"dflash\",\"model\":\"$D\",\"num_speculative_tokens\":$k}")
+  [ "$k" -le "$K" ] && configs+=("dflash_k$k:{\"method\":\"$MD\",\"model\":\"$D\",\"num_speculative_tokens\":$k}")
 done
-[ -n "$DQ" ] && configs+=("dflash_quant:{\"method\":\"dflash\",\"model\":\"$DQ\"}")
+[ -n "$DQ" ] && configs+=("dflash_quant:{\"method\":\"$MD\",\"model\":\"$DQ\"}")
 port=8310
 for c in "${configs[@]}"; do
   name=${c%%:*}
@@ -33,8 +38,8 @@ for c in "${configs[@]}"; do
   $B "${args[@]}" > "$O/$name.serve.log" 2>&1 &
   sp=$!
   for _ in $(seq 120); do curl -sf http://127.0.0.1:$port/health > /dev/null && break; sleep 1; done
-  for set in gsm8k_test humaneval mt_bench; do
-    for conc in 1 8; do
+  for set in $SETS; do
+    for conc in $CONCS; do
       $B bench --url http://127.0.0.1:$port --prompts "$P/$set.jsonl" --concurrency $conc --num-prompts "$N" \
         --max-tokens "$T" --json > "$O/$name.$set.c$conc.json" 2> "$O/$name.$set.c$conc.err"
     done

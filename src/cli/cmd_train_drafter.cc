@@ -19,6 +19,7 @@
 #include "formats/dflash_config.h"
 #include "model/chat_files.h"
 #include "runtime/engine.h"
+#include "runtime/sampler.h"
 #include "train/datagen.h"
 #include "train/frozen_target.h"
 #include "train/trainer.h"
@@ -39,7 +40,8 @@ std::vector<FlagSpec> flags() {
     {"--conv-kernel", "", true, "dflash2: taps of the block convolutions (default 2)"},
     {"--conv-group", "", true, "dflash2: channels per dynamic-kernel group (default 16)"},
     {"--sliding-window", "", true, "dflash2: attention window of the sliding layers (default 2048)"},
-    {"--prompts", "", true, "JSONL training prompts (\"prompt\", \"turns\"[0] or \"question\"; never evaluation sets)"},
+    {"--prompts", "", true, "JSONL training prompts, comma-separated files in order (\"prompt\", \"turns\"[0] or \"question\"; never evaluation sets)"},
+    {"--prompt-order", "", true, "file (default) or shuffle (by --seed): the order data generation answers the prompts in"},
     {"--prompt-template", "", true, "build each prompt from the line's fields, e.g. \"{question}\""},
     {"--num-prompts", "", true, "use the first N prompts (default all)"},
     {"--max-new-tokens", "", true, "tokens the target generates per prompt (default 256)"},
@@ -70,17 +72,25 @@ std::vector<FlagSpec> flags() {
   return f;
 }
 
+// "a,b,c" -> {a, b, c}; empty items fail.
+std::vector<std::string> split_list(const std::string& s, const std::string& flag) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i <= s.size();) {
+    const size_t e = std::min(s.find(',', i), s.size());
+    if (e == i) fail(flag, ": empty item in \"", s, "\"");
+    out.push_back(s.substr(i, e - i));
+    i = e + 1;
+  }
+  return out;
+}
+
 std::vector<int64_t> parse_ids(const std::string& s, const std::string& flag) {
   std::vector<int64_t> out;
-  for (size_t i = 0; i <= s.size();) {
-    size_t e = s.find(',', i);
-    if (e == std::string::npos) e = s.size();
-    const std::string item = s.substr(i, e - i);
+  for (const std::string& item : split_list(s, flag)) {
     char* end = nullptr;
     const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 0) fail(flag, ": \"", item, "\" is not a layer id");
+    if (*end != '\0' || v < 0) fail(flag, ": \"", item, "\" is not a layer id");
     out.push_back(v);
-    i = e + 1;
   }
   return out;
 }
@@ -138,10 +148,14 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   const ChatTemplate tmpl(assets.template_source, assets.template_what);
   ChatTemplateOptions co;
   co.bos_token = assets.bos_token, co.eos_token = assets.eos_token;
-  std::vector<std::vector<int32_t>> prompts;
-  for (const std::string& text : load_prompts(a.required("--prompts"), a.str("--prompt-template"),
-                                              a.integer("--num-prompts", int64_t(1) << 40)))
-    prompts.push_back(tok.encode(tmpl.apply({{"user", text, ""}}, co)));
+  std::vector<std::vector<int32_t>> prompts;  // every file's prompts in turn: a record's index is its place here
+  const int64_t max_prompts = a.integer("--num-prompts", int64_t(1) << 40);
+  for (const std::string& file : split_list(a.required("--prompts"), "--prompts"))
+    for (const std::string& text :
+         load_prompts(file, a.str("--prompt-template"), max_prompts - static_cast<int64_t>(prompts.size())))
+      prompts.push_back(tok.encode(tmpl.apply({{"user", text, ""}}, co)));
+  const std::string order = a.str("--prompt-order", "file");
+  if (order != "file" && order != "shuffle") fail("--prompt-order must be file or shuffle, found \"", order, "\"");
 
   auto model = Transformer::load(target_path, mo);
   const ModelConfig mc = model->config();
@@ -196,6 +210,13 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
       DatagenOptions dg;
       dg.max_new_tokens = max_new;
       dg.in_flight = 2 * conc;
+      if (order == "shuffle") {  // Fisher-Yates with the project's Rng: the same order on every machine
+        dg.order.resize(prompts.size());
+        for (size_t i = 0; i < dg.order.size(); ++i) dg.order[i] = static_cast<int64_t>(i);
+        Rng rng(to.seed * 7919 + 17);
+        for (int64_t i = static_cast<int64_t>(dg.order.size()) - 1; i > 0; --i)
+          std::swap(dg.order[i], dg.order[static_cast<int64_t>(rng.next() % static_cast<uint64_t>(i + 1))]);
+      }
       double last = -1;
       dg.progress = [&](const DatagenProgress& p) {
         if (p.seconds - last < 10 && p.done != p.total) return;

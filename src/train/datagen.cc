@@ -29,7 +29,12 @@ int64_t generate_draft_data(Engine& eng, const std::vector<std::vector<int32_t>>
   const std::set<int64_t> done(w.done().begin(), w.done().end());
   std::deque<int64_t> todo;
   int64_t skipped = 0;
-  for (int64_t i = 0; i < static_cast<int64_t>(prompts.size()); ++i) {
+  const int64_t n = static_cast<int64_t>(prompts.size());
+  if (!o.order.empty() && static_cast<int64_t>(o.order.size()) != n)
+    fail("data generation: an order of ", o.order.size(), " indices for ", n, " prompts");
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t i = o.order.empty() ? j : o.order[j];
+    if (i < 0 || i >= n) fail("data generation: order index ", i, " outside the ", n, " prompts");
     if (done.count(i)) continue;
     if (prompts[i].empty() || static_cast<int64_t>(prompts[i].size()) + o.max_new_tokens > eng.max_model_len()) {
       ++skipped;

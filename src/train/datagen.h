@@ -23,6 +23,10 @@ struct DatagenOptions {
   int64_t max_new_tokens = 256;
   int64_t in_flight = 16;  // requests submitted at once (>= the engine's max_num_seqs keeps it full)
   std::function<void(const DatagenProgress&)> progress;  // after every record
+  // The order prompts are generated in (a permutation of their indices);
+  // empty: index order. Records keep the prompt's index either way, so a
+  // rerun with another order still skips what is done.
+  std::vector<int64_t> order;
 };
 
 // Generates every prompt whose index is not already in w.done(), appending

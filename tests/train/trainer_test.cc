@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/error.h"
 #include "formats/dflash_config.h"
 #include "tensor/dtype.h"
 #include "model/dflash.h"
@@ -57,12 +58,21 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
     DraftDataWriter w(data_path, 2, 64);
     DatagenOptions dg;
     dg.max_new_tokens = 24;
+    for (int64_t i = 11; i >= 0; --i) dg.order.push_back(i);  // answered last prompt first
     EXPECT_EQ(generate_draft_data(eng, prompts, w, dg), 0);
     EXPECT_EQ(w.done().size(), 12u);
+    dg.order.pop_back();
+    EXPECT_THROW(generate_draft_data(eng, prompts, w, dg), Error);  // not a permutation of the prompts
   }
   auto model = Transformer::load(target_dir, mo);
   const DraftData data(data_path);
   ASSERT_EQ(data.records().size(), 12u);
+  for (const DraftRecordView& r : data.records()) {  // each record keeps its prompt's index, whatever the order
+    std::vector<int32_t> head(r.tokens, r.tokens + r.n_prompt);
+    std::vector<int32_t> want;
+    for (int j = 0; j < 6 + r.index % 4; ++j) want.push_back((r.index * 37 + j * 11 + 1) % 240);
+    EXPECT_EQ(head, want) << "record of prompt " << r.index;
+  }
   ThreadPool pool(2);
   const KernelTable kt = select_kernels("");
   const OpContext ctx{&kt, &pool};

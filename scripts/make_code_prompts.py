@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Code-completion training prompts for drafters (issue 15: "gsm8k_train plus any other text offline you can
+justify; never the evaluation prompts").
+
+Writes data/prompts/code_train.jsonl: one HumanEval-style prompt per documented public top-level function of the
+CPython standard library on this machine (its signature and docstring, as the source spells them; the target writes
+the body). The standard library is offline and PSF-licensed; HumanEval's problems were written for it, and to keep
+even a name out of training, functions named like a HumanEval entry point (data/prompts/humaneval.jsonl: encode,
+median, ...) are dropped. Deterministic for a given Python: files in sorted order, the first function of each name
+only.
+
+    python3 scripts/make_code_prompts.py [--stdlib /usr/lib/python3.11] [--out data/prompts/code_train.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from pathlib import Path
+
+SKIP_DIRS = {"test", "tests", "idlelib", "lib2to3", "site-packages", "dist-packages", "turtledemo", "__pycache__",
+             "ensurepip", "venv", "pydoc_data"}
+
+
+def prompts_of(path: Path, root: Path):
+    src = path.read_text(encoding="utf-8", errors="strict")
+    tree = ast.parse(src)
+    lines = src.splitlines()
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+            continue
+        doc = ast.get_docstring(node, clean=False)
+        if not doc or len(doc.strip()) < 40 or not node.body or not isinstance(node.body[0], ast.Expr):
+            continue
+        first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+        text = "\n".join(lines[first - 1: node.body[0].end_lineno]) + "\n"
+        if len(text) > 2000:
+            continue
+        module = ".".join(path.relative_to(root).with_suffix("").parts)
+        yield node.name, {"prompt": text, "source": f"python{sys.version_info.major}.{sys.version_info.minor} "
+                                                    f"stdlib {module}.{node.name}"}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--stdlib", type=Path, default=Path(f"/usr/lib/python{sys.version_info.major}."
+                                                        f"{sys.version_info.minor}"))
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "data/prompts/code_train.jsonl")
+    a = ap.parse_args()
+    repo = Path(__file__).resolve().parent.parent
+    seen = {json.loads(line)["entry_point"] for line in open(repo / "data/prompts/humaneval.jsonl")}  # decontaminate
+    out = []
+    for path in sorted(a.stdlib.rglob("*.py")):
+        if SKIP_DIRS & set(path.relative_to(a.stdlib).parts[:-1]) or path.name.startswith("test_"):
+            continue
+        try:
+            found = list(prompts_of(path, a.stdlib))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        for name, rec in found:
+            if name not in seen:
+                seen.add(name)
+                out.append(rec)
+    a.out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out))
+    print(f"wrote {a.out} ({len(out)} prompts from {a.stdlib})")
+
+
+if __name__ == "__main__":
+    main()

@@ -3,6 +3,7 @@
 // gives through the CLI (cli/spec_config.cc parses the JSON; its own tests
 // are in tests/cli). n-gram lookup here is 1..3 tokens.
 #pragma once
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +15,13 @@
 #include "runtime/speculative.h"
 
 namespace blockspec {
+
+// Where scripts/fetch_models.sh caches models: $BLOCKSPEC_CACHE, else ~/.cache/blockspec.
+inline std::string test_cache_dir() {
+  if (const char* c = std::getenv("BLOCKSPEC_CACHE")) return c;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "/root") + "/.cache/blockspec";
+}
 
 // method: "ngram", or "dflash" / "dflash2" with the drafter in drafter_dir
 // (whose config decides between the two, as the CLI does).

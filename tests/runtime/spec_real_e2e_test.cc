@@ -26,12 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string cache_dir() {
-  if (const char* c = std::getenv("BLOCKSPEC_CACHE")) return c;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/root") + "/.cache/blockspec";
-}
-
 // Proposes the plain greedy continuation `ref` (prompt + output) with one
 // token at a random offset c in [0, k] corrupted (c == k: none), so each pass
 // must accept exactly c drafts: long accepted spans, verified by multi-token
@@ -59,7 +53,7 @@ class TeacherForced : public Proposer {
 
 TEST(SpecRealModels, SmolLM2GreedySpeculationEqualsPlainGreedy) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string model_path = cache_dir() + "/models/smollm2.gguf";
+  const std::string model_path = test_cache_dir() + "/models/smollm2.gguf";
   ASSERT_TRUE(fs::exists(model_path)) << model_path << " is missing: run scripts/fetch_models.sh smollm2";
   ModelOptions mo;
   mo.n_threads = 1;  // robust timing on shared CI cores (a pool over busy cores stalls on every hand-off)

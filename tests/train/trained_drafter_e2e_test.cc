@@ -28,12 +28,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string cache_dir() {
-  if (const char* c = std::getenv("BLOCKSPEC_CACHE")) return c;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/root") + "/.cache/blockspec";
-}
-
 template <class T>
 std::vector<T> vec(const SafetensorsFile& f, const std::string& name) {
   const Tensor t = f.tensor(name);
@@ -51,7 +45,7 @@ double rel_err(const float* a, const std::vector<float>& b) {
 }
 
 TEST(TrainedDrafters, DraftLikeTheReferencePackage) {
-  const std::string model_path = cache_dir() + "/models/smollm2.gguf";
+  const std::string model_path = test_cache_dir() + "/models/smollm2.gguf";
   ASSERT_TRUE(fs::exists(model_path)) << model_path << " is missing: run scripts/fetch_models.sh smollm2";
   const SafetensorsFile g(std::string(BS_SOURCE_DIR) + "/tests/fixtures/train/trained_drafters.safetensors");
   const nlohmann::json meta = nlohmann::json::parse(g.metadata().at("config"));

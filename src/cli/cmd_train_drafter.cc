@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
@@ -46,6 +47,8 @@ std::vector<FlagSpec> flags() {
     {"--num-prompts", "", true, "use the first N prompts (default all)"},
     {"--max-new-tokens", "", true, "tokens the target generates per prompt (default 256)"},
     {"--concurrency", "", true, "sequences the engine batches while generating data (default 16)"},
+    {"--responses", "", true, "tokens-only data file of an earlier run (--export-responses): those prompts are prefilled for their taps, not answered again"},
+    {"--export-responses", "", true, "only write the tokens (no taps) of OUT's data records to FILE, then stop (small enough to keep; --responses reads it)"},
     {"--data-only", "", false, "generate (or finish) the data, then stop"},
     {"--train-only", "", false, "train on the records the data file holds now (data generation may still be running)"},
     {"--layers", "", true, "draft layers (default 1)"},
@@ -112,6 +115,27 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   }
   if (a.positionals().size() != 2) fail("train-drafter: expected TARGET and OUT, found ", a.positionals().size(), " arguments");
   const std::string target_path = a.positionals()[0], out = a.positionals()[1];
+  if (a.has("--export-responses")) {  // tokens only, from the data as it is now (a generating run may go on)
+    const std::string data_path = (fs::path(out) / "data" / "draft_data.bin").string(), ef = a.str("--export-responses");
+    if (!fs::is_regular_file(data_path)) fail("--export-responses: ", data_path, " does not exist");
+    const DraftData d(data_path);
+    const std::string tmp = ef + ".tmp";
+    fs::remove(tmp);
+    {
+      DraftDataWriter w(tmp, d.n_taps(), d.hidden(), TapDType::kBF16);
+      for (DraftRecordView r : d.records()) {
+        r.rows = 0, r.taps = nullptr, r.taps_bf16 = nullptr;
+        w.append(r);
+      }
+    }
+    fs::rename(tmp, ef);
+    fs::remove(tmp + ".lock");
+    int64_t n_tok = 0;
+    for (const DraftRecordView& r : d.records()) n_tok += r.n_tokens - r.n_prompt;
+    std::fprintf(stderr, "%zu responses (%lld response tokens, no taps) written to %s\n", d.records().size(),
+                 static_cast<long long>(n_tok), ef.c_str());
+    return 0;
+  }
   const std::string method = a.str("--method", "dflash");
   if (method != "dflash" && method != "dflash2") fail("train-drafter: --method must be dflash or dflash2, found \"", method, "\"");
   const int64_t B = a.integer("--block-size", 8), n_layers = a.integer("--layers", 1);
@@ -192,12 +216,26 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   // ---- data: the target's own greedy responses and taps ----
   const std::string data_path = (fs::path(out) / "data" / "draft_data.bin").string();
   if (a.has("--data-only") && a.has("--train-only")) fail("train-drafter: --data-only and --train-only exclude each other");
+  if (a.has("--responses") && a.has("--train-only"))
+    fail("train-drafter: --responses feeds data generation, which --train-only skips");
   if (!a.has("--train-only")) {
     const TapDType want = parse_tap_dtype(a.has("--tap-dtype") ? a.str("--tap-dtype") : "bf16");
     DraftDataWriter w(data_path, static_cast<int64_t>(taps.size()), mc.hidden_size, want);
     if (a.has("--tap-dtype") && w.tap_dtype() != want)
       fail("--tap-dtype: ", data_path, " already holds ", w.tap_dtype() == TapDType::kBF16 ? "bf16" : "f32",
            " taps; resume without --tap-dtype or use another output directory");
+    std::map<int64_t, std::vector<int32_t>> known;  // --responses: prompt index -> prompt + response
+    if (a.has("--responses")) {
+      const std::string rf = a.str("--responses");
+      if (!fs::is_regular_file(rf)) fail("--responses: ", rf, " is not a file");
+      const DraftData prev(rf);
+      for (const DraftRecordView& r : prev.records()) {
+        if (r.index < 0 || r.index >= static_cast<int64_t>(prompts.size()))
+          fail("--responses: ", rf, ": record for prompt ", r.index, " but --prompts has ", prompts.size());
+        known[r.index].assign(r.tokens, r.tokens + r.n_tokens);
+      }
+      std::fprintf(stderr, "data: %zu known responses in %s\n", known.size(), rf.c_str());
+    }
     if (static_cast<int64_t>(w.done().size()) < static_cast<int64_t>(prompts.size())) {
       std::fprintf(stderr, "data: %zu of %zu prompts done, generating the rest (batch %lld, up to %lld tokens each)\n",
                    w.done().size(), prompts.size(), static_cast<long long>(conc), static_cast<long long>(max_new));
@@ -209,6 +247,7 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
       Engine eng(Transformer::load(target_path, mo), eo);
       DatagenOptions dg;
       dg.max_new_tokens = max_new;
+      if (!known.empty()) dg.responses = &known;
       dg.in_flight = 2 * conc;
       if (order == "shuffle") {  // Fisher-Yates with the project's Rng: the same order on every machine
         dg.order.resize(prompts.size());
@@ -222,9 +261,10 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
         if (p.seconds - last < 10 && p.done != p.total) return;
         last = p.seconds;
         const double tps = p.new_tokens / std::max(1e-9, p.seconds);
-        std::fprintf(stderr, "data %lld/%lld prompts | %lld new tokens | %.1f tok/s | %s elapsed\n",
+        std::fprintf(stderr, "data %lld/%lld prompts | %lld new tokens | %lld known tokens prefilled | %.1f tok/s | %s elapsed\n",
                      static_cast<long long>(p.done), static_cast<long long>(p.total),
-                     static_cast<long long>(p.new_tokens), tps, hms(p.seconds).c_str());
+                     static_cast<long long>(p.new_tokens), static_cast<long long>(p.known_tokens), tps,
+                     hms(p.seconds).c_str());
       };
       const int64_t skipped = generate_draft_data(eng, prompts, w, dg);
       if (skipped > 0) std::fprintf(stderr, "data: %lld prompts too long for --max-new-tokens were skipped\n",

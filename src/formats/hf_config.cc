@@ -15,6 +15,7 @@ const char* arch_name(Arch a) {
     case Arch::kQwen3: return "qwen3";
     case Arch::kQwen2: return "qwen2";
     case Arch::kLlama: return "llama";
+    case Arch::kQwen35: return "qwen3_5";
   }
   return "?";
 }
@@ -147,6 +148,52 @@ void parse_rope(const Reader& r, ModelConfig& c) {
   if (tr != p.end() && tr->is_boolean()) c.rope.truncate = tr->get<bool>();
 }
 
+// qwen3_5 text fields (hybrid.md §1.2): layer types, the Gated DeltaNet
+// shapes, the output gate and the (1 + w) norms.
+void parse_hybrid(const Reader& r, ModelConfig& c) {
+  const std::string& what = r.what;
+  GdnConfig& g = c.gdn;
+  g.conv_kernel = r.get_pos("linear_conv_kernel_dim", 4);
+  g.key_head_dim = r.get_pos("linear_key_head_dim", 128);
+  g.value_head_dim = r.get_pos("linear_value_head_dim", 128);
+  g.n_key_heads = r.get_pos("linear_num_key_heads", 16);
+  g.n_value_heads = r.get_pos("linear_num_value_heads", 32);
+  if (g.n_value_heads % g.n_key_heads != 0)
+    fail(what, ": linear_num_value_heads ", g.n_value_heads, " is not a multiple of linear_num_key_heads ", g.n_key_heads);
+  if (g.conv_kernel < 2) fail(what, ": linear_conv_kernel_dim must be >= 2, found ", g.conv_kernel);
+  c.linear_layers.assign(c.n_layers, false);
+  if (const json* lt = r.find("layer_types")) {
+    if (!lt->is_array() || static_cast<int64_t>(lt->size()) != c.n_layers)
+      fail(what, ": field \"layer_types\" must list one type per layer (", c.n_layers, "), found ", lt->dump());
+    for (int64_t i = 0; i < c.n_layers; ++i) {
+      const json& t = (*lt)[i];
+      const std::string s = t.is_string() ? t.get<std::string>() : t.dump();
+      if (s == "linear_attention") c.linear_layers[i] = true;
+      else if (s != "full_attention")
+        fail(what, ": layer_types[", i, "] is \"", s, "\" (expected linear_attention or full_attention)");
+    }
+  } else {  // HF Qwen3_5TextConfig.__post_init__: every interval-th layer is full attention
+    const int64_t every = r.get_pos("full_attention_interval", 4);
+    for (int64_t i = 0; i < c.n_layers; ++i) c.linear_layers[i] = (i + 1) % every != 0;
+  }
+  // Keys HF does not read but published configs carry (hybrid.md §1.2): only what we implement.
+  if (!r.get_bool("attn_output_gate", true))
+    fail(what, ": attn_output_gate false is not supported (Qwen3.5 gates every attention output)");
+  if (const json* og = r.find("output_gate_type"); og != nullptr && !(og->is_string() && og->get<std::string>() == "swish"))
+    fail(what, ": output_gate_type ", og->dump(), " is not supported (only \"swish\")");
+  c.attn_output_gate = true;
+  c.offset_norms = true;
+  // HF's default partial rotary factor for qwen3_5 is 0.25, not 1.
+  const json* rp = r.find("rope_parameters");
+  const bool has_prf = (rp != nullptr && rp->is_object() && rp->contains("partial_rotary_factor")) ||
+                       r.find("partial_rotary_factor") != nullptr;
+  if (!has_prf) c.rope.partial_rotary_factor = 0.25;
+  const int64_t rot = static_cast<int64_t>(static_cast<double>(c.head_dim) * c.rope.partial_rotary_factor);
+  if (rot <= 0 || rot % 2 != 0 || rot > c.head_dim)
+    fail(what, ": partial_rotary_factor ", c.rope.partial_rotary_factor, " of head_dim ", c.head_dim,
+         " gives ", rot, " rotary dims (need an even number in [2, head_dim])");
+}
+
 }  // namespace
 
 ModelConfig parse_hf_config(const std::string& json_text, const std::string& what) {
@@ -157,21 +204,40 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& wha
     fail(what, ": not valid JSON: ", e.what());
   }
   if (!j.is_object()) fail(what, ": expected a JSON object at the top level");
-  Reader r{j, what};
+  Reader top{j, what};
   ModelConfig c;
-  const json* mt = r.find("model_type");
+  const json* mt = top.find("model_type");
   if (mt == nullptr || !mt->is_string()) fail(what, ": missing string field \"model_type\"");
   c.model_type = mt->get<std::string>();
+  // The multimodal wrapper keeps the text model's fields in text_config and
+  // its tensors under model.language_model. (hybrid.md §1.1).
+  const json* text = &j;
+  std::string text_what = what;
+  if (c.model_type == "qwen3_5") {
+    const json* tc = top.find("text_config");
+    if (tc == nullptr || !tc->is_object()) fail(what, ": model_type \"qwen3_5\" needs a \"text_config\" object");
+    auto tmt = tc->find("model_type");
+    if (tmt != tc->end() && !(tmt->is_string() && tmt->get<std::string>() == "qwen3_5_text"))
+      fail(what, ": text_config.model_type must be \"qwen3_5_text\", found ", tmt->dump());
+    text = tc, text_what = what + " (text_config)";
+    c.weight_prefix = "model.language_model.";
+  }
+  Reader r{*text, text_what};
   if (c.model_type == "qwen3") c.arch = Arch::kQwen3;
   else if (c.model_type == "qwen2") c.arch = Arch::kQwen2;
   else if (c.model_type == "llama") c.arch = Arch::kLlama;
+  else if (c.model_type == "qwen3_5" || c.model_type == "qwen3_5_text") c.arch = Arch::kQwen35;
+  else if (c.model_type == "qwen3_5_moe" || c.model_type == "qwen3_5_moe_text" || c.model_type == "qwen3_next")
+    fail(what, ": model_type \"", c.model_type, "\" (a mixture-of-experts Gated-DeltaNet hybrid) is not supported yet "
+         "(supported hybrids: the dense qwen3_5 and qwen3_5_text)");
   else
-    fail(what, ": model_type \"", c.model_type, "\" is not supported (supported: qwen3, qwen2, llama)");
-  if (const json* a = r.find("architectures")) {
+    fail(what, ": model_type \"", c.model_type, "\" is not supported (supported: qwen3, qwen2, llama, qwen3_5, qwen3_5_text)");
+  if (const json* a = top.find("architectures")) {
     if (!a->is_array() || a->empty() || !(*a)[0].is_string())
       fail(what, ": field \"architectures\" must be a non-empty list of strings");
     c.architecture = (*a)[0].get<std::string>();
-    static constexpr const char* kKnown[] = {"Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM"};
+    static constexpr const char* kKnown[] = {"Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM",
+                                             "Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"};
     bool ok = false;
     for (const char* k : kKnown) ok |= c.architecture == k;
     c.is_draft = draft_method_of_architecture(c.architecture) != nullptr;
@@ -180,8 +246,8 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& wha
            c.model_type, "\"");
     if (!ok && !c.is_draft)
       fail(what, ": architecture \"", c.architecture,
-           "\" is not supported (supported: Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM; drafters "
-           "DFlashDraftModel, DFlash2DraftModel)");
+           "\" is not supported (supported: Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM, "
+           "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration; drafters DFlashDraftModel, DFlash2DraftModel)");
   }
   c.vocab_size = r.get_pos("vocab_size");
   c.hidden_size = r.get_pos("hidden_size");
@@ -201,33 +267,51 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& wha
   }
   if (c.head_dim % 2 != 0) fail(what, ": head_dim must be even for RoPE, found ", c.head_dim);
   c.max_position_embeddings = r.get_pos("max_position_embeddings", 32768);
-  c.rms_norm_eps = r.get_num(j, "rms_norm_eps", 1e-6, "");
+  c.rms_norm_eps = r.get_num(*text, "rms_norm_eps", 1e-6, "");
   if (!(c.rms_norm_eps > 0)) fail(what, ": field \"rms_norm_eps\" must be > 0, found ", c.rms_norm_eps);
-  c.tie_word_embeddings = r.get_bool("tie_word_embeddings", false);
+  // The wrapper's own tie_word_embeddings decides (HF Qwen3_5Config); text_config's when it has none.
+  c.tie_word_embeddings = top.get_bool("tie_word_embeddings", r.get_bool("tie_word_embeddings", false));
   switch (c.arch) {
     case Arch::kQwen2:  // Qwen2Attention: bias on q/k/v always, none on o
       c.attention_bias = true;
       c.attention_out_bias = false;
       break;
     case Arch::kQwen3:
+    case Arch::kQwen35:
     case Arch::kLlama:
       c.attention_bias = r.get_bool("attention_bias", false);
       c.attention_out_bias = c.attention_bias;
       break;
   }
   c.mlp_bias = c.arch == Arch::kLlama ? r.get_bool("mlp_bias", false) : false;
-  c.eos_token_ids = parse_token_ids(r.find("eos_token_id"), what, "eos_token_id");
-  auto bos = parse_token_ids(r.find("bos_token_id"), what, "bos_token_id");
+  const Reader& ids = r.find("eos_token_id") || r.find("bos_token_id") ? r : top;
+  c.eos_token_ids = parse_token_ids(ids.find("eos_token_id"), what, "eos_token_id");
+  auto bos = parse_token_ids(ids.find("bos_token_id"), what, "bos_token_id");
   if (!bos.empty()) c.bos_token_id = bos[0];
   for (const char* key : {"dtype", "torch_dtype"}) {
-    const json* d = r.find(key);
+    const json* d = top.find(key);
+    if (d == nullptr) d = r.find(key);
     if (d != nullptr && d->is_string()) {
       c.torch_dtype = d->get<std::string>();
       break;
     }
   }
   parse_rope(r, c);
+  if (c.arch == Arch::kQwen35) parse_hybrid(r, c);
   return c;
+}
+
+int64_t ModelConfig::n_attention_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < n_layers; ++l) n += is_linear(l) ? 0 : 1;
+  return n;
+}
+
+int64_t ModelConfig::kv_layer(int64_t layer) const {
+  BS_ASSERT(layer >= 0 && layer < n_layers && !is_linear(layer));
+  int64_t k = 0;
+  for (int64_t l = 0; l < layer; ++l) k += is_linear(l) ? 0 : 1;
+  return k;
 }
 
 ModelConfig load_hf_config(const std::string& model_dir) {

@@ -8,6 +8,7 @@
 
 #include "kernels/kv_kernels.h"
 #include "kernels/fp_formats.h"
+#include "kernels/gdn_kernel.h"
 #include "kernels/quant_layout.h"
 
 namespace blockspec {
@@ -51,6 +52,8 @@ struct KernelTable {
   void (*gemm_q4g128_wo)(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1) = nullptr;
   // Weight-only FP8 / NVFP4 / MXFP4 (kernels/fp_formats.h): y[m, n] for m < M, n in [n0, n1); x [M, K] f32.
   void (*gemm_fp)(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1) = nullptr;
+  // Gated DeltaNet recurrence of one value head over T tokens (kernels/gdn_kernel.h).
+  void (*gdn_recurrent)(const GdnHead& h) = nullptr;
   // Row kernels reading compressed KV cache rows (kernels/kv_kernels.h).
   KvKernelTable kv;
 };
@@ -77,6 +80,7 @@ void gemm_q4g128_ref(const QuantActs& a, const PackedWeights& w, float* y, int64
 void gemm_q8g128_wo_ref(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);
 void gemm_q4g128_wo_ref(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);
 void gemm_fp_ref(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1);
+void gdn_recurrent_ref(const GdnHead& h);
 
 // x86 variants (kernels/x86), compiled with per-function target attributes.
 void matmul_f32_avx2(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
@@ -101,5 +105,6 @@ void gemm_q4g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y
 void matmul_bf16_dp_avx512bf16(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N,
                                int64_t n0, int64_t n1);
 void gemm_fp_avx512(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1);
+void gdn_recurrent_avx512(const GdnHead& h);
 
 }  // namespace blockspec

@@ -16,9 +16,16 @@ KvCache::KvCache(KvPool& pool) : pool_(&pool) {}
 
 KvCache::KvCache(KvCache&& o) noexcept
     : own_pool_(std::move(o.own_pool_)), pool_(o.pool_), pages_(std::move(o.pages_)),
-      page_ptrs_(std::move(o.page_ptrs_)), size_(std::exchange(o.size_, 0)) {
+      page_ptrs_(std::move(o.page_ptrs_)), size_(std::exchange(o.size_, 0)), own_state_(std::move(o.own_state_)),
+      state_(std::exchange(o.state_, nullptr)), state_floats_(std::exchange(o.state_floats_, 0)),
+      state_tokens_(std::exchange(o.state_tokens_, 0)) {
   o.pages_.clear();
   o.page_ptrs_.clear();
+}
+
+void KvCache::own_state(int64_t floats) {
+  own_state_.assign(floats, 0.f);
+  state_ = own_state_.data(), state_floats_ = floats, state_tokens_ = 0;
 }
 
 KvCache& KvCache::operator=(KvCache&& o) noexcept {
@@ -28,6 +35,10 @@ KvCache& KvCache::operator=(KvCache&& o) noexcept {
     pages_ = std::move(o.pages_);
     page_ptrs_ = std::move(o.page_ptrs_);
     size_ = std::exchange(o.size_, 0);
+    own_state_ = std::move(o.own_state_);
+    state_ = std::exchange(o.state_, nullptr);
+    state_floats_ = std::exchange(o.state_floats_, 0);
+    state_tokens_ = std::exchange(o.state_tokens_, 0);
     o.pages_.clear();
     o.page_ptrs_.clear();
   }

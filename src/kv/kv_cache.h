@@ -71,6 +71,21 @@ class KvCache {
   // f32: 8 * n_layers * row_size.
   int64_t bytes_per_token() const;
 
+  // Hybrid targets: the sequence's fixed-size model state next to its KV (the
+  // conv rows and recurrent state of every Gated DeltaNet layer, f32,
+  // model/gdn_layer.h). A contiguous cache owns it (own_state, zeroed); a
+  // paged one points at the StatePool slot its holder assigned (attach_state).
+  // nullptr for dense models.
+  float* state() { return state_; }
+  int64_t state_floats() const { return state_floats_; }
+  void own_state(int64_t floats);
+  void attach_state(float* state, int64_t floats) { state_ = state, state_floats_ = floats, state_tokens_ = 0; }
+  // Tokens the state has consumed. A recurrent state cannot be cropped like
+  // KV: forward checks this equals size() (a rollback that did not restore
+  // the state fails instead of computing on a stale state).
+  int64_t state_tokens() const { return state_tokens_; }
+  void set_state_tokens(int64_t n) { state_tokens_ = n; }
+
  private:
   float* f32_data(int64_t layer, bool v);
   KvView view(int64_t layer, bool v) const;
@@ -80,6 +95,10 @@ class KvCache {
   std::vector<int32_t> pages_;             // [n_pages] pool page of tokens [i*page_tokens, (i+1)*page_tokens)
   std::vector<const uint8_t*> page_ptrs_;  // [n_pages] their base addresses (KvView::pages)
   int64_t size_ = 0;
+  std::vector<float> own_state_;
+  float* state_ = nullptr;
+  int64_t state_floats_ = 0;
+  int64_t state_tokens_ = 0;
 };
 
 }  // namespace blockspec

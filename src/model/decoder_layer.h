@@ -38,13 +38,21 @@ struct LayerSeq {
 // Buffers reused across layers and steps.
 struct LayerScratch {
   std::vector<float> xn, q, kn, vn, att, tmp, gate, qkv, gu, scratch;
+  std::vector<float> proj, conv, qk, z, alpha, beta, o;  // Gated DeltaNet layers (model/gdn_layer.h)
 };
 
 // x: [n, H] residual stream of all sequences' rows (updated in place);
 // pos: [n] absolute position of each row. bf16: round activations as HF
 // does running a bf16 model (ModelOptions::emulate_bf16_activations).
+// A qwen3_5 full-attention layer (c.attn_output_gate) also gates the
+// attention output: o = attn * sigmoid(gate) before o_proj (hybrid.md §4).
 void decoder_layer(const OpContext& ctx, const ModelConfig& c, const RopeTables& rope, const LayerWeights& l,
                    int64_t cache_layer, const std::vector<LayerSeq>& seqs, const int64_t* pos, float* x,
                    LayerScratch& s, bool bf16, const LayerObserver* observer = nullptr);
+
+// The second half of every layer, dense or Gated DeltaNet: x += down(swiglu(gate_up(rmsnorm(x)))).
+//   x: [n, H]
+void mlp_block(const OpContext& ctx, const ModelConfig& c, const LayerWeights& l, int64_t n, float* x, LayerScratch& s,
+               bool bf16, const LayerObserver* observer = nullptr);
 
 }  // namespace blockspec

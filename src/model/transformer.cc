@@ -7,6 +7,7 @@
 #include "kernels/quant.h"
 #include "kernels/quant_rows.h"
 #include "model/decoder_layer.h"
+#include "model/gdn_layer.h"
 
 namespace blockspec {
 
@@ -16,6 +17,8 @@ Transformer::Transformer(const WeightSource& src, const ModelOptions& opts)
   if (cfg_.is_draft)
     fail(src.path(), ": is a ", cfg_.architecture, " drafter, not a target model; pass it as the \"model\" of "
          "--speculative-config");
+  if (cfg_.is_hybrid() && opts.emulate_bf16_activations)
+    fail(src.path(), ": --activations bf16 is not supported for hybrid (Gated DeltaNet) models yet; use f32 activations");
   OpContext ctx{&kt_, &pool_};
   w_ = load_weights(src, cfg_, WeightOptions{opts.weights, opts.progress}, ctx);
   if (opts.emulate_bf16_activations) {
@@ -34,6 +37,13 @@ Transformer::Transformer(const WeightSource& src, const ModelOptions& opts)
   } else {  // auto: the model dtype when every matrix is bf16, else f32
     bool all_bf16 = w_.lm_head.format == WeightFormat::kBF16;
     for (const auto& l : w_.layers) {
+      if (l.linear) {  // a Gated DeltaNet layer: its projections, then the MLP
+        for (const QuantTensor& m : l.gdn.in.mats) all_bf16 &= m.format == WeightFormat::kBF16;
+        all_bf16 &= l.gdn.out.format == WeightFormat::kBF16;
+        for (const QuantTensor& m : l.ffn_gate_up.mats) all_bf16 &= m.format == WeightFormat::kBF16;
+        all_bf16 &= l.ffn_down.format == WeightFormat::kBF16;
+        continue;
+      }
       for (const LinearGroup* g : {&l.attn_qkv, &l.ffn_gate_up})
         for (const QuantTensor& m : g->mats) all_bf16 &= m.format == WeightFormat::kBF16;
       all_bf16 &= l.attn_o.format == WeightFormat::kBF16 && l.ffn_down.format == WeightFormat::kBF16;
@@ -58,13 +68,14 @@ uint64_t Transformer::weight_bytes() const {
 KvCache Transformer::new_cache(int64_t capacity) const { return new_cache(capacity, kv_dtype_); }
 
 KvCache Transformer::new_cache(int64_t capacity, KvDType dtype) const {
-  KvCache c(cfg_.n_layers, capacity, cfg_.n_kv_heads, cfg_.head_dim, dtype);
+  KvCache c(cfg_.n_attention_layers(), capacity, cfg_.n_kv_heads, cfg_.head_dim, dtype);
   if (!w_.kv_k_scale.empty()) c.set_layer_scales(w_.kv_k_scale, w_.kv_v_scale);
+  if (cfg_.is_hybrid()) c.own_state(state_floats_per_sequence());
   return c;
 }
 
 int64_t Transformer::kv_bytes_per_token() const {
-  return KvCache(cfg_.n_layers, 0, cfg_.n_kv_heads, cfg_.head_dim, kv_dtype_).bytes_per_token();
+  return KvCache(cfg_.n_attention_layers(), 0, cfg_.n_kv_heads, cfg_.head_dim, kv_dtype_).bytes_per_token();
 }
 
 void Transformer::forward(const int32_t* tokens, int64_t n, KvCache& cache, std::vector<float>& logits,
@@ -84,6 +95,13 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
     const int64_t start = ch.cache->size();
     if (start + ch.n > ch.cache->capacity())
       fail("context length ", start + ch.n, " exceeds the KV cache capacity ", ch.cache->capacity());
+    if (c.is_hybrid()) {
+      if (ch.cache->state() == nullptr || ch.cache->state_floats() != state_floats_per_sequence())
+        fail("forward: a hybrid model's sequence has no recurrent-state slot of ", state_floats_per_sequence(), " floats");
+      if (ch.cache->state_tokens() != start)
+        fail("forward: the recurrent state holds ", ch.cache->state_tokens(), " tokens but the KV cache ", start,
+             " (a hybrid model's state cannot be cropped like its KV cache)");
+    }
     ids.insert(ids.end(), ch.tokens, ch.tokens + ch.n);
     for (int64_t t = 0; t < ch.n; ++t) pos.push_back(start + t);
     n += ch.n;
@@ -122,8 +140,17 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
   if (bf) round_to_bf16(x.data(), n * H);
   std::vector<LayerSeq> seqs;
   for (const SeqChunk& ch : chunks) seqs.push_back({ch.cache, ch.n});
-  for (int64_t li = 0; li < c.n_layers; ++li) {
-    decoder_layer(ctx, c, rope_, w_.layers[li], li, seqs, pos.data(), x.data(), ls, bf);
+  std::vector<GdnSeq> gseqs(chunks.size());
+  const int64_t per_layer = c.gdn.state_floats();
+  for (int64_t li = 0, lin = 0; li < c.n_layers; ++li) {
+    if (c.is_linear(li)) {
+      for (size_t i = 0; i < chunks.size(); ++i) gseqs[i] = {chunks[i].cache->state() + lin * per_layer, chunks[i].n};
+      gdn_layer(ctx, c, w_.layers[li], gseqs, x.data(), ls);
+      ++lin;
+    } else {
+      decoder_layer(ctx, c, rope_, w_.layers[li], c.is_hybrid() ? c.kv_layer(li) : li, seqs, pos.data(), x.data(), ls,
+                    bf);
+    }
     capture_taps(chunks, li, x.data(), ls.xn.data());
   }
   std::vector<float>& xn = ls.xn;  // [n, H]
@@ -136,6 +163,7 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
   int64_t row = 0;
   for (const SeqChunk& ch : chunks) {
     ch.cache->set_size(ch.cache->size() + ch.n);
+    if (c.is_hybrid()) ch.cache->set_state_tokens(ch.cache->size());
     if (ch.all_logits) {
       for (int64_t t = 0; t < ch.n; ++t) out_rows.push_back(row + t);
     } else {

@@ -1,5 +1,7 @@
-// Dense decoder-only transformer: Qwen3 (q/k RMSNorm), Qwen2 (qkv bias),
-// Llama. Pre-norm blocks: x += attn(norm(x)); x += mlp(norm(x)).
+// Decoder-only transformer: dense Qwen3 (q/k RMSNorm), Qwen2 (qkv bias),
+// Llama, and hybrid Qwen3.5 (Gated DeltaNet layers between gated
+// full-attention layers; a sequence's recurrent state rides in its KvCache).
+// Pre-norm blocks: x += mixer(norm(x)); x += mlp(norm(x)).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -58,7 +60,7 @@ class Transformer {
   // Model state a sequence holds besides its KV (the recurrent state of
   // hybrid models, which the engine keeps in a StatePool slot): none for a
   // dense transformer.
-  int64_t state_floats_per_sequence() const { return 0; }
+  int64_t state_floats_per_sequence() const { return cfg_.n_linear_layers() * cfg_.gdn.state_floats(); }
 
   // Runs n tokens at positions cache.size().. and appends their K/V.
   // logits: [n, vocab] if all_logits, else [1, vocab] for the last token.

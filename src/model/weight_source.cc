@@ -49,6 +49,7 @@ class SafetensorsSource : public WeightSource {
   const std::string& path() const override { return ckpt_.path(); }
   const ModelConfig& config() const override { return cfg_; }
   bool has(const std::string& n) const override { return ckpt_.has(n); }
+  std::vector<std::string> names() const override { return ckpt_.names(); }
   Shape shape(const std::string& n) const override { return ckpt_.entry(n).shape; }
   std::string storage_type(const std::string& n) const override { return dtype_name(ckpt_.entry(n).dtype); }
   WeightFormat natural_format(const std::string& n) const override {

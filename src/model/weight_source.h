@@ -5,6 +5,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "formats/hf_config.h"
 #include "tensor/quant_tensor.h"
@@ -18,6 +19,8 @@ class WeightSource {
   virtual const std::string& path() const = 0;
   virtual const ModelConfig& config() const = 0;
   virtual bool has(const std::string& hf_name) const = 0;
+  // Every tensor name, where the format lists them (safetensors); {} otherwise.
+  virtual std::vector<std::string> names() const { return {}; }
   virtual Shape shape(const std::string& hf_name) const = 0;
   // Storage type as the file names it ("BF16", "Q4_K", ...), for messages.
   virtual std::string storage_type(const std::string& hf_name) const = 0;

@@ -11,6 +11,7 @@
 #include "kernels/quant.h"
 #include "kernels/quant_import.h"
 #include "model/hf_names.h"
+#include "model/hybrid_weights.h"
 #include "model/weight_loader.h"
 
 namespace blockspec {
@@ -80,10 +81,44 @@ void load_kv_scales(const WeightSource& src, const ModelConfig& c, ModelWeights&
 
 }  // namespace
 
+// A hybrid Qwen3.5 target (hybrid.md §1-2): its text model under
+// c.weight_prefix; the vision tower and the MTP block are not used.
+static ModelWeights load_hybrid_weights(WeightLoader& L, const ModelConfig& c) {
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  int64_t skipped = 0;
+  for (const std::string& n : L.src.names())
+    skipped += n.rfind("model.visual.", 0) == 0 || n.rfind("mtp.", 0) == 0 ? 1 : 0;
+  if (skipped > 0)
+    std::fprintf(stderr, "%s: skipping %lld vision / MTP tensors (model.visual.*, mtp.*): blockspec runs the text model\n",
+                 L.src.path().c_str(), static_cast<long long>(skipped));
+  L.total = 3;
+  for (int64_t i = 0; i < c.n_layers; ++i) L.total += hybrid_layer_tensors(c, i);
+  ModelWeights w;
+  w.tok_embd = L.matrix(hf::under(c.weight_prefix, hf::weight("", hf::kEmbed)), {V, H});
+  w.out_norm = load_offset_norm(L, hf::under(c.weight_prefix, hf::weight("", hf::kFinalNorm)), H);
+  // Tied checkpoints may still lack lm_head; untied ones fall back to the embedding only when it is absent
+  // (hybrid.md §1.3: published 4B configs omit the untie flag).
+  if (c.tie_word_embeddings || !L.src.has(hf::weight("", hf::kLmHead))) {
+    w.lm_head = w.tok_embd;
+    L.tick();
+  } else {
+    w.lm_head = L.matrix(hf::weight("", hf::kLmHead), {V, H});
+  }
+  w.layers.resize(c.n_layers);
+  for (int64_t i = 0; i < c.n_layers; ++i) w.layers[i] = load_hybrid_layer(L, c, i);
+  return w;
+}
+
 ModelWeights load_weights(const WeightSource& src, const ModelConfig& c, const WeightOptions& opts,
                           const OpContext& ctx) {
   WeightLoader L{src, opts, ctx, {}, 0, 0, false};
   L.tty = opts.progress && ::isatty(2);
+  if (c.is_hybrid()) {
+    ModelWeights w = load_hybrid_weights(L, c);
+    for (const auto& [f, n] : L.formats_used)
+      w.format_summary += (w.format_summary.empty() ? "" : ", ") + f + " (" + std::to_string(n) + ")";
+    return w;
+  }
   const int64_t H = c.hidden_size, hd = c.head_dim, nq = c.n_heads * hd, nkv = c.n_kv_heads * hd;
   const int64_t I = c.intermediate_size, V = c.vocab_size;
   const LayerSpec spec{H, nq, nkv, hd, I, c.attention_bias, c.attention_out_bias, c.arch == Arch::kQwen3, c.mlp_bias};
@@ -106,7 +141,7 @@ ModelWeights load_weights(const WeightSource& src, const ModelConfig& c, const W
 }
 
 size_t LayerWeights::nbytes() const {
-  size_t n = attn_qkv.nbytes() + attn_o.nbytes() + ffn_gate_up.nbytes() + ffn_down.nbytes();
+  size_t n = gdn.nbytes() + attn_qkv.nbytes() + attn_o.nbytes() + ffn_gate_up.nbytes() + ffn_down.nbytes();
   for (const Tensor* t : {&attn_norm, &attn_q_norm, &attn_k_norm, &ffn_norm, &attn_o_bias, &ffn_down_bias})
     n += t->nbytes();
   return n;

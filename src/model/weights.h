@@ -1,4 +1,4 @@
-// Weights of a dense decoder (Qwen3 / Qwen2 / Llama). Every matrix (linear
+// Weights of a decoder (dense Qwen3 / Qwen2 / Llama, hybrid Qwen3.5). Every matrix (linear
 // layers, embedding, lm_head) is a QuantTensor in the compute format chosen
 // at load time; norm vectors and biases are f32. Field names follow
 // design.md; the HF names they load from are spelled in weights.cc.
@@ -25,12 +25,27 @@ struct LinearGroup {
   size_t nbytes() const;
 };
 
+// A Gated DeltaNet layer's own tensors (hybrid.md §2.1), model/gdn_layer.h.
+struct GdnWeights {
+  LinearGroup in;   // [conv_dim + value_dim + 2 n_v, H]: in_proj_qkv | in_proj_z | in_proj_b | in_proj_a
+  Tensor conv;      // [K_c, conv_dim] f32: conv1d.weight [conv_dim, 1, K_c] transposed, tap-major
+  Tensor neg_a;     // [n_v] f32: -exp(A_log)
+  Tensor dt_bias;   // [n_v] f32
+  Tensor norm;      // [d_v] f32: the gated RMSNorm's weight (plain w, shared by every head)
+  QuantTensor out;  // [H, value_dim]
+  size_t nbytes() const;
+};
+
 struct LayerWeights {
+  bool linear = false;    // a Gated DeltaNet layer: gdn instead of the attention tensors
+  GdnWeights gdn;
   Tensor attn_norm;       // [hidden] f32
   LinearGroup attn_qkv;   // [nh*hd + 2*nkv*hd, H]: q, k, v
   QuantTensor attn_o;     // [H, nh*hd]
   Tensor attn_o_bias;     // f32, empty when absent
-  Tensor attn_q_norm, attn_k_norm;  // [head_dim] f32, qwen3 only
+  Tensor attn_q_norm, attn_k_norm;  // [head_dim] f32, qwen3 and qwen3_5
+  // qwen3_5 (ModelConfig::attn_output_gate): attn_qkv's q part is [2 nh hd, H], per head [query hd | gate hd].
+  // Norms of qwen3_5 hold 1 + w (ModelConfig::offset_norms), added once at load as HF adds it in f32.
   Tensor ffn_norm;        // [hidden] f32
   LinearGroup ffn_gate_up;  // [2*inter, hidden]: gate, up
   QuantTensor ffn_down;   // [hidden, inter]

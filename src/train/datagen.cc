@@ -1,5 +1,6 @@
 #include "train/datagen.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -18,6 +19,7 @@ struct Pending {
   int64_t index = 0, n_prompt = 0, rows = 0;
   std::vector<int32_t> tokens;  // prompt, then the response as it streams
   std::vector<float> taps;      // [rows, width]
+  const std::vector<int32_t>* forced = nullptr;  // a known response, prefilled for its taps
   bool finished = false, in_order = true;
   std::string reason, error;
 };
@@ -29,6 +31,11 @@ int64_t generate_draft_data(Engine& eng, const std::vector<std::vector<int32_t>>
   const std::set<int64_t> done(w.done().begin(), w.done().end());
   std::deque<int64_t> todo;
   int64_t skipped = 0;
+  const auto known = [&](int64_t i) -> const std::vector<int32_t>* {
+    if (!o.responses) return nullptr;
+    const auto it = o.responses->find(i);
+    return it == o.responses->end() ? nullptr : &it->second;
+  };
   const int64_t n = static_cast<int64_t>(prompts.size());
   if (!o.order.empty() && static_cast<int64_t>(o.order.size()) != n)
     fail("data generation: an order of ", o.order.size(), " indices for ", n, " prompts");
@@ -36,11 +43,25 @@ int64_t generate_draft_data(Engine& eng, const std::vector<std::vector<int32_t>>
     const int64_t i = o.order.empty() ? j : o.order[j];
     if (i < 0 || i >= n) fail("data generation: order index ", i, " outside the ", n, " prompts");
     if (done.count(i)) continue;
+    if (const std::vector<int32_t>* r = known(i)) {
+      if (r->size() <= prompts[i].size() || !std::equal(prompts[i].begin(), prompts[i].end(), r->begin()))
+        fail("data generation: the known response of prompt ", i,
+             " does not start with that prompt as rendered now (another prompts file, template or tokenizer?)");
+      if (static_cast<int64_t>(r->size()) + 1 > eng.max_model_len())
+        fail("data generation: the known response of prompt ", i, " (", r->size(), " tokens) is longer than the engine allows");
+      todo.push_front(i);  // prefilled first (reversed below)
+      continue;
+    }
     if (prompts[i].empty() || static_cast<int64_t>(prompts[i].size()) + o.max_new_tokens > eng.max_model_len()) {
       ++skipped;
       continue;
     }
     todo.push_back(i);
+  }
+  {  // the known ones were pushed to the front in reverse: restore their order
+    int64_t n_known = 0;
+    while (n_known < static_cast<int64_t>(todo.size()) && known(todo[n_known])) ++n_known;
+    std::reverse(todo.begin(), todo.begin() + n_known);
   }
   const int64_t width = w.width();
   std::mutex mu;
@@ -55,16 +76,18 @@ int64_t generate_draft_data(Engine& eng, const std::vector<std::vector<int32_t>>
     while (!todo.empty() && in_flight < o.in_flight) {
       const int64_t i = todo.front();
       todo.pop_front();
+      const std::vector<int32_t>* forced = known(i);
       auto p = std::make_unique<Pending>();
       p->index = i, p->tokens = prompts[i], p->n_prompt = static_cast<int64_t>(prompts[i].size());
+      p->forced = forced;
       Pending* pp = p.get();
       {
         std::lock_guard<std::mutex> g(mu);
         live[i] = std::move(p);
       }
       RequestParams rp;
-      rp.prompt = prompts[i];
-      rp.max_tokens = o.max_new_tokens;
+      rp.prompt = forced ? *forced : prompts[i];
+      rp.max_tokens = forced ? 1 : o.max_new_tokens;
       rp.sampling.temperature = 0;  // target-greedy: the labels are the data (training.md §8)
       rp.on_taps = [&mu, pp, width](int64_t first, int64_t n, const float* t) {
         std::lock_guard<std::mutex> g(mu);
@@ -103,10 +126,16 @@ int64_t generate_draft_data(Engine& eng, const std::vector<std::vector<int32_t>>
       --in_flight;
       if (p->reason == "error") fail("data generation: prompt ", p->index, ": ", p->error);
       if (!p->in_order) fail("data generation: prompt ", p->index, ": taps arrived out of order");
+      if (p->forced) {  // keep the known tokens; a generated record has taps for all but its last token
+        p->tokens = *p->forced;
+        p->rows = std::min<int64_t>(p->rows, static_cast<int64_t>(p->tokens.size()) - 1);
+        if (p->rows != static_cast<int64_t>(p->tokens.size()) - 1)
+          fail("data generation: prompt ", p->index, ": the prefill of its known response returned ", p->rows, " tap rows");
+      }
       w.append({p->index, static_cast<int64_t>(p->tokens.size()), p->n_prompt, p->rows, p->tokens.data(),
                 p->taps.data()});
       pr.done += 1;
-      pr.new_tokens += static_cast<int64_t>(p->tokens.size()) - p->n_prompt;
+      (p->forced ? pr.known_tokens : pr.new_tokens) += static_cast<int64_t>(p->tokens.size()) - p->n_prompt;
       pr.seconds = timer.seconds();
       if (o.progress) o.progress(pr);
     }

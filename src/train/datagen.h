@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "runtime/engine.h"
@@ -16,6 +17,7 @@ namespace blockspec {
 struct DatagenProgress {
   int64_t done = 0, total = 0;  // prompts with a record, of all
   int64_t new_tokens = 0;       // generated this run
+  int64_t known_tokens = 0;     // response tokens of known responses prefilled this run
   double seconds = 0;
 };
 
@@ -27,6 +29,15 @@ struct DatagenOptions {
   // empty: index order. Records keep the prompt's index either way, so a
   // rerun with another order still skips what is done.
   std::vector<int64_t> order;
+  // Responses an earlier run generated (prompt index -> prompt + response
+  // tokens, from a tokens-only file: --responses). These prompts are not
+  // answered again: their whole token sequence is prefilled to capture its
+  // taps, which is several times faster than generating it (a batched
+  // prefill instead of one decode step per token). The taps then come from
+  // the prefill GEMMs instead of decode rows: the same weights and kernels,
+  // equal up to the summation order (tests/train/trainer_test.cc).
+  // Known prompts go first, in `order`'s order.
+  const std::map<int64_t, std::vector<int32_t>>* responses = nullptr;
 };
 
 // Generates every prompt whose index is not already in w.done(), appending

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "base/error.h"
 
@@ -111,6 +113,69 @@ TEST(Rope, YarnAttentionFactor) {
   // Highest frequencies extrapolate (unchanged), lowest interpolate (/factor).
   EXPECT_FLOAT_EQ(t.inv_freq[0], 1.0f);
   EXPECT_NEAR(t.inv_freq[63], std::pow(1e6f, -126.0f / 128) / 4, 1e-12);
+}
+
+// Hybrid Qwen3.5 (hybrid.md §1): the text-only layout with derived layer
+// types and HF's defaults, the multimodal wrapper, and the refusals.
+const char* kQwen35Text = R"({
+  "architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "vocab_size": 248320,
+  "hidden_size": 2560, "intermediate_size": 9216, "num_hidden_layers": 6, "num_attention_heads": 16,
+  "num_key_value_heads": 4, "head_dim": 256, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+  "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "mrope_section": [11, 11, 10]},
+  "eos_token_id": 248044, "mamba_ssm_dtype": "float32", "attn_output_gate": true, "output_gate_type": "swish"})";
+
+TEST(HfConfig, Qwen35TextDerivesLayerTypesAndDefaults) {
+  const ModelConfig c = parse_hf_config(kQwen35Text, "cfg.json");
+  EXPECT_EQ(c.arch, Arch::kQwen35);
+  ASSERT_TRUE(c.is_hybrid());
+  EXPECT_EQ(c.linear_layers, (std::vector<bool>{true, true, true, false, true, true}));  // (i+1) % 4 == 0: full
+  EXPECT_EQ(c.n_attention_layers(), 1);
+  EXPECT_EQ(c.kv_layer(3), 0);
+  EXPECT_EQ(c.gdn.conv_kernel, 4);
+  EXPECT_EQ(c.gdn.key_head_dim, 128);
+  EXPECT_EQ(c.gdn.conv_dim(), 2 * 16 * 128 + 32 * 128);
+  EXPECT_EQ(c.gdn.state_floats(), 3 * 8192 + 32 * 128 * 128);
+  EXPECT_DOUBLE_EQ(c.rope.partial_rotary_factor, 0.25);  // HF's qwen3_5 default
+  EXPECT_TRUE(c.attn_output_gate);
+  EXPECT_TRUE(c.offset_norms);
+  EXPECT_EQ(c.weight_prefix, "model.");
+}
+
+TEST(HfConfig, Qwen35WrapperReadsTextConfig) {
+  const ModelConfig c = parse_hf_config(R"({"architectures": ["Qwen3_5ForConditionalGeneration"],
+    "model_type": "qwen3_5", "tie_word_embeddings": true, "text_config": {"model_type": "qwen3_5_text",
+    "vocab_size": 256, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "tie_word_embeddings": false,
+    "layer_types": ["linear_attention", "full_attention", "linear_attention"], "linear_key_head_dim": 16,
+    "linear_value_head_dim": 24, "linear_num_key_heads": 2, "linear_num_value_heads": 6,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.5}},
+    "vision_config": {"depth": 1}})", "cfg.json");
+  EXPECT_EQ(c.weight_prefix, "model.language_model.");
+  EXPECT_EQ(c.hidden_size, 64);
+  EXPECT_TRUE(c.tie_word_embeddings);  // the wrapper's own flag decides
+  EXPECT_EQ(c.linear_layers, (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(c.gdn.value_dim(), 6 * 24);
+  EXPECT_DOUBLE_EQ(c.rope.partial_rotary_factor, 0.5);
+}
+
+TEST(HfConfig, HybridRefusalsAreNamed) {
+  std::string base = kQwen35Text;
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string j = base;
+    j.replace(j.find(from), from.size(), to);
+    return err_of(j);
+  };
+  EXPECT_NE(with("\"qwen3_5_text\"", "\"qwen3_5_moe\"").find("qwen3_5_moe\" (a mixture-of-experts"), std::string::npos);
+  EXPECT_NE(with("\"qwen3_5_text\"", "\"qwen3_next\"").find("qwen3_next"), std::string::npos);
+  EXPECT_NE(with("\"linear_num_value_heads\": 32", "\"linear_num_value_heads\": 20").find("not a multiple"),
+            std::string::npos);
+  EXPECT_NE(with("\"attn_output_gate\": true", "\"attn_output_gate\": false").find("attn_output_gate"), std::string::npos);
+  EXPECT_NE(with("\"swish\"", "\"sigmoid\"").find("output_gate_type"), std::string::npos);
+  EXPECT_NE(with("\"mamba_ssm_dtype\"", "\"layer_types\": [\"linear_attention\"], \"x\"").find("one type per layer"),
+            std::string::npos);
+  EXPECT_NE(err_of(R"({"model_type": "qwen3_5", "architectures": ["Qwen3_5ForConditionalGeneration"]})")
+                .find("text_config"),
+            std::string::npos);
 }
 
 }  // namespace

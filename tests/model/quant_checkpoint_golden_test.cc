@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "formats/safetensors.h"
+#include "../logits_compare.h"
 #include "kernels/quant.h"
 #include "model/quant_checkpoint.h"
 #include "model/transformer.h"
@@ -58,15 +59,6 @@ constexpr double kTolA8 = 1e-5;
 constexpr double kTolNative = 6e-2;
 
 std::string fixture(const std::string& n) { return std::string(BS_SOURCE_DIR) + "/tests/fixtures/quant/" + n; }
-
-double rel_err(const float* a, const float* b, int64_t n) {
-  double mx = 0, scale = 1e-30;
-  for (int64_t i = 0; i < n; ++i) {
-    mx = std::max(mx, static_cast<double>(std::fabs(a[i] - b[i])));
-    scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
-  }
-  return mx / scale;
-}
 
 double worst_logit_err(Transformer& model, const SafetensorsFile& g, const std::string& key = "logits") {
   const int64_t V = model.config().vocab_size;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "formats/safetensors.h"
+#include "../logits_compare.h"
 #include "model/transformer.h"
 
 namespace blockspec {
@@ -54,20 +55,6 @@ std::vector<float> as_floats(const Tensor& t) {
 std::vector<int32_t> as_ids(const Tensor& t) {
   EXPECT_EQ(t.dtype(), DType::kI32);
   return std::vector<int32_t>(t.ptr<int32_t>(), t.ptr<int32_t>() + t.numel());
-}
-
-int32_t argmax_of(const float* x, int64_t n) {
-  return static_cast<int32_t>(std::max_element(x, x + n) - x);
-}
-
-// max |a-b| over rows, relative to max |b|.
-double rel_err(const float* a, const float* b, int64_t n) {
-  double mx = 0, scale = 1e-30;
-  for (int64_t i = 0; i < n; ++i) {
-    mx = std::max(mx, static_cast<double>(std::fabs(a[i] - b[i])));
-    scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
-  }
-  return mx / scale;
 }
 
 void check_model(const Case& c, const Mode& mode, const std::string& isa, int threads, int64_t chunk) {

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "base/error.h"
@@ -145,6 +146,77 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
       for (int64_t h = 0; h < 64; ++h) want += bf16_to_f32(f32_to_bf16(reduced->lm_head[i * 64 + h])) * hidden[r * 64 + h];
       EXPECT_NEAR(logits[r * 256 + v], want, 1e-4 * (1 + std::fabs(want))) << v;
     }
+  fs::remove_all(root);
+}
+
+// Responses an earlier run generated are not answered again: their tokens are
+// prefilled for the taps (--responses). The records keep exactly the known
+// tokens, and the prefilled taps equal the taps captured while decoding up
+// to the summation order of the prefill GEMMs.
+TEST(Datagen, KnownResponsesArePrefilledForTheirTaps) {
+  const std::string target_dir = std::string(BS_SOURCE_DIR) + "/tests/fixtures/dflash/target";
+  const fs::path root = fs::temp_directory_path() / ("bs_datagen_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  ModelOptions mo;
+  mo.n_threads = 2;
+  mo.weights = WeightFormat::kF32;
+  EngineOptions eo;
+  eo.max_num_seqs = 4;
+  eo.max_model_len = 128;
+  eo.capture_taps = {1, 4};
+  Engine eng(Transformer::load(target_dir, mo), eo);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int32_t> p;
+    for (int j = 0; j < 5 + i % 3; ++j) p.push_back((i * 41 + j * 13 + 3) % 240);
+    prompts.push_back(p);
+  }
+  DatagenOptions dg;
+  dg.max_new_tokens = 20;
+  const std::string first = (root / "first.bin").string(), again = (root / "again.bin").string();
+  {
+    DraftDataWriter w(first, 2, 64, TapDType::kF32);
+    ASSERT_EQ(generate_draft_data(eng, prompts, w, dg), 0);
+  }
+  const DraftData d1(first);
+  std::map<int64_t, std::vector<int32_t>> known;
+  for (const DraftRecordView& r : d1.records())
+    if (r.index % 4 != 3) known[r.index].assign(r.tokens, r.tokens + r.n_tokens);  // 6 known, 2 generated again
+  ASSERT_EQ(known.size(), 6u);
+  dg.responses = &known;
+  int64_t known_tokens = 0, new_tokens = 0;
+  dg.progress = [&](const DatagenProgress& p) { known_tokens = p.known_tokens, new_tokens = p.new_tokens; };
+  {
+    DraftDataWriter w(again, 2, 64, TapDType::kF32);
+    ASSERT_EQ(generate_draft_data(eng, prompts, w, dg), 0);
+    for (size_t j = 0; j < 6; ++j) EXPECT_EQ(w.done()[j] % 4 == 3, false) << "known prompts are prefilled first";
+  }
+  EXPECT_GT(known_tokens, 0);
+  EXPECT_GT(new_tokens, 0);
+  const DraftData d2(again);
+  ASSERT_EQ(d2.records().size(), 8u);
+  std::map<int64_t, const DraftRecordView*> by_index;
+  for (const DraftRecordView& r : d1.records()) by_index[r.index] = &r;
+  for (const DraftRecordView& r : d2.records()) {
+    const DraftRecordView& o = *by_index.at(r.index);
+    ASSERT_EQ(std::vector<int32_t>(r.tokens, r.tokens + r.n_tokens), std::vector<int32_t>(o.tokens, o.tokens + o.n_tokens))
+        << "prompt " << r.index;
+    EXPECT_EQ(r.n_prompt, o.n_prompt);
+    // A prefilled record has taps for every token but the last; a generated one may lack its last step's row.
+    if (known.count(r.index)) ASSERT_EQ(r.rows, r.n_tokens - 1) << "prompt " << r.index;
+    ASSERT_GE(r.rows, o.rows) << "prompt " << r.index;
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < o.rows * 128; ++i) {
+      worst = std::max(worst, static_cast<double>(std::fabs(r.taps[i] - o.taps[i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(o.taps[i])));
+    }
+    EXPECT_LE(worst, 1e-5 * scale) << "prompt " << r.index;
+  }
+  // A known response that does not start with the prompt as rendered now fails.
+  known[0][0] = (known[0][0] + 1) % 240;
+  DraftDataWriter w(( root / "bad.bin").string(), 2, 64, TapDType::kF32);
+  EXPECT_THROW(generate_draft_data(eng, prompts, w, dg), Error);
   fs::remove_all(root);
 }
 

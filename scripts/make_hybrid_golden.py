@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Golden fixtures for hybrid Gated-DeltaNet targets (issue 16, ../shared/docs/hybrid.md §8).
+
+Developers run this by hand; CI only reads the committed outputs in tests/fixtures/hybrid/.
+
+1. Tiny random `qwen3_5` checkpoints, saved with `save_pretrained` exactly as transformers writes them,
+   that differ in every shape that can differ (value heads != key heads, GDN head dims != attention
+   head_dim, d_k != d_v, partial rotary, a layer count that is not a multiple of the full-attention
+   interval, tied and untied embeddings, the text-only and the multimodal layout). For each, HF
+   transformers (eager attention, the saved f32 weights run in float64) gives:
+     prompt      [T] int32    the prompt (T = 70: HF's chunked prefill spans two 64-token chunks)
+     prefill     [T, V] f32   logits of the full-prompt forward (HF: the chunked delta-rule form), run in f64
+                              (HF's own f32 run is 1.2e-4 off it, as far as our tolerance)
+     tokens      [32] int32   greedy continuation (HF generate with its cache: the recurrent form)
+     decode      [32, V] f32  the logits that chose each greedy token (row 0 = last prompt row)
+2. `gdn_kernel.safetensors`: the delta-rule recurrence alone on random inputs (already l2-normalised q, k;
+   q scaled; heads expanded), from two oracles nobody here wrote: FLA's `naive_recurrent_gated_delta_rule`
+   and `naive_chunk_gated_delta_rule` (fla-core, loaded from its file: it needs only torch + einops) and
+   transformers' `torch_recurrent_gated_delta_rule` / `torch_chunk_gated_delta_rule`.
+
+Environment (pinned, checked at start):
+
+    python3 -m venv /work/venv-torch
+    /work/venv-torch/bin/pip install torch==2.15.0 transformers==5.23.0 safetensors==0.8.0 numpy einops
+    /work/venv-torch/bin/pip download --no-deps fla-core==0.6.0 -d /tmp/fla   # the oracle file only
+    /work/venv-torch/bin/python scripts/make_hybrid_golden.py --fla-wheel /tmp/fla/fla_core-0.6.0-py3-none-any.whl
+
+Everything is seeded; CPU, one thread, deterministic algorithms. Rerunning writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+PINNED = {"torch": "2.15.0", "transformers": "5.23.0", "safetensors": "0.8.0"}
+
+
+def check_versions() -> None:
+    import safetensors
+    import torch
+    import transformers
+
+    found = {"torch": torch.__version__, "transformers": transformers.__version__, "safetensors": safetensors.__version__}
+    bad = [f"{k}: need {v}, found {found[k]}" for k, v in PINNED.items() if found[k].split("+")[0] != v]
+    if bad:
+        sys.exit("make_hybrid_golden.py: wrong package versions:\n  " + "\n  ".join(bad))
+
+
+check_versions()
+
+import torch  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
+from transformers.models.qwen3_5 import modeling_qwen3_5 as mq  # noqa: E402
+from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5Config, Qwen3_5TextConfig  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+T_PROMPT, N_GEN = 70, 32
+
+
+def text_fields(**kw):
+    base = dict(
+        vocab_size=256, hidden_size=64, intermediate_size=96, rms_norm_eps=1e-6, max_position_embeddings=512,
+        hidden_act="silu", attention_bias=False, bos_token_id=None, eos_token_id=255, pad_token_id=None,
+    )
+    base.update(kw)
+    return base
+
+
+CASES = {
+    # 5 layers L L L F L: not a multiple of the interval; n_v = 2 n_k; d_k 16 != d_v 24 != head_dim 32;
+    # rotary 0.25 of head_dim (8 of 32 dims); untied.
+    "qwen35-text-a": dict(
+        wrapper=False,
+        text=text_fields(
+            num_hidden_layers=5, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+            linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=24, linear_num_key_heads=2,
+            linear_num_value_heads=4, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        ),
+    ),
+    # 6 layers with an explicit layer_types (L F L L F L); n_v = 3 n_k (one key head); conv kernel 3;
+    # head_dim 16 with rotary 0.5; tied embeddings.
+    "qwen35-text-tied": dict(
+        wrapper=False,
+        text=text_fields(
+            num_hidden_layers=6, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+            layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention",
+                         "full_attention", "linear_attention"],
+            linear_conv_kernel_dim=3, linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=1,
+            linear_num_value_heads=3, tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5},
+        ),
+    ),
+    # The multimodal wrapper Qwen3_5ForConditionalGeneration (text under model.language_model., a tiny
+    # vision tower under model.visual. that a text engine skips); 4 layers L L L F; n_v = n_k.
+    "qwen35-vl": dict(
+        wrapper=True,
+        text=text_fields(
+            num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=1, head_dim=32,
+            linear_conv_kernel_dim=4, linear_key_head_dim=32, linear_value_head_dim=16, linear_num_key_heads=2,
+            linear_num_value_heads=2, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                             "mrope_section": [1, 1, 2], "mrope_interleaved": True},
+        ),
+    ),
+}
+
+
+def randomise(model: torch.nn.Module, gen: torch.Generator) -> None:
+    """Every weight random, in ranges that keep the oracle strong (hybrid.md §8.1)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("A_log"):
+                p.copy_(torch.log(torch.empty(p.shape).uniform_(1.0, 16.0, generator=gen)))
+            elif name.endswith("dt_bias"):
+                p.copy_(torch.empty(p.shape).uniform_(0.5, 1.5, generator=gen))
+            elif name.endswith("linear_attn.norm.weight"):  # gated norm: plain w
+                p.copy_(torch.empty(p.shape).uniform_(0.8, 1.2, generator=gen))
+            elif "norm" in name and p.dim() == 1:  # (1 + w) norms: w around 0
+                p.copy_(torch.empty(p.shape).uniform_(-0.2, 0.2, generator=gen))
+            elif name.endswith("conv1d.weight"):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+            elif "embed_tokens" in name or "lm_head" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+            elif p.dim() >= 2:  # 0.15: at 0.2 HF's own f32 run of qwen35-text-a is 1.2e-4 off its f64 run
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.15)
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+
+
+def make_model(case: dict, seed: int):
+    torch.manual_seed(seed)
+    tc = Qwen3_5TextConfig(**case["text"])
+    if case["wrapper"]:
+        vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                      patch_size=4, temporal_patch_size=2, spatial_merge_size=2, in_channels=3,
+                      num_position_embeddings=16)
+        cfg = Qwen3_5Config(text_config=tc.to_dict(), vision_config=vision, tie_word_embeddings=False)
+        model = mq.Qwen3_5ForConditionalGeneration(cfg)
+    else:
+        model = mq.Qwen3_5ForCausalLM(tc)
+    model.config._attn_implementation = "eager"
+    gen = torch.Generator().manual_seed(seed)
+    randomise(model, gen)
+    if getattr(model.config, "tie_word_embeddings", False) or tc.tie_word_embeddings:
+        model.tie_weights()
+    return model.eval().to(torch.float32)
+
+
+def run_case(name: str, case: dict, out: Path, seed: int) -> None:
+    d = out / name
+    if d.exists():
+        shutil.rmtree(d)
+    model = make_model(case, seed)
+    model.save_pretrained(d, safe_serialization=True)
+    V = case["text"]["vocab_size"]
+    gen = torch.Generator().manual_seed(seed + 1)
+    prompt = torch.randint(0, V - 1, (1, T_PROMPT), generator=gen)
+    # The oracle runs in float64: HF's own f32 forward of these tiny random models is off its f64 result by
+    # up to 1.2e-4 relative (the chunked form's triangular solves), as much as the tolerance we test at.
+    model = model.double()
+    with torch.no_grad():
+        full = model(input_ids=prompt, use_cache=False).logits[0].float()
+        # An explicit all-ones mask and a pad id the prompt never holds (V - 1): generate would otherwise
+        # mask prompt tokens equal to the pad id.
+        res = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=N_GEN,
+                             do_sample=False, output_logits=True, return_dict_in_generate=True, eos_token_id=None,
+                             pad_token_id=V - 1)
+    tokens = res.sequences[0, T_PROMPT:].to(torch.int32)
+    decode = torch.stack([l[0].float() for l in res.logits])
+    assert tokens.numel() == N_GEN
+    assert torch.equal(decode.argmax(-1).to(torch.int32), tokens)
+    save_file({"prompt": prompt[0].to(torch.int32).contiguous(), "prefill": full.contiguous(),
+               "tokens": tokens.contiguous(), "decode": decode.contiguous()}, str(d / "golden.safetensors"))
+    # Prefill (chunked form) against decode (recurrent form) on the prompt's last row: the two HF forms agree.
+    print(f"{name}: {sum(p.numel() for p in model.parameters())} params, "
+          f"|prefill[-1] - decode[0]| max {float((full[-1] - decode[0]).abs().max()):.2e}, "
+          f"tokens {tokens[:8].tolist()}...")
+
+
+def load_fla_naive(wheel: Path):
+    with zipfile.ZipFile(wheel) as z:
+        src = z.read("fla/ops/gated_delta_rule/naive.py").decode()
+    spec = importlib.util.spec_from_loader("fla_naive", loader=None)
+    mod = importlib.util.module_from_spec(spec)
+    exec(compile(src, "fla/ops/gated_delta_rule/naive.py", "exec"), mod.__dict__)
+    return mod
+
+
+def kernel_fixture(out: Path, fla_wheel: Path) -> None:
+    """The recurrence on its own, f32: [B=1, T, n_v, d] inputs, l2-normalised q and k, q not yet scaled
+    (hybrid.md §3 step 6). FLA multiplies q by d_k^-1/2, HF divides by d_k^1/2: equal up to rounding."""
+    fla = load_fla_naive(fla_wheel)
+    gen = torch.Generator().manual_seed(7)
+    tensors = {}
+    for tag, (T, nv, dk, dv) in {"a": (150, 4, 16, 24), "b": (65, 3, 32, 16), "c": (1, 2, 16, 16)}.items():
+        q = torch.nn.functional.normalize(torch.randn(1, T, nv, dk, generator=gen), dim=-1)
+        k = torch.nn.functional.normalize(torch.randn(1, T, nv, dk, generator=gen), dim=-1)
+        v = torch.randn(1, T, nv, dv, generator=gen)
+        beta = torch.sigmoid(torch.randn(1, T, nv, generator=gen))
+        g = -torch.exp(torch.empty(nv).uniform_(0.0, 2.7, generator=gen)) * \
+            torch.nn.functional.softplus(torch.randn(1, T, nv, generator=gen))
+        s0 = torch.randn(1, nv, dk, dv, generator=gen) * 0.3
+        o_rec, s_rec = fla.naive_recurrent_gated_delta_rule(q, k, v, beta, g, initial_state=s0.clone(),
+                                                            output_final_state=True)
+        o_chk, s_chk = fla.naive_chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=64, initial_state=s0.clone(),
+                                                        output_final_state=True)
+        o_hf, s_hf = mq.torch_recurrent_gated_delta_rule.__wrapped__(
+            q, k, v, g, beta, initial_state=s0.clone(), output_final_state=True, use_qk_l2norm_in_kernel=False)
+        for key, x in {"q": q, "k": k, "v": v, "beta": beta, "g": g, "s0": s0,
+                       "o_fla_rec": o_rec, "s_fla_rec": s_rec, "o_fla_chunk": o_chk, "s_fla_chunk": s_chk,
+                       "o_hf_rec": o_hf, "s_hf_rec": s_hf}.items():
+            tensors[f"{tag}.{key}"] = x.float().contiguous()
+        print(f"kernel {tag}: T={T} nv={nv} dk={dk} dv={dv}: |fla_rec - hf_rec| "
+              f"{float((o_rec - o_hf).abs().max()):.2e}, |fla_chunk - hf_rec| {float((o_chk - o_hf).abs().max()):.2e}")
+    save_file(tensors, str(out / "gdn_kernel.safetensors"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=str(REPO / "tests" / "fixtures" / "hybrid"))
+    ap.add_argument("--fla-wheel", required=True)
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    only = set(a.only.split(",")) if a.only else None
+    for i, (name, case) in enumerate(CASES.items()):
+        if only is None or name in only:
+            run_case(name, case, out, 1000 + i)
+    if only is None or "kernel" in only:
+        kernel_fixture(out, Path(a.fla_wheel))
+    (out / "VERSIONS.json").write_text(json.dumps(PINNED | {"fla-core": "0.6.0"}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

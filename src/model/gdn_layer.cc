@@ -1,0 +1,79 @@
+#include "model/gdn_layer.h"
+
+#include <cmath>
+
+#include "kernels/gdn.h"
+#include "kernels/quant.h"
+
+namespace blockspec {
+
+void gdn_layer(const OpContext& ctx, const ModelConfig& c, const LayerWeights& l, const std::vector<GdnSeq>& seqs,
+               float* x, LayerScratch& s) {
+  const GdnConfig& g = c.gdn;
+  const int64_t H = c.hidden_size, C = g.conv_dim(), KD = g.key_dim(), VD = g.value_dim();
+  const int64_t nk = g.n_key_heads, nv = g.n_value_heads, dk = g.key_head_dim, dv = g.value_head_dim;
+  const int64_t P = C + VD + 2 * nv;  // projection row: qkv | z | b | a
+  const int64_t rep = nv / nk;         // v-head h reads k-head h / rep (HF repeat_interleave)
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  int64_t n = 0;
+  for (const GdnSeq& q : seqs) n += q.n;
+  s.xn.resize(n * H), s.proj.resize(n * P), s.conv.resize(n * C), s.qk.resize(n * 2 * KD), s.z.resize(n * VD);
+  s.alpha.resize(n * nv), s.beta.resize(n * nv), s.o.resize(n * VD), s.tmp.resize(n * H);
+  rmsnorm(x, l.attn_norm.ptr<float>(), eps, n, H, s.xn.data());
+  linear_group(ctx, s.xn.data(), l.gdn.in, s.proj.data(), n, s.scratch);
+  // Conv + SiLU per sequence, from (and into) its carried conv rows.
+  int64_t row = 0;
+  for (const GdnSeq& q : seqs) {
+    gdn_conv_silu(ctx, s.proj.data() + row * P, q.n, P, l.gdn.conv.ptr<float>(), g.conv_kernel, C, q.state,
+                  s.conv.data() + row * C);
+    row += q.n;
+  }
+  // q, k: l2-normalised per key head (HF l2norm, eps 1e-6), q then divided by
+  // sqrt(d_k) as torch_recurrent_gated_delta_rule does; gates in f32.
+  const float qdiv = static_cast<float>(std::sqrt(static_cast<double>(dk)));
+  const float* neg_a = l.gdn.neg_a.ptr<float>();
+  const float* dt = l.gdn.dt_bias.ptr<float>();
+  for (int64_t t = 0; t < n; ++t) {
+    const float* u = s.conv.data() + t * C;
+    float* qk = s.qk.data() + t * 2 * KD;
+    for (int64_t hh = 0; hh < 2 * nk; ++hh) {  // q heads, then k heads
+      const float* in = u + hh * dk;
+      float ss = 0.f;
+      for (int64_t i = 0; i < dk; ++i) ss += in[i] * in[i];
+      const float inv = 1.0f / std::sqrt(ss + 1e-6f);
+      float* out = qk + hh * dk;
+      for (int64_t i = 0; i < dk; ++i) out[i] = hh < nk ? in[i] * inv / qdiv : in[i] * inv;
+    }
+    const float* pr = s.proj.data() + t * P;
+    std::copy(pr + C, pr + C + VD, s.z.data() + t * VD);
+    for (int64_t h = 0; h < nv; ++h) {
+      const float b = pr[C + VD + h], a = pr[C + VD + nv + h] + dt[h];
+      s.beta[t * nv + h] = 1.0f / (1.0f + std::exp(-b));
+      const float sp = a > 20.f ? a : std::log1p(std::exp(a));  // softplus, torch's threshold 20
+      s.alpha[t * nv + h] = std::exp(neg_a[h] * sp);
+    }
+  }
+  // The recurrence, every (sequence, value head) an independent item.
+  std::vector<GdnHead> heads;
+  heads.reserve(seqs.size() * nv);
+  row = 0;
+  for (const GdnSeq& q : seqs) {
+    float* S = q.state + g.conv_state_floats();
+    for (int64_t h = 0; h < nv; ++h) {
+      const float* qk = s.qk.data() + row * 2 * KD;
+      heads.push_back(GdnHead{qk + (h / rep) * dk, qk + KD + (h / rep) * dk, s.conv.data() + row * C + 2 * KD + h * dv,
+                              s.alpha.data() + row * nv + h, s.beta.data() + row * nv + h,
+                              s.o.data() + row * VD + h * dv, S + h * dk * dv, q.n, dk, dv, 2 * KD, C, VD, nv});
+    }
+    row += q.n;
+  }
+  gdn_recurrent_heads(ctx, heads);
+  // Gated RMSNorm per head (norm before gate): w * rmsnorm(o) * silu(z).
+  rmsnorm(s.o.data(), l.gdn.norm.ptr<float>(), eps, n * nv, dv, s.o.data());
+  ctx.k->swiglu(s.z.data(), s.o.data(), s.o.data(), n * VD, false);
+  linear(ctx, s.o.data(), l.gdn.out, nullptr, s.tmp.data(), n);
+  for (int64_t i = 0; i < n * H; ++i) x[i] += s.tmp[i];
+  mlp_block(ctx, c, l, n, x, s, false);
+}
+
+}  // namespace blockspec

@@ -18,7 +18,7 @@ KvCache::KvCache(KvCache&& o) noexcept
     : own_pool_(std::move(o.own_pool_)), pool_(o.pool_), pages_(std::move(o.pages_)),
       page_ptrs_(std::move(o.page_ptrs_)), size_(std::exchange(o.size_, 0)), own_state_(std::move(o.own_state_)),
       state_(std::exchange(o.state_, nullptr)), state_floats_(std::exchange(o.state_floats_, 0)),
-      state_tokens_(std::exchange(o.state_tokens_, 0)) {
+      state_tokens_(std::exchange(o.state_tokens_, 0)), log_(std::move(o.log_)) {
   o.pages_.clear();
   o.page_ptrs_.clear();
 }
@@ -39,6 +39,7 @@ KvCache& KvCache::operator=(KvCache&& o) noexcept {
     state_ = std::exchange(o.state_, nullptr);
     state_floats_ = std::exchange(o.state_floats_, 0);
     state_tokens_ = std::exchange(o.state_tokens_, 0);
+    log_ = std::move(o.log_);
     o.pages_.clear();
     o.page_ptrs_.clear();
   }

@@ -85,6 +85,14 @@ class KvCache {
   // the state fails instead of computing on a stale state).
   int64_t state_tokens() const { return state_tokens_; }
   void set_state_tokens(int64_t n) { state_tokens_ = n; }
+  // What the model recorded while verifying drafts, to roll the state back
+  // to an accepted prefix of those n tokens from position `start`
+  // (Transformer::commit; the layout is the model's).
+  struct StateLog {
+    std::vector<float> data;
+    int64_t start = -1, n = 0;  // start < 0: nothing recorded
+  };
+  StateLog& state_log() { return log_; }
 
  private:
   float* f32_data(int64_t layer, bool v);
@@ -99,6 +107,7 @@ class KvCache {
   float* state_ = nullptr;
   int64_t state_floats_ = 0;
   int64_t state_tokens_ = 0;
+  StateLog log_;
 };
 
 }  // namespace blockspec

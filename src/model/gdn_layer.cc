@@ -7,13 +7,63 @@
 
 namespace blockspec {
 
+namespace {
+
+// Offsets of one layer's log for n tokens (gdn_layer.h).
+struct LogLayout {
+  int64_t S, conv, m, qk, v, alpha, beta, end;
+  LogLayout(const ModelConfig& c, int64_t n) {
+    const GdnConfig& g = c.gdn;
+    S = 0;
+    conv = S + g.n_value_heads * g.key_head_dim * g.value_head_dim;
+    m = conv + g.conv_state_floats();
+    qk = m + n * g.conv_dim();
+    v = qk + n * 2 * g.key_dim();
+    alpha = v + n * g.value_dim();
+    beta = alpha + n * g.n_value_heads;
+    end = beta + n * g.n_value_heads;
+  }
+};
+
+// The recurrence heads of one sequence: q, k rows [n, 2 KD] (q heads then k
+// heads), v rows at stride v_stride, gates [n, n_v], outputs [n, VD].
+void push_heads(const ModelConfig& c, const float* qk, const float* v, int64_t v_stride, const float* alpha,
+                const float* beta, float* o, float* S, int64_t n, std::vector<GdnHead>& heads) {
+  const GdnConfig& g = c.gdn;
+  const int64_t KD = g.key_dim(), VD = g.value_dim(), nv = g.n_value_heads, dk = g.key_head_dim, dv = g.value_head_dim;
+  const int64_t rep = nv / g.n_key_heads;  // v-head h reads k-head h / rep (HF repeat_interleave)
+  for (int64_t h = 0; h < nv; ++h)
+    heads.push_back(GdnHead{qk + (h / rep) * dk, qk + KD + (h / rep) * dk, v + h * dv, alpha + h, beta + h, o + h * dv,
+                            S + h * dk * dv, n, dk, dv, 2 * KD, v_stride, VD, nv});
+}
+
+}  // namespace
+
+int64_t gdn_log_floats(const ModelConfig& c, int64_t n) { return LogLayout(c, n).end; }
+
+void gdn_rollback(const OpContext& ctx, const ModelConfig& c, const float* log, int64_t n, int64_t keep, float* state) {
+  const GdnConfig& g = c.gdn;
+  const LogLayout L(c, n);
+  const int64_t C = g.conv_dim(), K = g.conv_kernel;
+  float* S = state + g.conv_state_floats();
+  std::copy(log + L.S, log + L.conv, S);
+  // Conv rows: the last K-1 of (old rows ++ the kept tokens' pre-conv rows).
+  std::vector<float> rows((K - 1 + keep) * C);
+  std::copy(log + L.conv, log + L.m, rows.begin());
+  std::copy(log + L.m, log + L.m + keep * C, rows.begin() + (K - 1) * C);
+  std::copy(rows.end() - (K - 1) * C, rows.end(), state);
+  std::vector<float> o(keep * g.value_dim());
+  std::vector<GdnHead> heads;
+  push_heads(c, log + L.qk, log + L.v, g.value_dim(), log + L.alpha, log + L.beta, o.data(), S, keep, heads);
+  gdn_recurrent_heads(ctx, heads);
+}
+
 void gdn_layer(const OpContext& ctx, const ModelConfig& c, const LayerWeights& l, const std::vector<GdnSeq>& seqs,
                float* x, LayerScratch& s) {
   const GdnConfig& g = c.gdn;
   const int64_t H = c.hidden_size, C = g.conv_dim(), KD = g.key_dim(), VD = g.value_dim();
   const int64_t nk = g.n_key_heads, nv = g.n_value_heads, dk = g.key_head_dim, dv = g.value_head_dim;
   const int64_t P = C + VD + 2 * nv;  // projection row: qkv | z | b | a
-  const int64_t rep = nv / nk;         // v-head h reads k-head h / rep (HF repeat_interleave)
   const float eps = static_cast<float>(c.rms_norm_eps);
   int64_t n = 0;
   for (const GdnSeq& q : seqs) n += q.n;
@@ -21,8 +71,23 @@ void gdn_layer(const OpContext& ctx, const ModelConfig& c, const LayerWeights& l
   s.alpha.resize(n * nv), s.beta.resize(n * nv), s.o.resize(n * VD), s.tmp.resize(n * H);
   rmsnorm(x, l.attn_norm.ptr<float>(), eps, n, H, s.xn.data());
   linear_group(ctx, s.xn.data(), l.gdn.in, s.proj.data(), n, s.scratch);
-  // Conv + SiLU per sequence, from (and into) its carried conv rows.
+  // A verify's log: the state before, and the pre-conv rows (gdn_rollback).
   int64_t row = 0;
+  for (const GdnSeq& q : seqs) {
+    if (q.log != nullptr) {
+      const LogLayout L(c, q.n);
+      const float* S = q.state + g.conv_state_floats();
+      std::copy(S, S + (L.conv - L.S), q.log + L.S);
+      std::copy(q.state, q.state + g.conv_state_floats(), q.log + L.conv);
+      for (int64_t t = 0; t < q.n; ++t) {
+        const float* m = s.proj.data() + (row + t) * P;
+        std::copy(m, m + C, q.log + L.m + t * C);
+      }
+    }
+    row += q.n;
+  }
+  // Conv + SiLU per sequence, from (and into) its carried conv rows.
+  row = 0;
   for (const GdnSeq& q : seqs) {
     gdn_conv_silu(ctx, s.proj.data() + row * P, q.n, P, l.gdn.conv.ptr<float>(), g.conv_kernel, C, q.state,
                   s.conv.data() + row * C);
@@ -58,13 +123,18 @@ void gdn_layer(const OpContext& ctx, const ModelConfig& c, const LayerWeights& l
   heads.reserve(seqs.size() * nv);
   row = 0;
   for (const GdnSeq& q : seqs) {
-    float* S = q.state + g.conv_state_floats();
-    for (int64_t h = 0; h < nv; ++h) {
-      const float* qk = s.qk.data() + row * 2 * KD;
-      heads.push_back(GdnHead{qk + (h / rep) * dk, qk + KD + (h / rep) * dk, s.conv.data() + row * C + 2 * KD + h * dv,
-                              s.alpha.data() + row * nv + h, s.beta.data() + row * nv + h,
-                              s.o.data() + row * VD + h * dv, S + h * dk * dv, q.n, dk, dv, 2 * KD, C, VD, nv});
+    if (q.log != nullptr) {  // the recurrence's inputs, for gdn_rollback
+      const LogLayout L(c, q.n);
+      std::copy(s.qk.data() + row * 2 * KD, s.qk.data() + (row + q.n) * 2 * KD, q.log + L.qk);
+      for (int64_t t = 0; t < q.n; ++t) {
+        const float* v = s.conv.data() + (row + t) * C + 2 * KD;
+        std::copy(v, v + VD, q.log + L.v + t * VD);
+      }
+      std::copy(s.alpha.data() + row * nv, s.alpha.data() + (row + q.n) * nv, q.log + L.alpha);
+      std::copy(s.beta.data() + row * nv, s.beta.data() + (row + q.n) * nv, q.log + L.beta);
     }
+    push_heads(c, s.qk.data() + row * 2 * KD, s.conv.data() + row * C + 2 * KD, C, s.alpha.data() + row * nv,
+               s.beta.data() + row * nv, s.o.data() + row * VD, q.state + g.conv_state_floats(), q.n, heads);
     row += q.n;
   }
   gdn_recurrent_heads(ctx, heads);

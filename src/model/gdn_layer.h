@@ -21,7 +21,27 @@ namespace blockspec {
 struct GdnSeq {
   float* state;
   int64_t n;
+  // Non-null while verifying drafts: gdn_layer records here (gdn_log_floats(c, n)
+  // floats) what gdn_rollback needs to keep only a prefix of the n tokens.
+  float* log = nullptr;
 };
+
+// Rolling back a verify (hybrid.md §7.3, replay): the log holds the state as
+// it was before the n tokens (recurrent state and conv rows), their pre-conv
+// rows and the recurrence's inputs (normalised q, k; v; decay; beta).
+// gdn_rollback restores the state and runs the recurrence again over the
+// first `keep` tokens with the same kernel and the same inputs, so the state
+// is bit for bit the one a forward over only those tokens leaves: every
+// input row is what that forward computes (the GEMMs give a row the same
+// bits whatever the number of rows), and the recurrence runs token by token
+// in both. The conv rows are the last K_c - 1 of (old rows ++ kept rows).
+// Chosen over per-token state snapshots (vLLM, SGLang) because on a CPU
+// writing n_v d_k d_v floats per draft token per layer costs more than
+// replaying the accepted tokens' recurrence from the L2-resident state
+// (7 n_v d_k d_v FLOPs per token), and nothing is replayed when all drafts
+// are accepted.
+int64_t gdn_log_floats(const ModelConfig& c, int64_t n);
+void gdn_rollback(const OpContext& ctx, const ModelConfig& c, const float* log, int64_t n, int64_t keep, float* state);
 
 // x: [n, H] residual stream of all sequences' rows, in order (updated in place).
 void gdn_layer(const OpContext& ctx, const ModelConfig& c, const LayerWeights& l, const std::vector<GdnSeq>& seqs,

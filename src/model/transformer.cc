@@ -142,9 +142,19 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
   for (const SeqChunk& ch : chunks) seqs.push_back({ch.cache, ch.n});
   std::vector<GdnSeq> gseqs(chunks.size());
   const int64_t per_layer = c.gdn.state_floats();
+  if (c.is_hybrid())
+    for (const SeqChunk& ch : chunks) {
+      KvCache::StateLog& log = ch.cache->state_log();
+      log.start = ch.verify ? ch.cache->size() : -1, log.n = ch.verify ? ch.n : 0;
+      if (ch.verify) log.data.resize(c.n_linear_layers() * gdn_log_floats(c, ch.n));
+    }
   for (int64_t li = 0, lin = 0; li < c.n_layers; ++li) {
     if (c.is_linear(li)) {
-      for (size_t i = 0; i < chunks.size(); ++i) gseqs[i] = {chunks[i].cache->state() + lin * per_layer, chunks[i].n};
+      for (size_t i = 0; i < chunks.size(); ++i) {
+        KvCache::StateLog& log = chunks[i].cache->state_log();
+        gseqs[i] = {chunks[i].cache->state() + lin * per_layer, chunks[i].n,
+                    log.start >= 0 ? log.data.data() + lin * gdn_log_floats(c, chunks[i].n) : nullptr};
+      }
       gdn_layer(ctx, c, w_.layers[li], gseqs, x.data(), ls);
       ++lin;
     } else {
@@ -177,6 +187,25 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
   logits.resize(n_out * V);
   linear(ctx, xn.data(), w_.lm_head, nullptr, logits.data(), n_out);
   rnd(logits);
+}
+
+void Transformer::commit(KvCache& cache, int64_t size) {
+  if (!cfg_.is_hybrid() || size == cache.size()) {
+    cache.set_size(size);
+    return;
+  }
+  KvCache::StateLog& log = cache.state_log();
+  const int64_t keep = size - log.start;
+  if (log.start < 0 || cache.state_tokens() != log.start + log.n || keep < 0 || keep > log.n)
+    fail("commit: the recurrent state can only be rolled back into the tokens of its last verify forward (cache at ",
+         cache.size(), ", asked ", size, ")");
+  OpContext ctx = op_context();
+  const int64_t per_layer = cfg_.gdn.state_floats(), per_log = gdn_log_floats(cfg_, log.n);
+  for (int64_t lin = 0; lin < cfg_.n_linear_layers(); ++lin)
+    gdn_rollback(ctx, cfg_, log.data.data() + lin * per_log, log.n, keep, cache.state() + lin * per_layer);
+  cache.set_size(size);
+  cache.set_state_tokens(size);
+  log.start = -1, log.n = 0;
 }
 
 void Transformer::set_tap_layers(const std::vector<int64_t>& layers) {

@@ -80,9 +80,19 @@ class Transformer {
     // output_hidden_states[t + 1]: the residual stream after layer t, or the
     // final-normed state for the last layer).
     std::vector<float>* taps = nullptr;
+    // Speculative verification: only a prefix of these tokens may be kept
+    // (commit). Hybrid models record what rolling their state back needs.
+    bool verify = false;
   };
   // logits: rows of each chunk in order (n rows if all_logits, else 1).
   void forward_batch(const std::vector<SeqChunk>& chunks, std::vector<float>& logits);
+
+  // Keeps the first `size` positions of the cache after a forward (speculative
+  // rollback; size >= the size before the last forward). Dense models crop the
+  // KV; hybrid ones also roll their recurrent state back to those tokens,
+  // which needs the last forward of this cache to have been a verify chunk
+  // (SeqChunk::verify) and fails otherwise.
+  void commit(KvCache& cache, int64_t size);
 
   // Prefill in chunks of opts.prefill_chunk; returns logits like forward.
   // taps (optional): [n, n_taps * H] as in SeqChunk.

@@ -76,7 +76,7 @@ Engine::Engine(std::unique_ptr<Transformer> model, const EngineOptions& opts) : 
          "; raise the KV memory or lower --max-model-len");
   {
     const ModelConfig& mc = I.model->config();
-    I.pool = std::make_unique<KvPool>(mc.n_layers, mc.n_kv_heads, mc.head_dim, I.model->kv_cache_dtype(), kPageTokens,
+    I.pool = std::make_unique<KvPool>(mc.n_attention_layers(), mc.n_kv_heads, mc.head_dim, I.model->kv_cache_dtype(), kPageTokens,
                                       pages_total);
     if (!I.model->kv_k_scales().empty()) I.pool->set_layer_scales(I.model->kv_k_scales(), I.model->kv_v_scales());
   }

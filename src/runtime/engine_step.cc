@@ -61,6 +61,10 @@ void Engine::Impl::start(Sequence& s) {
   s.running = true;
   s.cache = std::make_unique<KvCache>(*pool);
   s.cache->append_pages(s.st.blocks);  // the whole worst case, reserved by the scheduler
+  if (state) {  // a hybrid model's recurrent state: the slot the scheduler gave it, from zero
+    state->clear(s.st.state_slot);
+    s.cache->attach_state(state->slot(s.st.state_slot), state->floats_per_slot());
+  }
   if (spec) {
     s.owned_proposer = new_proposer(*spec, drafter, s.cache->capacity());
     if (opts.wrap_proposer) s.owned_proposer = opts.wrap_proposer(std::move(s.owned_proposer));

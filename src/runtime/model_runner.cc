@@ -70,7 +70,7 @@ ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan,
     }
     s.block.assign(1, s.tokens.back());
     s.block.insert(s.block.end(), s.draft.tokens.begin(), s.draft.tokens.end());
-    chunks.push_back({s.block.data(), static_cast<int64_t>(s.block.size()), s.cache.get(), true, taps});
+    chunks.push_back({s.block.data(), static_cast<int64_t>(s.block.size()), s.cache.get(), true, taps, s.block.size() > 1});
   }
   model_.forward_batch(chunks, logits_);
 
@@ -105,9 +105,10 @@ ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan,
       }
       row += kd + 1;
       // The anchor and the accepted drafts are now committed and in the KV;
-      // rejected rows are dropped by cropping. v.next (the correction or
-      // bonus) is the new anchor: committed, not yet run.
-      s.cache->set_size(start + v.accepted + 1);
+      // rejected rows are dropped by cropping (and a hybrid model's state
+      // rolled back to them). v.next (the correction or bonus) is the new
+      // anchor: committed, not yet run.
+      model_.commit(*s.cache, start + v.accepted + 1);
       const int64_t n_seen = static_cast<int64_t>(s.tokens.size()) - 1;
       bool go = true;
       for (int64_t j = 0; j < v.accepted && go; ++j) go = emit(s, s.draft.tokens[j]);

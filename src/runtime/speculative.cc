@@ -119,7 +119,7 @@ SpecResult run_sequence(Transformer& model, Proposer* proposer, int64_t K, const
   so.draft_within_budget = true;
   const int64_t n_pages = Scheduler::pages_for(so, s.st);
   BlockAllocator blocks(n_pages);
-  KvPool pool(c.n_layers, c.n_kv_heads, c.head_dim, model.kv_cache_dtype(), so.page_tokens, n_pages);
+  KvPool pool(c.n_attention_layers(), c.n_kv_heads, c.head_dim, model.kv_cache_dtype(), so.page_tokens, n_pages);
   if (!model.kv_k_scales().empty()) pool.set_layer_scales(model.kv_k_scales(), model.kv_v_scales());
   Scheduler sched(so, blocks);
   sched.add(&s.st);
@@ -132,6 +132,7 @@ SpecResult run_sequence(Transformer& model, Proposer* proposer, int64_t K, const
       BS_ASSERT(st == &s.st);
       s.cache = std::make_unique<KvCache>(pool);
       s.cache->append_pages(s.st.blocks);
+      if (model.state_floats_per_sequence() > 0) s.cache->own_state(model.state_floats_per_sequence());
       s.tokens = prompt;
     }
     BS_ASSERT(!plan.rows.empty());  // the pool holds the one sequence's worst case

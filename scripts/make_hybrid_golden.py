@@ -109,6 +109,18 @@ CASES = {
                              "mrope_section": [1, 1, 2], "mrope_interleaved": True},
         ),
     ),
+    # For the server tests: vocabulary 512 so that the golden dense fixtures' tokenizer.json (byte-level BPE,
+    # 512 ids, eos 511) serves it; copied next to it.
+    "qwen35-serve": dict(
+        wrapper=False,
+        tokenizer="tests/fixtures/golden/qwen3-tiny-f32/tokenizer.json",
+        text=text_fields(
+            vocab_size=512, eos_token_id=511, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+            linear_num_key_heads=2, linear_num_value_heads=4, tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5},
+        ),
+    ),
 }
 
 
@@ -176,6 +188,8 @@ def run_case(name: str, case: dict, out: Path, seed: int) -> None:
     decode = torch.stack([l[0].float() for l in res.logits])
     assert tokens.numel() == N_GEN
     assert torch.equal(decode.argmax(-1).to(torch.int32), tokens)
+    if "tokenizer" in case:
+        shutil.copyfile(REPO / case["tokenizer"], d / "tokenizer.json")
     save_file({"prompt": prompt[0].to(torch.int32).contiguous(), "prefill": full.contiguous(),
                "tokens": tokens.contiguous(), "decode": decode.contiguous()}, str(d / "golden.safetensors"))
     # Prefill (chunked form) against decode (recurrent form) on the prompt's last row: the two HF forms agree.

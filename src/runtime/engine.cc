@@ -90,6 +90,8 @@ Engine::Engine(std::unique_ptr<Transformer> model, const EngineOptions& opts) : 
   if (const int64_t sf = I.model->state_floats_per_sequence(); sf > 0) {
     I.state = std::make_unique<StatePool>(opts.max_num_seqs, sf);
     I.state_slots = std::make_unique<BlockAllocator>(opts.max_num_seqs);
+    I.m.state_slots_total = opts.max_num_seqs;
+    I.m.state_bytes_per_slot = sf * static_cast<int64_t>(sizeof(float));
   }
   I.sched = std::make_unique<Scheduler>(so, *I.blocks, I.state_slots.get());
   I.runner = std::make_unique<ModelRunner>(*I.model);

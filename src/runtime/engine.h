@@ -98,6 +98,8 @@ struct EngineMetrics {
   uint64_t requests_finished = 0, requests_aborted = 0, prompt_tokens = 0, generation_tokens = 0;
   int64_t running = 0, waiting = 0;
   int64_t kv_pages_total = 0, kv_pages_used = 0, kv_page_tokens = 0;
+  // Hybrid models: per-sequence recurrent-state slots (0 for dense models).
+  int64_t state_slots_total = 0, state_slots_used = 0, state_bytes_per_slot = 0;
   double kv_usage() const { return kv_pages_total ? static_cast<double>(kv_pages_used) / kv_pages_total : 0.0; }
   Histogram ttft_s, tpot_s, e2e_s;
   SpecStats spec;  // summed over requests

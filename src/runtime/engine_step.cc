@@ -82,6 +82,7 @@ void Engine::Impl::publish() {
   m.running = sched->n_running();
   m.waiting = sched->n_waiting() + static_cast<int64_t>(incoming.size());
   m.kv_pages_used = blocks->n_used();
+  if (state_slots) m.state_slots_used = state_slots->n_used();
 }
 
 int64_t Engine::Impl::choose_k(int64_t n_decoding) {

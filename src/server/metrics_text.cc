@@ -69,6 +69,14 @@ std::string render_metrics(const EngineMetrics& m, const ServerCounters& c, cons
   w.metric("kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", m.kv_usage());
   w.metric("kv_cache_pages_used", "gauge", "KV-cache pages held by requests.", static_cast<double>(m.kv_pages_used));
   w.metric("kv_cache_pages_total", "gauge", "KV-cache pages in the pool.", static_cast<double>(m.kv_pages_total));
+  if (m.state_slots_total > 0) {  // hybrid (Gated DeltaNet) models: per-sequence recurrent state
+    w.metric("recurrent_state_slots_used", "gauge", "Recurrent-state slots held by requests.",
+             static_cast<double>(m.state_slots_used));
+    w.metric("recurrent_state_slots_total", "gauge", "Recurrent-state slots in the pool.",
+             static_cast<double>(m.state_slots_total));
+    w.metric("recurrent_state_bytes", "gauge", "Bytes of recurrent state held by requests (f32).",
+             static_cast<double>(m.state_slots_used * m.state_bytes_per_slot));
+  }
   w.metric("prompt_tokens_total", "counter", "Number of prefill tokens processed.",
            static_cast<double>(m.prompt_tokens));
   w.metric("generation_tokens_total", "counter", "Number of generation tokens processed.",

@@ -75,7 +75,7 @@ TEST_P(HybridGolden, OddPrefillChunksGiveTheSameLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Qwen35, HybridGolden,
-                         ::testing::Values("qwen35-text-a", "qwen35-text-tied", "qwen35-vl"), [](const auto& info) {
+                         ::testing::Values("qwen35-text-a", "qwen35-text-tied", "qwen35-vl", "qwen35-serve"), [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;

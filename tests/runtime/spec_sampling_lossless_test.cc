@@ -59,31 +59,25 @@ class SpecSamplingLossless : public ::testing::Test {
 // all K drafts, and decides tokens 2..K+1 of the compared prefix.
 constexpr int64_t kK = 3;
 
-TEST_F(SpecSamplingLossless, EmittedDistributionEqualsPlainSampling) {
+// Every case's speculative samples against the exact distribution of plain sampling.
+void check_cases(Transformer& model, const fs::path& dir, const std::vector<Case>& cases) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<int32_t> prompt = make_prompt(*model_);
-  const SamplingParams topk07 = params(0.7f, 8, 1.0f), topk10 = params(1.0f, 8, 1.0f);
-  const SamplingParams topp07 = params(0.7f, 0, 0.9f), topp10 = params(1.0f, 0, 0.9f);
-  const std::vector<Case> cases = {
-      {"dflash", "probabilistic", topk07, 3}, {"dflash", "probabilistic", topp10, 2},
-      {"dflash", "greedy", topk10, 3},        {"dflash", "greedy", topp07, 2},
-      {"dflash2", "probabilistic", topk07, 3}, {"dflash2", "probabilistic", topp10, 2},
-      {"ngram", "probabilistic", topk07, 3},  {"ngram", "probabilistic", topp10, 2},
-  };
+  const std::vector<int32_t> prompt = make_prompt(model);
   uint64_t salt = 0;
   for (const Case& c : cases) {
     const auto t1 = std::chrono::steady_clock::now();
     std::vector<int32_t> ctx = prompt;
     Dist want;
-    exact(*model_, ctx, prompt.size(), c.L, c.sp, 1.0, want);
-    auto prop = proposer(c.method, kK, c.draft_sample);
+    exact(model, ctx, prompt.size(), c.L, c.sp, 1.0, want);
+    SpecConfig sc = case_spec(c.method, kK, c.draft_sample, dir.string());
+    auto prop = test_proposer(sc, model, 256);
     SpecStats st;
     ++salt;
     const auto count = histogram(kN, c.L, [&](int64_t i) {
       GenerateOptions go;
       go.max_new_tokens = kK + 2, go.stop_at_eos = false, go.sampling = c.sp;
       go.sampling.seed = salt * 1000003 + i;
-      const SpecResult r = generate_speculative(*model_, *prop, kK, prompt, go);
+      const SpecResult r = generate_speculative(model, *prop, kK, prompt, go);
       st.merge(r.stats);
       return r.gen.tokens;
     });
@@ -103,6 +97,32 @@ TEST_F(SpecSamplingLossless, EmittedDistributionEqualsPlainSampling) {
     EXPECT_GT(rejected_drafts, 0) << "the reject path never ran";
   }
   std::printf("[sampling] %.2f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+TEST_F(SpecSamplingLossless, EmittedDistributionEqualsPlainSampling) {
+  const SamplingParams topk07 = params(0.7f, 8, 1.0f), topk10 = params(1.0f, 8, 1.0f);
+  const SamplingParams topp07 = params(0.7f, 0, 0.9f), topp10 = params(1.0f, 0, 0.9f);
+  check_cases(*model_, dir_, {
+      {"dflash", "probabilistic", topk07, 3}, {"dflash", "probabilistic", topp10, 2},
+      {"dflash", "greedy", topk10, 3},        {"dflash", "greedy", topp07, 2},
+      {"dflash2", "probabilistic", topk07, 3}, {"dflash2", "probabilistic", topp10, 2},
+      {"ngram", "probabilistic", topk07, 3},  {"ngram", "probabilistic", topp10, 2},
+  });
+}
+
+// The same on a hybrid Gated-DeltaNet target (tests/fixtures/hybrid/qwen35-serve): every rejected draft rolls
+// the recurrent state back (Transformer::commit), and the emitted distribution is still plain sampling's.
+TEST(SpecSamplingLosslessHybrid, EmittedDistributionEqualsPlainSampling) {
+  ModelOptions mo;
+  mo.n_threads = 1;
+  auto model = Transformer::load(std::string(BS_SOURCE_DIR) + "/tests/fixtures/hybrid/qwen35-serve", mo);
+  const fs::path dir = fs::temp_directory_path() / ("bs_spec_sampling_hybrid_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  testing::write_overlapping_drafters(*model, dir.string());
+  check_cases(*model, dir, {{"dflash", "probabilistic", params(0.7f, 8, 1.0f), 3},
+                            {"dflash2", "probabilistic", params(1.0f, 0, 0.9f), 2},
+                            {"dflash", "greedy", params(1.0f, 8, 1.0f), 3}});
+  fs::remove_all(dir);
 }
 
 // Power: the harness at the same N rejects plain sampling at T 0.7 measured

@@ -28,7 +28,9 @@ namespace blockspec {
 namespace {
 
 using json = nlohmann::json;
-const std::string kModelDir = std::string(BS_SOURCE_DIR) + "/tests/fixtures/golden/qwen3-tiny-f32";
+const std::string kDenseDir = std::string(BS_SOURCE_DIR) + "/tests/fixtures/golden/qwen3-tiny-f32";
+// A hybrid Gated-DeltaNet target (Qwen3.5 layout) with the same tokenizer.
+const std::string kHybridDir = std::string(BS_SOURCE_DIR) + "/tests/fixtures/hybrid/qwen35-serve";
 const std::string kTemplate = std::string(BS_SOURCE_DIR) + "/tests/fixtures/chat/qwen3.jinja";
 
 // A raw HTTP/1.1 POST on a fresh connection; returns the socket.
@@ -65,7 +67,7 @@ std::string sse_text(const std::string& raw, bool* done) {
   return text;
 }
 
-void stress(std::optional<SpecConfig> spec) {
+void stress(std::optional<SpecConfig> spec, const std::string& kModelDir = kDenseDir) {
   ModelOptions mo;
   mo.n_threads = 1;
   EngineOptions eo;
@@ -162,16 +164,24 @@ void stress(std::optional<SpecConfig> spec) {
   EngineMetrics m;
   for (int i = 0; i < 400; ++i) {
     m = model->engine->metrics();
-    if (m.running == 0 && m.waiting == 0 && m.kv_pages_used == 0) break;
+    if (m.running == 0 && m.waiting == 0 && m.kv_pages_used == 0 && m.state_slots_used == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_EQ(m.running, 0);
   EXPECT_EQ(m.waiting, 0);
   EXPECT_EQ(m.kv_pages_used, 0);
+  EXPECT_EQ(m.state_slots_used, 0);  // hybrid models: no recurrent-state slot leaked either
+  if (kModelDir == kHybridDir) EXPECT_EQ(m.state_slots_total, 8);
   httplib::Client c("127.0.0.1", port);
   auto h = c.Get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 200);
+  if (kModelDir == kHybridDir) {  // /metrics reports the recurrent-state memory
+    auto mt = c.Get("/metrics");
+    ASSERT_TRUE(mt);
+    EXPECT_NE(mt->body.find("recurrent_state_slots_total"), std::string::npos);
+    EXPECT_NE(mt->body.find("recurrent_state_bytes"), std::string::npos);
+  }
   if (eo.spec) {
     const EngineMetrics em = model->engine->metrics();
     std::printf("stress with %s K=%lld: %lld drafts, %lld accepted\n", eo.spec->method_name(),
@@ -189,6 +199,12 @@ TEST(ServerStress, EightClientsHundredRequestsWithDisconnects) { stress(std::nul
 // leave no KV page behind.
 TEST(ServerStress, EightClientsHundredRequestsWithSpeculation) {
   stress(test_spec("ngram", 3));
+}
+
+// A hybrid target under the same load with n-gram speculation: every verify
+// that rejects drafts rolls the recurrent state back, and nothing leaks.
+TEST(ServerStress, HybridTargetWithSpeculation) {
+  stress(test_spec("ngram", 3), kHybridDir);
 }
 
 }  // namespace

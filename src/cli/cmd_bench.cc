@@ -72,8 +72,11 @@ RepeatStats run_once(Transformer& model, int64_t P, int64_t G, int64_t C, Rng& r
     prefill_s += e;
     ttft.push_back(e * 1e3);
   }
-  // Bytes a decode step reads: all weights once, plus each sequence's K and V.
+  // Bytes a decode step reads: all weights once, plus each sequence's K and V,
+  // plus (hybrid models) each sequence's recurrent state, read once (it is
+  // written back once too; writes are not counted, as for the KV row).
   const double kv_row_bytes = static_cast<double>(model.kv_bytes_per_token());  // of the cache's dtype
+  const double state_bytes = 4.0 * static_cast<double>(model.state_floats_per_sequence());
   double bytes = 0;
   std::vector<double> step_ms;
   Timer total;
@@ -85,7 +88,7 @@ RepeatStats run_once(Transformer& model, int64_t P, int64_t G, int64_t C, Rng& r
     for (int64_t s = 0; s < C; ++s) next[s] = argmax(logits.data() + s * cfg.vocab_size, cfg.vocab_size);
     step_ms.push_back(t.seconds() * 1e3);
     bytes += static_cast<double>(model.weight_bytes());
-    for (int64_t s = 0; s < C; ++s) bytes += kv_row_bytes * static_cast<double>(caches[s].size());
+    for (int64_t s = 0; s < C; ++s) bytes += kv_row_bytes * static_cast<double>(caches[s].size()) + state_bytes;
   }
   const double decode_s = total.seconds();
   RepeatStats r;
@@ -213,6 +216,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   j["weight_bytes"] = model->weight_bytes();
   j["kv_cache_dtype"] = kv_dtype_name(model->kv_cache_dtype());
   j["kv_bytes_per_token"] = model->kv_bytes_per_token();
+  j["state_bytes_per_sequence"] = 4 * model->state_floats_per_sequence();  // hybrid models' recurrent state (f32)
   j["peak_rss_mb"] = peak_rss_mb();
   if (!verify_cost.is_null()) j["verify_cost"] = verify_cost;
   if (!spec_decode.is_null()) {

@@ -23,15 +23,16 @@ bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
 
-// Linear layers of the dense families: "*_proj" and "lm_head" (what
-// compressed-tensors' class target "Linear" selects in them), and those of a
-// DFlash / DFlash2 drafter: "fc", the conv "kernel_projection" and the
-// selector's "hidden_projection" (dflash.md §1.2).
+}  // namespace
+
 bool is_linear_module(const std::string& m) {
   const std::string last = m.substr(m.rfind('.') + 1);
   return ends_with(last, "_proj") || last == "lm_head" || last == "fc" || last == "kernel_projection" ||
-         last == "hidden_projection";
+         last == "hidden_projection" || last == "in_proj_qkv" || last == "in_proj_z" || last == "in_proj_a" ||
+         last == "in_proj_b";
 }
+
+namespace {
 
 enum class Kind { kGptq, kCtPacked, kCtInt8 };
 

@@ -38,6 +38,15 @@
 
 namespace blockspec {
 
+// The modules that are nn.Linear in the families blockspec loads, i.e. what
+// compressed-tensors' class target "Linear" selects: "*_proj" and "lm_head"
+// (dense families; the Gated DeltaNet out_proj), the GDN input projections
+// in_proj_qkv / in_proj_z / in_proj_a / in_proj_b (hybrid.md §2.1), and a
+// DFlash / DFlash2 drafter's "fc", conv "kernel_projection" and selector
+// "hidden_projection" (dflash.md §1.2). The one copy of this rule: the loader
+// and `blockspec quantize` both ask it.
+bool is_linear_module(const std::string& module);
+
 std::unique_ptr<WeightSource> open_quant_checkpoint(const std::string& dir, const QuantConfig& qc);
 
 // compressed-tensors float formats (float-quantized FP8 E4M3 with per-tensor, per-channel or [128, 128]

@@ -22,6 +22,7 @@
 #include "formats/gguf.h"
 #include "formats/gguf_model.h"
 #include "formats/hf_config.h"
+#include "model/quant_checkpoint.h"
 #include "formats/quant_config.h"
 #include "formats/safetensors.h"
 #include "kernels/kernel_table.h"
@@ -59,12 +60,6 @@ bool ends_with(const std::string& s, const std::string& suf) {
 }
 std::string last_part(const std::string& m) { return m.substr(m.rfind('.') + 1); }
 
-// What compressed-tensors' "Linear" class target selects in these models (model/quant_checkpoint.cc).
-bool is_linear(const std::string& m) {
-  const std::string l = last_part(m);
-  return ends_with(l, "_proj") || l == "lm_head" || l == "fc" || l == "kernel_projection" || l == "hidden_projection";
-}
-
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(path, ": cannot open");
@@ -95,6 +90,7 @@ std::vector<float> to_f32(const Tensor& t, const std::string& what) {
 struct Input {
   bool gguf = false;
   bool is_draft = false;
+  bool hybrid = false;  // a Gated-DeltaNet hybrid (qwen3_5)
   std::unique_ptr<SafetensorsCheckpoint> ckpt;  // HF
   std::unique_ptr<WeightSource> src;            // GGUF (always), HF target (for calibration)
   std::vector<std::string> names;
@@ -126,6 +122,7 @@ Input open_input(const std::string& path) {
   if (cfg.contains("architectures") && cfg["architectures"].is_array() && !cfg["architectures"].empty() &&
       cfg["architectures"][0].is_string())
     in.is_draft = draft_method_of_architecture(cfg["architectures"][0].get<std::string>()) != nullptr;
+  in.hybrid = load_hf_config(path).is_hybrid();
   return in;
 }
 
@@ -205,6 +202,9 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
     fail("--method gptq on drafter ", o.in, " needs --target TARGET (the model it drafts for: calibration runs "
          "the target over --calib and the drafter on its hidden states)");
   if (in.is_draft && !o.target.empty()) check_drafter_against_target(o.in, o.target);
+  if (in.hybrid && o.gptq)
+    fail("--method gptq on ", o.in, ": GPTQ calibration of hybrid (Gated DeltaNet) models is not implemented yet; "
+         "use --method rtn");
   ThreadPool pool(o.n_threads);
   const KernelTable kt = select_kernels("");
   const OpContext ctx{&kt, &pool};
@@ -244,10 +244,16 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
   for (const std::string& n : in.names) {
     if (!ends_with(n, ".weight") || in.shape(n).size() != 2) continue;
     const std::string m = n.substr(0, n.size() - 7);
-    if (!is_linear(m)) continue;  // embeddings, norms, codebooks
+    if (!is_linear_module(m)) continue;  // embeddings, norms, codebooks
     const std::string l = last_part(m);
-    bool q = ends_with(l, "_proj") || (l == "fc" && in.is_draft && o.fc_bits != 16) || (l == "lm_head" && o.quantize_lm_head);
+    bool q = ends_with(l, "_proj") || l == "in_proj_qkv" || l == "in_proj_z" ||
+             (l == "fc" && in.is_draft && o.fc_bits != 16) || (l == "lm_head" && o.quantize_lm_head);
     if (q && matches_ignore(o.ignore, m)) q = false;
+    // Hybrid Qwen3.5 (hybrid.md §2.6, docs/quantize.md): the tiny per-head gate projections in_proj_a / in_proj_b
+    // stay dense (as the official FP8 release and vLLM's Qwen3.5 loader have them), and nothing of the vision
+    // tower or the MTP block is quantized (a text engine never runs them; they are copied as they are).
+    if (q && in.hybrid && (l == "in_proj_a" || l == "in_proj_b" || m.rfind("model.visual.", 0) == 0 || m.rfind("mtp.", 0) == 0))
+      q = false;
     if (!q) {
       rep.dense_linears.push_back(m);
       continue;

@@ -22,6 +22,9 @@
 #include "quantize/calibration.h"
 #include "quantize/gptq.h"
 #include "quantize/quantize.h"
+#include "runtime/generate.h"
+#include "runtime/speculative.h"
+#include "../spec_setup.h"
 
 namespace blockspec {
 namespace {
@@ -162,6 +165,46 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{QScheme::kW8A16, QFormat::kCompressedTensors, "channel", -1, true},
                       Case{QScheme::kW8A16, QFormat::kCompressedTensors, "channel", 128, true},
                       Case{QScheme::kW4A16, QFormat::kGptq, "channel", 128, true}));
+
+// A hybrid Gated-DeltaNet target (tests/fixtures/hybrid/qwen35-text-a) quantized by blockspec loads back bit
+// for bit in every integer format, with Qwen3.5's module exceptions (hybrid.md §2.6, docs/quantize.md): the
+// GDN in_proj_qkv / in_proj_z / out_proj and every attention and MLP projection quantized; in_proj_a / in_proj_b,
+// conv1d, A_log, dt_bias and the norms dense; then speculation on the quantized model stays lossless.
+TEST(Quantize, HybridTargetRoundTripsAndStaysLossless) {
+  const std::string hybrid = kSrc + "/tests/fixtures/hybrid/qwen35-text-a";
+  for (const Case& c : {Case{QScheme::kW4A16, QFormat::kCompressedTensors}, Case{QScheme::kW8A8, QFormat::kCompressedTensors},
+                        Case{QScheme::kW8A16, QFormat::kGptq}, Case{QScheme::kW4A16, QFormat::kGptq}}) {
+    SCOPED_TRACE(std::string(qscheme_name(c.scheme)) + (c.format == QFormat::kGptq ? " gptq" : " compressed-tensors"));
+    QuantizeOptions o;
+    o.in = hybrid;
+    o.out = tmp_dir(std::string("hybrid_") + qscheme_name(c.scheme) + (c.format == QFormat::kGptq ? "_gptq" : "_ct"));
+    o.scheme = c.scheme, o.format = c.format, o.progress = false, o.n_threads = 1;
+    const QuantizeReport r = quantize_model(o);
+    // 4 GDN layers x (in_proj_qkv, in_proj_z, out_proj, 3 MLP) + 1 attention layer x (q, k, v, o, 3 MLP).
+    EXPECT_EQ(r.layers.size(), 31u);
+    for (const auto& l : r.layers) {
+      EXPECT_EQ(l.module.find("in_proj_a"), std::string::npos) << l.module;
+      EXPECT_EQ(l.module.find("in_proj_b"), std::string::npos) << l.module;
+    }
+    check_round_trip(hybrid, o.out, o, false);
+    SafetensorsCheckpoint b(o.out);
+    EXPECT_EQ(b.entry("model.layers.0.linear_attn.in_proj_a.weight").dtype, DType::kF32);
+    EXPECT_EQ(b.entry("model.layers.0.linear_attn.conv1d.weight").dtype, DType::kF32);
+    ModelOptions mo;
+    mo.n_threads = 1;
+    auto t = Transformer::load(o.out, mo);
+    ASSERT_TRUE(t->config().is_hybrid());
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 6; ++i) prompt.insert(prompt.end(), {17, 200, 3, 99});
+    GenerateOptions go;
+    go.max_new_tokens = 24, go.stop_at_eos = false;
+    const std::vector<int32_t> plain = generate(*t, prompt, go).tokens;
+    SpecConfig sc = test_spec("ngram", 3);
+    auto prop = test_proposer(sc, *t, 256);
+    EXPECT_EQ(generate_speculative(*t, *prop, 3, prompt, go).gen.tokens, plain);
+    fs::remove_all(o.out);
+  }
+}
 
 TEST(Quantize, ConfigKeepsEveryFieldAndListsDenseLinears) {
   QuantizeOptions o;

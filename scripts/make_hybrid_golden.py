@@ -13,7 +13,15 @@ Developers run this by hand; CI only reads the committed outputs in tests/fixtur
                               (HF's own f32 run is 1.2e-4 off it, as far as our tolerance)
      tokens      [32] int32   greedy continuation (HF generate with its cache: the recurrent form)
      decode      [32, V] f32  the logits that chose each greedy token (row 0 = last prompt row)
-2. `gdn_kernel.safetensors`: the delta-rule recurrence alone on random inputs (already l2-normalised q, k;
+2. Quantized hybrids made by compressed-tensors itself (its calculate_qparams and compressors, through the
+   helpers of scripts/make_quant_golden.py; compressed-tensors 0.20.1): `qwen35-ct-w4g128` (pack-quantized int4
+   group 128, weight-only) and `qwen35-ct-w8a8g128` (int-quantized int8 group 128 with dynamic per-token int8
+   inputs), on a hybrid base whose every K is 128 or 256; in_proj_a / in_proj_b, conv1d, A_log, dt_bias and the
+   norms stay dense (bf16), as Qwen3.5 releases keep them. golden.safetensors: prompt, logits (HF on the
+   dequantized weights, f64), logits_a8 (W8A8: the engine's per-token int8 input quantization simulated before
+   each W8A8 linear), ref.<module>.weight (the library's dequantization of layer 0's in_proj_qkv and of layer 3's
+   q_proj, f32).
+3. `gdn_kernel.safetensors`: the delta-rule recurrence alone on random inputs (already l2-normalised q, k;
    q scaled; heads expanded), from two oracles nobody here wrote: FLA's `naive_recurrent_gated_delta_rule`
    and `naive_chunk_gated_delta_rule` (fla-core, loaded from its file: it needs only torch + einops) and
    transformers' `torch_recurrent_gated_delta_rule` / `torch_chunk_gated_delta_rule`.
@@ -236,6 +244,75 @@ def kernel_fixture(out: Path, fla_wheel: Path) -> None:
     save_file(tensors, str(out / "gdn_kernel.safetensors"))
 
 
+def ct_hybrid_fixtures(out: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import make_quant_golden as mqg  # noqa: E402  (its pinned versions are checked on import)
+
+    text = text_fields(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                       num_attention_heads=2, num_key_value_heads=1, head_dim=64, linear_conv_kernel_dim=4,
+                       linear_key_head_dim=64, linear_value_head_dim=64, linear_num_key_heads=1,
+                       linear_num_value_heads=2, tie_word_embeddings=False,
+                       rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25})
+    specs = {
+        "qwen35-ct-w4g128": (mqg.ct_args(4, "group"), "pack-quantized", None, mqg.PackedQuantizationCompressor),
+        "qwen35-ct-w8a8g128": (mqg.ct_args(8, "group"), "int-quantized",
+                               mqg.QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="token",
+                                                    dynamic=True, observer=None),
+                               mqg.IntQuantizationCompressor),
+    }
+    for name, (args, fmt, ia, comp) in specs.items():
+        model = make_model(dict(wrapper=False, text=text), 4242)
+        with torch.no_grad():  # dense parts stored bf16; quantization starts from the bf16-rounded weights
+            for p in model.parameters():
+                p.copy_(p.to(torch.bfloat16).to(torch.float32))
+        sd = {k: v.to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+        mods = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"]
+        dense = [m for m in mods if m.endswith("in_proj_a") or m.endswith("in_proj_b")]
+        refs = {}
+        for mod in mods:
+            if mod in dense:
+                continue
+            w = model.get_submodule(mod).weight.detach().clone()
+            del sd[mod + ".weight"]
+            tensors, ref = mqg.ct_quantize(w, args, comp, ia)
+            for k, v in tensors.items():
+                sd[f"{mod}.{k}"] = v.contiguous()
+            refs[mod] = ref
+            with torch.no_grad():
+                model.get_submodule(mod).weight.copy_(ref)
+        d = out / name
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        cfg = model.config.to_dict()
+        cfg["architectures"] = ["Qwen3_5ForCausalLM"]
+        cfg["quantization_config"] = mqg.ct_config({"group_0": (["Linear"], args, fmt, ia)}, fmt, ["lm_head"] + dense)
+        (d / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+        save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
+        gen = torch.Generator().manual_seed(77)
+        prompt = torch.randint(0, 255, (1, 40), generator=gen)
+        golden = {"prompt": prompt[0].to(torch.int32).contiguous()}
+        with torch.no_grad():
+            if ia is not None:  # the engine's dynamic per-token int8 inputs, simulated before every W8A8 linear
+                # In f32 and token by token (HF's recurrent form, with its cache), as the engine computes them:
+                # a code that lands on the other side of a rounding boundary (an f64 run, or HF's chunked
+                # prefill form) changes the recurrent state for every later token.
+                hooks = [model.get_submodule(m).register_forward_pre_hook(mqg.fake_quant_acts) for m in refs]
+                rows, pkv = [], None
+                for t in range(prompt.shape[1]):
+                    o = model(input_ids=prompt[:, t:t + 1], past_key_values=pkv, use_cache=True)
+                    pkv = o.past_key_values
+                    rows.append(o.logits[0, -1].float())
+                golden["logits_a8"] = torch.stack(rows).contiguous()
+                for h in hooks:
+                    h.remove()
+            model = model.double()
+            golden["logits"] = model(input_ids=prompt, use_cache=False).logits[0].float().contiguous()
+        for m in ("model.layers.0.linear_attn.in_proj_qkv", "model.layers.3.self_attn.q_proj"):
+            golden[f"ref.{m}.weight"] = refs[m].float().contiguous()
+        save_file(golden, str(d / "golden.safetensors"))
+        print(f"{name}: {len(refs)} quantized modules, {len(dense)} dense linears besides lm_head")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(REPO / "tests" / "fixtures" / "hybrid"))
@@ -252,6 +329,8 @@ def main() -> None:
             run_case(name, case, out, 1000 + i)
     if only is None or "kernel" in only:
         kernel_fixture(out, Path(a.fla_wheel))
+    if only is None or "ct" in only:
+        ct_hybrid_fixtures(out)
     (out / "VERSIONS.json").write_text(json.dumps(PINNED | {"fla-core": "0.6.0"}, indent=2) + "\n")
 
 

@@ -6,6 +6,9 @@ Writes under tests/fixtures/chat/:
   qwen3.jinja           Qwen3's template (data/tokenizers/qwen3/tokenizer_config.json)
   qwen2.5-coder.jinja   GGUF tokenizer.chat_template of qwen2.5-coder-1.5b.gguf
   smollm2.jinja         GGUF tokenizer.chat_template of smollm2.gguf
+  qwen3.5.jinja         the Qwen3.5 template as llama.cpp ships it (models/templates/Qwen3.5-4B.jinja,
+                        ../shared/data/tokenizers/qwen3.5/): ChatML, <think> generation prompt,
+                        XML tool calls, reasoning_content
   cases.json            {"templates": {name: file}, "cases": [{template, name,
                         messages, add_generation_prompt, enable_thinking?,
                         tools?, expected | error}]}
@@ -33,6 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QWEN3_DIR = os.path.join(ROOT, "data", "tokenizers", "qwen3")
 MODELS = os.path.expanduser("~/.cache/blockspec/models")
 OUT = os.path.join(ROOT, "tests", "fixtures", "chat")
+QWEN35_TEMPLATE = os.path.join(ROOT, "..", "shared", "data", "tokenizers", "qwen3.5", "Qwen3.5-4B.jinja")
 
 
 def gguf_template(path):
@@ -125,6 +129,7 @@ def main():
         "qwen3": tok.chat_template,
         "qwen2.5-coder": gguf_template(os.path.join(MODELS, "qwen2.5-coder-1.5b.gguf")),
         "smollm2": gguf_template(os.path.join(MODELS, "smollm2.gguf")),
+        "qwen3.5": open(QWEN35_TEMPLATE, encoding="utf-8").read(),
     }
     os.makedirs(OUT, exist_ok=True)
     files = {}
@@ -136,7 +141,7 @@ def main():
     cases = []
     for name, text in templates.items():
         convs = [(n, m, g, t, None) for n, m, g, t in common_conversations()]
-        if name == "qwen3":
+        if name in ("qwen3", "qwen3.5"):
             convs += [(n, m, g, None, None) for n, m, g in qwen3_conversations()]
             # enable_thinking true / false / absent over a few shapes.
             for think in (True, False):

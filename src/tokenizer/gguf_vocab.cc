@@ -25,6 +25,13 @@ namespace {
 constexpr std::string_view kQwen2Split =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// Qwen3.5's (transformers models/qwen3_5/tokenization_qwen3_5.py PRETOKENIZE_REGEX;
+// llama.cpp LLAMA_VOCAB_PRE_TYPE_QWEN35 spells the contractions out): Qwen2's
+// with combining marks (\p{M}) joining letters in words and kept out of
+// punctuation runs (hybrid.md §9.1).
+constexpr std::string_view kQwen35Split =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 struct PreType {
   std::string_view name;
   std::vector<std::string_view> regexes;  // applied in order, each Isolated
@@ -50,6 +57,8 @@ const std::vector<PreType>& pre_types() {
       // LLAMA_VOCAB_PRE_TYPE_QWEN2; HF maps both names to the Qwen2 regex.
       {"qwen2", {kQwen2Split}},
       {"deepseek-r1-qwen", {kQwen2Split}},
+      // LLAMA_VOCAB_PRE_TYPE_QWEN35 (no NFC normalisation, as llama.cpp; HF's tokenizer.json has NFC).
+      {"qwen35", {kQwen35Split}},
   };
   return kTypes;
 }

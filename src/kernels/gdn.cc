@@ -5,7 +5,6 @@
 
 #include "base/thread_pool.h"
 #include "kernels/kernel_table.h"
-#include "kernels/silu_exp.h"
 
 namespace blockspec {
 
@@ -19,9 +18,9 @@ void gdn_conv_silu(const OpContext& ctx, const float* x, int64_t T, int64_t x_st
         const int64_t r = t - K + 1 + j;  // input row; < 0: from the carried state
         const float* in = r < 0 ? state + (K - 1 + r) * C : x + r * x_stride;
         const float* wj = w + j * C;
-        for (int64_t c = c0; c < c1; ++c) o[c] = std::fma(wj[c], in[c], o[c]);
+        for (int64_t c = c0; c < c1; ++c) o[c] += wj[c] * in[c];
       }
-      for (int64_t c = c0; c < c1; ++c) o[c] = o[c] / (1.0f + exp_fixed(-o[c]));
+      ctx.k->swiglu(o + c0, nullptr, o + c0, c1 - c0, false);  // silu, the SwiGLU kernels' arithmetic
     }
   };
   if (T * C < 16384) {

@@ -14,8 +14,8 @@ namespace blockspec {
 // One sequence's T rows of C channels through the causal depthwise conv and
 // SiLU (hybrid.md §3 step 2):
 //   out[t][c] = silu(sum_{j<K} w[j][c] * x_{t-K+1+j}[c]),  x_{-K+1..-1} = state rows
-// then state <- the last K-1 input rows (oldest first). Sums in j order with
-// fma; silu(a) = a / (1 + exp_fixed(-a)) as the SwiGLU kernels compute it.
+// then state <- the last K-1 input rows (oldest first). Sums in j order;
+// silu(a) = a / (1 + exp_fixed(-a)) by the SwiGLU kernel (bitwise equal on every ISA).
 //   x: row t at x + t * x_stride   w: [K, C]   state: [K-1, C]   out: [T, C]
 void gdn_conv_silu(const OpContext& ctx, const float* x, int64_t T, int64_t x_stride, const float* w, int64_t K,
                    int64_t C, float* state, float* out);

@@ -32,7 +32,7 @@ struct KernelTable {
   void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;
   // out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp_fixed(-gate[i])) * up[i]; under round_bf16
   // the quotient and the product are each rounded to bf16. exp_fixed (kernels/silu_exp.h) makes
-  // every ISA bitwise equal to the scalar twin. out may alias gate.
+  // every ISA bitwise equal to the scalar twin. out may alias gate. up == nullptr: out[i] = silu(gate[i]).
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t n, bool round_bf16) = nullptr;
 
   // Integer formats (layouts and exact arithmetic in kernels/quant_layout.h).

@@ -37,6 +37,10 @@ void swiglu_ref(const float* gate, const float* up, float* out, int64_t n, bool 
     const float g = gate[i];
     float s = g / (1.0f + exp_fixed(-g));
     if (round_bf16) s = bf16_to_f32(f32_to_bf16(s));
+    if (up == nullptr) {  // silu alone
+      out[i] = s;
+      continue;
+    }
     float o = s * up[i];
     if (round_bf16) o = bf16_to_f32(f32_to_bf16(o));
     out[i] = o;

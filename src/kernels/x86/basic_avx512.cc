@@ -143,12 +143,16 @@ BS_AVX512 void swiglu_avx512(const float* gate, const float* up, float* out, int
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 mk = i + 16 <= n ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1u);
-    const __m512 g = _mm512_maskz_loadu_ps(mk, gate + i), u = _mm512_maskz_loadu_ps(mk, up + i);
+    const __m512 g = _mm512_maskz_loadu_ps(mk, gate + i);
     const __m512 neg_g = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(g), _mm512_set1_epi32(INT32_MIN)));
     const __m512 e = exp16(neg_g);
     __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e));
     if (round_bf16) s = round_bf16_16(s);
-    __m512 o = _mm512_mul_ps(s, u);
+    if (up == nullptr) {  // silu alone
+      _mm512_mask_storeu_ps(out + i, mk, s);
+      continue;
+    }
+    __m512 o = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(mk, up + i));
     if (round_bf16) o = round_bf16_16(o);
     _mm512_mask_storeu_ps(out + i, mk, o);
   }

@@ -250,6 +250,19 @@ TEST_F(DraftCheck, TapBeyondTargetDepth) {
   EXPECT_TRUE(warned("dflash_config.target_layer_ids"));
 }
 
+// A hybrid target (Qwen3.5 layout, 5 layers L L L F L): tap ids count every layer, Gated DeltaNet or attention.
+TEST_F(DraftCheck, TapIdsAgainstAHybridTarget) {
+  target_ = open_weight_source(std::string(BS_SOURCE_DIR) + "/tests/fixtures/hybrid/qwen35-text-a")->config();
+  ASSERT_TRUE(target_.is_hybrid());
+  target_.vocab_size = 512;  // the hand-made drafter's mask token is 511: only the taps are under test here
+  Drafter d = make_drafter(false);
+  d.cfg["dflash_config"]["target_layer_ids"] = {0, 3};  // a GDN layer and the attention layer
+  EXPECT_EQ(names(d), V{});
+  d.cfg["dflash_config"]["target_layer_ids"] = {1, 5};
+  EXPECT_EQ(names(d), V{"dflash_config.target_layer_ids"});
+  EXPECT_NE(message("dflash_config.target_layer_ids").find("[5]"), std::string::npos);
+}
+
 TEST_F(DraftCheck, MaskTokenOutsideTargetVocab) {
   Drafter d = make_drafter(false);
   d.cfg["dflash_config"]["mask_token_id"] = 512;

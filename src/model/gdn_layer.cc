@@ -59,7 +59,7 @@ void gdn_rollback(const OpContext& ctx, const ModelConfig& c, const float* log, 
 }
 
 void gdn_layer(const OpContext& ctx, const ModelConfig& c, const LayerWeights& l, const std::vector<GdnSeq>& seqs,
-               float* x, LayerScratch& s) {
+               float* x, LayerScratch& s, const LayerObserver* observer) {
   const GdnConfig& g = c.gdn;
   const int64_t H = c.hidden_size, C = g.conv_dim(), KD = g.key_dim(), VD = g.value_dim();
   const int64_t nk = g.n_key_heads, nv = g.n_value_heads, dk = g.key_head_dim, dv = g.value_head_dim;
@@ -70,6 +70,7 @@ void gdn_layer(const OpContext& ctx, const ModelConfig& c, const LayerWeights& l
   s.xn.resize(n * H), s.proj.resize(n * P), s.conv.resize(n * C), s.qk.resize(n * 2 * KD), s.z.resize(n * VD);
   s.alpha.resize(n * nv), s.beta.resize(n * nv), s.o.resize(n * VD), s.tmp.resize(n * H);
   rmsnorm(x, l.attn_norm.ptr<float>(), eps, n, H, s.xn.data());
+  if (observer) (*observer)(LayerTap::kAttnIn, s.xn.data(), n, H);
   linear_group(ctx, s.xn.data(), l.gdn.in, s.proj.data(), n, s.scratch);
   // A verify's log: the state before, and the pre-conv rows (gdn_rollback).
   int64_t row = 0;
@@ -141,9 +142,10 @@ void gdn_layer(const OpContext& ctx, const ModelConfig& c, const LayerWeights& l
   // Gated RMSNorm per head (norm before gate): w * rmsnorm(o) * silu(z).
   rmsnorm(s.o.data(), l.gdn.norm.ptr<float>(), eps, n * nv, dv, s.o.data());
   ctx.k->swiglu(s.z.data(), s.o.data(), s.o.data(), n * VD, false);
+  if (observer) (*observer)(LayerTap::kOIn, s.o.data(), n, VD);
   linear(ctx, s.o.data(), l.gdn.out, nullptr, s.tmp.data(), n);
   for (int64_t i = 0; i < n * H; ++i) x[i] += s.tmp[i];
-  mlp_block(ctx, c, l, n, x, s, false);
+  mlp_block(ctx, c, l, n, x, s, false, observer);
 }
 
 }  // namespace blockspec

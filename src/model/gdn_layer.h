@@ -44,7 +44,9 @@ int64_t gdn_log_floats(const ModelConfig& c, int64_t n);
 void gdn_rollback(const OpContext& ctx, const ModelConfig& c, const float* log, int64_t n, int64_t keep, float* state);
 
 // x: [n, H] residual stream of all sequences' rows, in order (updated in place).
+// observer (GPTQ calibration): LayerTap::kAttnIn = the input of the in_proj
+// group [n, H], kOIn = the input of out_proj [n, value_dim], then the MLP's.
 void gdn_layer(const OpContext& ctx, const ModelConfig& c, const LayerWeights& l, const std::vector<GdnSeq>& seqs,
-               float* x, LayerScratch& s);
+               float* x, LayerScratch& s, const LayerObserver* observer = nullptr);
 
 }  // namespace blockspec

@@ -11,6 +11,7 @@
 #include "kernels/quant_layout.h"
 #include "model/decoder_layer.h"
 #include "model/hf_names.h"
+#include "quantize/calibration_hybrid.h"
 #include "quantize/linalg.h"
 
 namespace blockspec {
@@ -126,6 +127,23 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
   int64_t n = 0;
   for (const auto& w : windows) n += static_cast<int64_t>(w.size());
   if (n == 0) fail("calibration: no tokens");
+  // h += X_q^T X_q (X_q = X without act_int8_hessians); with act_cross also d += (X - X_q)^T X_q.
+  auto hessian = [&](const float* X, int64_t T, int64_t K, std::vector<double>& h, std::vector<double>& d) {
+    if (!act_int8_hessians) return accumulate_hessian(ctx, X, T, K, h);
+    std::vector<float> xq = int8_rounded(ctx, X, T, K);
+    accumulate_hessian(ctx, xq.data(), T, K, h);
+    if (!act_cross) return;
+    std::vector<float> e(T * K);  // [T, K] rounding error
+    for (int64_t i = 0; i < T * K; ++i) e[i] = X[i] - xq[i];
+    accumulate_atb(ctx, e.data(), xq.data(), T, K, d);
+  };
+  if (c.is_hybrid()) {
+    if (kv_absmax) fail("calibration: FP8 KV cache scales for hybrid models are not supported yet");
+    std::vector<std::vector<int32_t>> ws;
+    for (const auto& w : windows)
+      if (!w.empty()) ws.push_back(w);
+    return calibrate_hybrid_layers(src, ctx, ws, on_layer, needs, hessian);
+  }
   std::vector<float> x(n * H);  // [n, H] residual stream of every window, back to back
   {
     const Tensor emb = src.load(hf::weight("", hf::kEmbed));
@@ -139,16 +157,6 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
     src.release(hf::weight("", hf::kEmbed));
   }
   if (kv_absmax) kv_absmax->k.assign(c.n_layers, 0.f), kv_absmax->v.assign(c.n_layers, 0.f);
-  // h += X_q^T X_q (X_q = X without act_int8_hessians); with act_cross also d += (X - X_q)^T X_q.
-  auto hessian = [&](const float* X, int64_t T, int64_t K, std::vector<double>& h, std::vector<double>& d) {
-    if (!act_int8_hessians) return accumulate_hessian(ctx, X, T, K, h);
-    std::vector<float> xq = int8_rounded(ctx, X, T, K);
-    accumulate_hessian(ctx, xq.data(), T, K, h);
-    if (!act_cross) return;
-    std::vector<float> e(T * K);  // [T, K] rounding error
-    for (int64_t i = 0; i < T * K; ++i) e[i] = X[i] - xq[i];
-    accumulate_atb(ctx, e.data(), xq.data(), T, K, d);
-  };
   auto absmax = [](const float* a, int64_t n_vals) {
     float m = 0.f;
     for (int64_t i = 0; i < n_vals; ++i) m = std::max(m, std::fabs(a[i]));

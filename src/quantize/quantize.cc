@@ -202,9 +202,9 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
     fail("--method gptq on drafter ", o.in, " needs --target TARGET (the model it drafts for: calibration runs "
          "the target over --calib and the drafter on its hidden states)");
   if (in.is_draft && !o.target.empty()) check_drafter_against_target(o.in, o.target);
-  if (in.hybrid && o.gptq)
-    fail("--method gptq on ", o.in, ": GPTQ calibration of hybrid (Gated DeltaNet) models is not implemented yet; "
-         "use --method rtn");
+  if (in.hybrid && o.kv_fp8)
+    fail("--kv-cache-scheme on ", o.in, ": FP8 KV cache scales for hybrid (Gated DeltaNet) models are not "
+         "supported yet");
   ThreadPool pool(o.n_threads);
   const KernelTable kt = select_kernels("");
   const OpContext ctx{&kt, &pool};

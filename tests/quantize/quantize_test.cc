@@ -386,6 +386,77 @@ TEST(Calibration, W8A8HessiansOverInt8RoundedInputs) {
   }
 }
 
+// Hybrid targets calibrate through the serving Gated DeltaNet and gated attention layers: the Hessian of layer
+// 1's in_proj group (a GDN layer, whose input depends on layer 0's recurrent state) and of layer 3's q_proj (the
+// attention layer) equal X^T X of the engine's own forward; and GPTQ beats RTN on the calibration data.
+TEST(Calibration, HybridMatchesEngineForwardAndGptqBeatsRtn) {
+  const std::string path = kSrc + "/tests/fixtures/hybrid/qwen35-serve";  // layers L L L F
+  auto src = open_weight_source(path);
+  const ModelConfig& c = src->config();
+  ModelOptions mo;
+  mo.n_threads = 1;
+  mo.weights = WeightFormat::kF32;
+  auto t = Transformer::load(path, mo);
+  t->set_tap_layers({0, 2});
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back((i * 37 + 11) % 500);
+  KvCache cache = t->new_cache(64);
+  std::vector<float> logits, taps;
+  t->prefill(ids.data(), static_cast<int64_t>(ids.size()), cache, logits, false, &taps);
+  const int64_t H = c.hidden_size, n = static_cast<int64_t>(ids.size());
+  ThreadPool pool(1);
+  const KernelTable kt = select_kernels("");
+  const OpContext ctx{&kt, &pool};
+  auto want_h = [&](int64_t tap, int64_t layer) {  // X = the (1 + w) input norm of `layer` over the tapped rows
+    const std::vector<float> w = f32_of(src->load("model.layers." + std::to_string(layer) + ".input_layernorm.weight"));
+    std::vector<float> norm(H), x(n * H), xn(n * H);
+    for (int64_t i = 0; i < H; ++i) norm[i] = 1.0f + w[i];
+    for (int64_t r = 0; r < n; ++r) std::copy(&taps[(r * 2 + tap) * H], &taps[(r * 2 + tap + 1) * H], &x[r * H]);
+    rmsnorm(x.data(), norm.data(), static_cast<float>(c.rms_norm_eps), n, H, xn.data());
+    std::vector<double> h;
+    accumulate_hessian(ctx, xn.data(), n, H, h);
+    finish_hessian(h, H);
+    return h;
+  };
+  const std::vector<double> want1 = want_h(0, 1), want3 = want_h(1, 3);
+  int seen = 0;
+  calibrate_layers(*src, ctx, {ids}, [&](int64_t li, const LayerHessians& hs, const LayerHessians&) -> std::map<std::string, std::vector<float>> {
+    if (li != 1 && li != 3) return {};
+    const std::string m = li == 1 ? "model.layers.1.linear_attn.in_proj_qkv" : "model.layers.3.self_attn.q_proj";
+    const std::vector<double>& got = *hs.at(m);
+    const std::vector<double>& want = li == 1 ? want1 : want3;
+    EXPECT_EQ(hs.at(m), hs.at(li == 1 ? "model.layers.1.linear_attn.in_proj_a" : "model.layers.3.self_attn.v_proj"));
+    double err = 0, ref = 0;
+    for (int64_t i = 0; i < H * H; ++i) err = std::max(err, std::fabs(got[i] - want[i])), ref = std::max(ref, std::fabs(want[i]));
+    EXPECT_LE(err, 1e-3 * ref) << m;
+    EXPECT_TRUE(hs.count("model.layers." + std::to_string(li) + ".mlp.down_proj"));
+    ++seen;
+    return {};
+  }, [](const std::string&) { return true; });
+  EXPECT_EQ(seen, 2);
+
+  std::mt19937 rng(7);
+  std::vector<int32_t> calib(384);
+  for (int32_t& id : calib) id = static_cast<int32_t>(rng() % 500);
+  double err[2] = {0, 0};
+  for (int g = 0; g < 2; ++g) {
+    QuantizeOptions o;
+    o.in = path;
+    o.out = tmp_dir(g ? "hybrid_gptq" : "hybrid_rtncal");
+    o.scheme = QScheme::kW4A16;
+    o.gptq = g == 1;
+    o.calib_ids = calib;
+    o.calib_window = 128;
+    o.progress = false;
+    const QuantizeReport r = quantize_model(o);
+    for (const LayerReport& l : r.layers) err[g] += l.rel_err;
+    auto m = Transformer::load(o.out, mo);  // loads and runs
+    EXPECT_TRUE(m->config().is_hybrid());
+    fs::remove_all(o.out);
+  }
+  EXPECT_LT(err[1], err[0] * 0.9) << "gptq " << err[1] << " vs rtn " << err[0];
+}
+
 TEST(Calibration, MatchesEngineForward) {
   for (const std::string path : {kTiny, kSrc + "/tests/fixtures/gguf/tiny_qwen2.gguf"}) {
     SCOPED_TRACE(path);

@@ -21,7 +21,15 @@ Developers run this by hand; CI only reads the committed outputs in tests/fixtur
    dequantized weights, f64), logits_a8 (W8A8: the engine's per-token int8 input quantization simulated before
    each W8A8 linear), ref.<module>.weight (the library's dequantization of layer 0's in_proj_qkv and of layer 3's
    q_proj, f32).
-3. `gdn_kernel.safetensors`: the delta-rule recurrence alone on random inputs (already l2-normalised q, k;
+3. `qwen35-text-a.gguf`: qwen35-text-a written as llama.cpp's converter writes a Qwen3.5 GGUF (architecture
+   `qwen35`, convert_hf_to_gguf.py Qwen3NextModel + _LinearAttentionVReorderBase + _Qwen35MRopeMixin, read for
+   the rules): `A_log` -> `ssm_a = -exp(A_log)`; `dt_bias` -> `ssm_dt.bias`; `conv1d` squeezed to [conv_dim, K];
+   every `norm.weight` except the gated `linear_attn.norm` stored as `1 + w`; value heads reordered from HF's
+   grouped order (h = g r + j) to llama.cpp's tiled order (j n_k + g) in in_proj_qkv's V rows, in_proj_z,
+   in_proj_a / in_proj_b, A_log / dt_bias, conv1d's V channels and out_proj's columns; `ssm.*`,
+   `full_attention_interval`, `rope.dimension_count` / `dimension_sections` metadata; F32 tensors, written with
+   the `gguf` package (0.19.0). Its logits are the same model's: the test compares them with `prefill` above.
+4. `gdn_kernel.safetensors`: the delta-rule recurrence alone on random inputs (already l2-normalised q, k;
    q scaled; heads expanded), from two oracles nobody here wrote: FLA's `naive_recurrent_gated_delta_rule`
    and `naive_chunk_gated_delta_rule` (fla-core, loaded from its file: it needs only torch + einops) and
    transformers' `torch_recurrent_gated_delta_rule` / `torch_chunk_gated_delta_rule`.
@@ -46,7 +54,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-PINNED = {"torch": "2.15.0", "transformers": "5.23.0", "safetensors": "0.8.0"}
+PINNED = {"torch": "2.15.0", "transformers": "5.23.0", "safetensors": "0.8.0"}  # + gguf 0.19.0 for the GGUF
 
 
 def check_versions() -> None:
@@ -313,6 +321,91 @@ def ct_hybrid_fixtures(out: Path) -> None:
         print(f"{name}: {len(refs)} quantized modules, {len(dense)} dense linears besides lm_head")
 
 
+def gguf_fixture(out: Path) -> None:
+    import gguf
+    import numpy as np
+    from safetensors.torch import load_file
+
+    src = out / "qwen35-text-a"
+    cfg = json.loads((src / "config.json").read_text())
+    sd = {k: v.float() for k, v in load_file(str(src / "model.safetensors")).items()}
+    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    dk, dv, r = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"], nv // nk
+
+    def tiled(t, dim, head):  # grouped (g, j) -> tiled (j, g) along dim, heads of `head` entries
+        shape = list(t.shape)
+        t = t.reshape(shape[:dim] + [nk, r, head] + shape[dim + 1:])
+        perm = list(range(t.dim()))
+        perm[dim], perm[dim + 1] = perm[dim + 1], perm[dim]
+        return t.permute(*perm).contiguous().reshape(shape)
+
+    w = gguf.GGUFWriter(str(out / "qwen35-text-a.gguf"), "qwen35")
+    L, H = cfg["num_hidden_layers"], cfg["hidden_size"]
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(H)
+    w.add_block_count(L)
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(cfg["head_dim"])
+    w.add_value_length(cfg["head_dim"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    rp = cfg["rope_parameters"]
+    w.add_rope_freq_base(rp["rope_theta"])
+    w.add_rope_dimension_count(int(cfg["head_dim"] * rp["partial_rotary_factor"]))
+    w.add_rope_dimension_sections(rp.get("mrope_section", [11, 11, 10]) + [0])
+    w.add_ssm_conv_kernel(cfg["linear_conv_kernel_dim"])
+    w.add_ssm_state_size(dk)
+    w.add_ssm_group_count(nk)
+    w.add_ssm_time_step_rank(nv)
+    w.add_ssm_inner_size(dv * nv)
+    w.add_full_attention_interval(4)
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+    per_layer = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "post_attention_norm.weight",
+                 "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+                 "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+                 "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+                 "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+                 "mlp.down_proj.weight": "ffn_down.weight", "linear_attn.in_proj_qkv.weight": "attn_qkv.weight",
+                 "linear_attn.in_proj_z.weight": "attn_gate.weight", "linear_attn.in_proj_b.weight": "ssm_beta.weight",
+                 "linear_attn.in_proj_a.weight": "ssm_alpha.weight", "linear_attn.conv1d.weight": "ssm_conv1d.weight",
+                 "linear_attn.dt_bias": "ssm_dt.bias", "linear_attn.A_log": "ssm_a", "linear_attn.norm.weight": "ssm_norm.weight",
+                 "linear_attn.out_proj.weight": "ssm_out.weight"}
+    for name in sorted(sd):
+        t = sd[name]
+        if name.startswith("model.layers."):
+            i, rest = name[len("model.layers."):].split(".", 1)
+            gname = f"blk.{i}.{per_layer[rest]}"
+        else:
+            rest, gname = name, names[name]
+        if rest.endswith("norm.weight") and not rest.endswith("linear_attn.norm.weight"):
+            t = t + 1
+        if rest.endswith("A_log"):
+            t = -torch.exp(t)
+        if "conv1d" in rest:
+            t = t.squeeze()
+        if r > 1 and "linear_attn." in rest:
+            if "in_proj_qkv" in rest:
+                t = torch.cat([t[:2 * nk * dk], tiled(t[2 * nk * dk:], 0, dv)], 0)
+            elif "in_proj_z" in rest:
+                t = tiled(t, 0, dv)
+            elif "in_proj_a" in rest or "in_proj_b" in rest:
+                t = tiled(t, 0, 1)
+            elif rest.endswith("A_log") or rest.endswith("dt_bias"):
+                t = tiled(t.unsqueeze(-1), 0, 1).squeeze(-1)
+            elif "conv1d" in rest:
+                t = torch.cat([t[:2 * nk * dk], tiled(t[2 * nk * dk:], 0, dv)], 0)
+            elif "out_proj" in rest:
+                t = tiled(t, 1, dv)
+        w.add_tensor(gname, t.numpy().astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"qwen35-text-a.gguf: {len(sd)} tensors")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(REPO / "tests" / "fixtures" / "hybrid"))
@@ -331,6 +424,8 @@ def main() -> None:
         kernel_fixture(out, Path(a.fla_wheel))
     if only is None or "ct" in only:
         ct_hybrid_fixtures(out)
+    if only is None or "gguf" in only:
+        gguf_fixture(out)
     (out / "VERSIONS.json").write_text(json.dumps(PINNED | {"fla-core": "0.6.0"}, indent=2) + "\n")
 
 

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "formats/gguf_qwen35.h"
 
 namespace blockspec {
 namespace {
@@ -87,8 +88,11 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   } else if (a == "qwen3") {
     c.arch = Arch::kQwen3;
     c.architecture = "Qwen3ForCausalLM";
+  } else if (a == "qwen35") {
+    c.arch = Arch::kQwen35;  // the rest after the common keys (formats/gguf_qwen35.h)
   } else {
-    fail(f.path(), ": metadata key \"general.architecture\" = \"", a, "\" is not supported (supported: llama, qwen2, qwen3)");
+    fail(f.path(), ": metadata key \"general.architecture\" = \"", a,
+         "\" is not supported (supported: llama, qwen2, qwen3, qwen35)");
   }
   c.model_type = a;
   c.hidden_size = get_positive(f, a + ".embedding_length");
@@ -127,8 +131,12 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   expect_ne(f, "token_embd.weight", {c.hidden_size, c.vocab_size});
   c.tie_word_embeddings = !f.has_tensor("output.weight");
   if (!c.tie_word_embeddings) expect_ne(f, "output.weight", {c.hidden_size, c.vocab_size});
-  expect_ne(f, "blk.0.attn_q.weight", {c.hidden_size, c.n_heads * c.head_dim});
-  expect_ne(f, "blk.0.attn_k.weight", {c.hidden_size, c.n_kv_heads * c.head_dim});
+  if (c.arch == Arch::kQwen35) {
+    qwen35_config_from_gguf(f, c);
+  } else {
+    expect_ne(f, "blk.0.attn_q.weight", {c.hidden_size, c.n_heads * c.head_dim});
+    expect_ne(f, "blk.0.attn_k.weight", {c.hidden_size, c.n_kv_heads * c.head_dim});
+  }
   expect_ne(f, "blk.0.ffn_up.weight", {c.hidden_size, c.intermediate_size});
   if (!f.has_tensor(str_cat("blk.", c.n_layers - 1, ".attn_norm.weight")))
     fail(f.path(), ": tensor \"blk.", c.n_layers - 1, ".attn_norm.weight\" missing, but ", a, ".block_count = ",
@@ -153,6 +161,7 @@ std::optional<std::string> gguf_to_hf_name(const std::string& g) {
   for (char ch : layer)
     if (ch < '0' || ch > '9') return std::nullopt;
   std::string rest = g.substr(dot + 1);  // "attn_q.weight"
+  if (auto q = qwen35_hf_name(layer, rest)) return q;  // Gated DeltaNet tensors of qwen35
   size_t last = rest.rfind('.');
   if (last == std::string::npos) return std::nullopt;
   std::string module = rest.substr(0, last), suffix = rest.substr(last);  // ".weight" / ".bias"

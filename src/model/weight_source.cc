@@ -11,6 +11,7 @@
 #include "formats/gguf.h"
 #include "formats/gguf_dequant.h"
 #include "formats/gguf_model.h"
+#include "formats/gguf_qwen35.h"
 #include "formats/quant_config.h"
 #include "formats/safetensors.h"
 #include "model/quant_checkpoint.h"
@@ -81,7 +82,7 @@ class GgufSource : public WeightSource {
   const ModelConfig& config() const override { return cfg_; }
   bool has(const std::string& n) const override { return names_.count(n) > 0; }
   Shape shape(const std::string& n) const override {
-    return info(n).shape();
+    return cfg_.arch == Arch::kQwen35 ? qwen35_hf_shape(n, info(n).shape()) : info(n).shape();
   }
   std::string storage_type(const std::string& n) const override { return ggml_type_name(info(n).type); }
   WeightFormat natural_format(const std::string& n) const override {
@@ -102,6 +103,7 @@ class GgufSource : public WeightSource {
   Tensor load(const std::string& n) const override {
     const GgufTensorInfo& t = info(n);
     Tensor f = dequantize_gguf_tensor(file_, t.name);  // owned F32, row-major [N, K]
+    if (cfg_.arch == Arch::kQwen35) return qwen35_to_hf(cfg_, n, std::move(f));  // as HF stores it
     const bool qk = n.find("self_attn.q_proj.") != std::string::npos || n.find("self_attn.k_proj.") != std::string::npos;
     if (unpermute_ && qk) {
       const bool is_q = n.find("q_proj") != std::string::npos;
@@ -118,7 +120,8 @@ class GgufSource : public WeightSource {
   void load_rows(const std::string& n, int64_t r0, int64_t r1, float* out) const override {
     const GgufTensorInfo& t = info(n);
     const bool qk = n.find("self_attn.q_proj.") != std::string::npos || n.find("self_attn.k_proj.") != std::string::npos;
-    if ((unpermute_ && qk) || t.ne.size() != 2) {  // small: whole-tensor path
+    if ((unpermute_ && qk) || t.ne.size() != 2 || (cfg_.arch == Arch::kQwen35 && qwen35_transformed(cfg_, n))) {
+      // small, or rows the converter moved: whole-tensor path
       WeightSource::load_rows(n, r0, r1, out);
       return;
     }

@@ -74,6 +74,35 @@ TEST_P(HybridGolden, OddPrefillChunksGiveTheSameLogits) {
   for (int64_t chunk : {1, 7, 13}) check(GetParam(), "", 2, chunk);
 }
 
+// llama.cpp's qwen35 GGUF of qwen35-text-a (scripts/make_hybrid_golden.py writes it by the converter's rules:
+// -exp(A_log), 1 + w norms, squeezed conv, value heads tiled since n_v = 2 n_k) runs the same model: its logits
+// match HF's, and the safetensors checkpoint's to f32 rounding (A_log goes through log(exp)).
+TEST(HybridGguf, LlamaCppLayoutLoadsAsTheSameModel) {
+  ModelOptions mo;
+  mo.n_threads = 2;
+  auto g = Transformer::load(fixture("qwen35-text-a.gguf"), mo);
+  auto st = Transformer::load(fixture("qwen35-text-a"), mo);
+  ASSERT_TRUE(g->config().is_hybrid());
+  EXPECT_EQ(g->config().linear_layers, st->config().linear_layers);
+  EXPECT_EQ(g->config().gdn.value_head_dim, 24);
+  SafetensorsFile gold(fixture("qwen35-text-a") + "/golden.safetensors");
+  const auto prompt = ids(gold.tensor("prompt"));
+  const auto pre = floats(gold.tensor("prefill"));
+  const int64_t V = g->config().vocab_size, T = static_cast<int64_t>(prompt.size());
+  KvCache cg = g->new_cache(T), cs = st->new_cache(T);
+  std::vector<float> lg, ls;
+  g->prefill(prompt.data(), T, cg, lg, true);
+  st->prefill(prompt.data(), T, cs, ls, true);
+  double vs_hf = 0, vs_st = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    vs_hf = std::max(vs_hf, rel_err(&lg[t * V], &pre[t * V], V));
+    vs_st = std::max(vs_st, rel_err(&lg[t * V], &ls[t * V], V));
+  }
+  EXPECT_LE(vs_hf, kTol);
+  EXPECT_LE(vs_st, 1e-5);
+  std::printf("[hybrid gguf] qwen35-text-a.gguf: vs HF %.3g, vs the safetensors checkpoint %.3g\n", vs_hf, vs_st);
+}
+
 INSTANTIATE_TEST_SUITE_P(Qwen35, HybridGolden,
                          ::testing::Values("qwen35-text-a", "qwen35-text-tied", "qwen35-vl", "qwen35-serve"), [](const auto& info) {
                            std::string n = info.param;

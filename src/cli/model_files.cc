@@ -48,6 +48,9 @@ std::vector<FlagSpec> model_flags() {
       {"--kv-cache-dtype", "", true,
        "KV cache dtype: auto, f32, bf16, fp8_e4m3, int8_per_token_head, int8_block_g128 (default auto: bf16 when "
        "every weight matrix is bf16, else f32; see docs/kv_cache.md)"},
+      {"--gdn-prefill", "", true,
+       "hybrid models: recurrent (default: the state never depends on how prompts were split into steps) or "
+       "chunked (the chunked delta rule for prefill chunks: faster, equal up to summation order)"},
       {"--mamba-ssm-cache-dtype", "", true,
        "recurrent-state dtype of hybrid (Gated DeltaNet) models, as vLLM spells it: auto or float32 (the default; "
        "bf16 states drift from the f32 recurrence, hybrid.md §6)"},
@@ -71,6 +74,9 @@ ModelOptions model_options(const Args& a) {
   if (ssm != "auto" && ssm != "float32")
     fail("--mamba-ssm-cache-dtype: \"", ssm, "\" is not supported (blockspec keeps recurrent state in float32: use "
          "auto or float32)");
+  const std::string gp = a.str("--gdn-prefill", "recurrent");
+  if (gp != "recurrent" && gp != "chunked") fail("--gdn-prefill: \"", gp, "\" (expected recurrent or chunked)");
+  mo.gdn_chunked_prefill = gp == "chunked";
   const std::string act = a.str("--activations", "f32");
   if (act != "f32" && act != "bf16") fail("--activations: unknown precision \"", act, "\" (expected f32 or bf16)");
   mo.emulate_bf16_activations = act == "bf16";

@@ -45,7 +45,8 @@ KernelTable select_kernels(const std::string& name) {
   t.gemm_q8g128_wo = gemm_q8g128_wo_ref;
   t.gemm_q4g128_wo = gemm_q4g128_wo_ref;
   t.gemm_fp = gemm_fp_ref;
-  t.gdn_recurrent = gdn_recurrent_ref;  // AVX2 keeps the scalar twin
+  t.gdn_recurrent = gdn_recurrent_ref;  // AVX2 keeps the scalar twins
+  t.gdn_chunked = gdn_chunked_ref;
   if (pick == "avx2" || pick == "avx512") {
     t.matmul_f32 = matmul_f32_avx2;
     t.matmul_bf16 = matmul_bf16_avx2;
@@ -65,6 +66,7 @@ KernelTable select_kernels(const std::string& name) {
     t.swiglu = swiglu_avx512;
     t.gemm_fp = gemm_fp_avx512;
     t.gdn_recurrent = gdn_recurrent_avx512;
+    t.gdn_chunked = gdn_chunked_avx512;
     t.gemm_q8g128_wo = gemm_q8g128_wo_avx512;
     t.gemm_q4g128_wo = gemm_q4g128_wo_avx512;
     if (cpu_has_avx512bf16()) t.matmul_bf16_dp = matmul_bf16_dp_avx512bf16;

@@ -39,7 +39,8 @@ void gdn_conv_silu(const OpContext& ctx, const float* x, int64_t T, int64_t x_st
 
 void gdn_recurrent_heads(const OpContext& ctx, const std::vector<GdnHead>& heads) {
   const int64_t n = static_cast<int64_t>(heads.size());
-  auto one = ctx.k->gdn_recurrent;
+  const KernelTable* kt = ctx.k;
+  auto one = [kt](const GdnHead& h) { h.g != nullptr ? kt->gdn_chunked(h) : kt->gdn_recurrent(h); };
   if (n == 1) {
     one(heads[0]);
     return;

@@ -21,6 +21,8 @@ void gdn_conv_silu(const OpContext& ctx, const float* x, int64_t T, int64_t x_st
                    int64_t C, float* state, float* out);
 
 // Runs every head (in any order, on ctx's pool); heads must not share S or o.
+// A head with its log decay g set runs the chunked form (KernelTable::
+// gdn_chunked), the others the recurrent one.
 void gdn_recurrent_heads(const OpContext& ctx, const std::vector<GdnHead>& heads);
 
 }  // namespace blockspec

@@ -54,6 +54,8 @@ struct KernelTable {
   void (*gemm_fp)(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1) = nullptr;
   // Gated DeltaNet recurrence of one value head over T tokens (kernels/gdn_kernel.h).
   void (*gdn_recurrent)(const GdnHead& h) = nullptr;
+  // Its chunked form (the same state and outputs up to summation order; kernels/gdn_kernel.h), for prefill.
+  void (*gdn_chunked)(const GdnHead& h) = nullptr;
   // Row kernels reading compressed KV cache rows (kernels/kv_kernels.h).
   KvKernelTable kv;
 };
@@ -81,6 +83,7 @@ void gemm_q8g128_wo_ref(const PackedWeights& w, const float* x, float* y, int64_
 void gemm_q4g128_wo_ref(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);
 void gemm_fp_ref(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1);
 void gdn_recurrent_ref(const GdnHead& h);
+void gdn_chunked_ref(const GdnHead& h);
 
 // x86 variants (kernels/x86), compiled with per-function target attributes.
 void matmul_f32_avx2(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
@@ -106,5 +109,6 @@ void matmul_bf16_dp_avx512bf16(const uint16_t* x, const uint16_t* w, float* y, i
                                int64_t n0, int64_t n1);
 void gemm_fp_avx512(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1);
 void gdn_recurrent_avx512(const GdnHead& h);
+void gdn_chunked_avx512(const GdnHead& h);
 
 }  // namespace blockspec

@@ -38,7 +38,7 @@ struct LayerSeq {
 // Buffers reused across layers and steps.
 struct LayerScratch {
   std::vector<float> xn, q, kn, vn, att, tmp, gate, qkv, gu, scratch;
-  std::vector<float> proj, conv, qk, z, alpha, beta, o;  // Gated DeltaNet layers (model/gdn_layer.h)
+  std::vector<float> proj, conv, qk, z, alpha, beta, o, g;  // Gated DeltaNet layers (model/gdn_layer.h)
 };
 
 // x: [n, H] residual stream of all sequences' rows (updated in place);

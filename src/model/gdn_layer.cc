@@ -59,7 +59,7 @@ void gdn_rollback(const OpContext& ctx, const ModelConfig& c, const float* log, 
 }
 
 void gdn_layer(const OpContext& ctx, const ModelConfig& c, const LayerWeights& l, const std::vector<GdnSeq>& seqs,
-               float* x, LayerScratch& s, const LayerObserver* observer) {
+               float* x, LayerScratch& s, const LayerObserver* observer, bool chunked) {
   const GdnConfig& g = c.gdn;
   const int64_t H = c.hidden_size, C = g.conv_dim(), KD = g.key_dim(), VD = g.value_dim();
   const int64_t nk = g.n_key_heads, nv = g.n_value_heads, dk = g.key_head_dim, dv = g.value_head_dim;
@@ -68,7 +68,7 @@ void gdn_layer(const OpContext& ctx, const ModelConfig& c, const LayerWeights& l
   int64_t n = 0;
   for (const GdnSeq& q : seqs) n += q.n;
   s.xn.resize(n * H), s.proj.resize(n * P), s.conv.resize(n * C), s.qk.resize(n * 2 * KD), s.z.resize(n * VD);
-  s.alpha.resize(n * nv), s.beta.resize(n * nv), s.o.resize(n * VD), s.tmp.resize(n * H);
+  s.alpha.resize(n * nv), s.beta.resize(n * nv), s.o.resize(n * VD), s.tmp.resize(n * H), s.g.resize(n * nv);
   rmsnorm(x, l.attn_norm.ptr<float>(), eps, n, H, s.xn.data());
   if (observer) (*observer)(LayerTap::kAttnIn, s.xn.data(), n, H);
   linear_group(ctx, s.xn.data(), l.gdn.in, s.proj.data(), n, s.scratch);
@@ -116,7 +116,8 @@ void gdn_layer(const OpContext& ctx, const ModelConfig& c, const LayerWeights& l
       const float b = pr[C + VD + h], a = pr[C + VD + nv + h] + dt[h];
       s.beta[t * nv + h] = 1.0f / (1.0f + std::exp(-b));
       const float sp = a > 20.f ? a : std::log1p(std::exp(a));  // softplus, torch's threshold 20
-      s.alpha[t * nv + h] = std::exp(neg_a[h] * sp);
+      s.g[t * nv + h] = neg_a[h] * sp;
+      s.alpha[t * nv + h] = std::exp(s.g[t * nv + h]);
     }
   }
   // The recurrence, every (sequence, value head) an independent item.
@@ -134,8 +135,11 @@ void gdn_layer(const OpContext& ctx, const ModelConfig& c, const LayerWeights& l
       std::copy(s.alpha.data() + row * nv, s.alpha.data() + (row + q.n) * nv, q.log + L.alpha);
       std::copy(s.beta.data() + row * nv, s.beta.data() + (row + q.n) * nv, q.log + L.beta);
     }
+    const size_t first = heads.size();
     push_heads(c, s.qk.data() + row * 2 * KD, s.conv.data() + row * C + 2 * KD, C, s.alpha.data() + row * nv,
                s.beta.data() + row * nv, s.o.data() + row * VD, q.state + g.conv_state_floats(), q.n, heads);
+    if (chunked && q.log == nullptr && q.n >= 16)  // a prefill chunk: the chunked form (reads g)
+      for (size_t i = first; i < heads.size(); ++i) heads[i].g = s.g.data() + row * nv + (i - first);
     row += q.n;
   }
   gdn_recurrent_heads(ctx, heads);

@@ -2,9 +2,12 @@
 // sequences, each carrying its own state (conv rows and recurrent state), then
 // the layer's MLP:
 //   x += out_proj(gated_rmsnorm(delta_rule(l2norm(conv_silu(qkv(xn))), gates(a, b)), z));  x += mlp(x)
-// where xn = rmsnorm(x). The recurrence runs token by token (the recurrent
-// form) for prefill, decode and verification alike, so the state after a
-// sequence's tokens does not depend on how they were split into steps.
+// where xn = rmsnorm(x). By default the recurrence runs token by token (the
+// recurrent form) for prefill, decode and verification alike, so the state
+// after a sequence's tokens does not depend on how they were split into steps
+// (a request's output does not depend on what it was batched with). With
+// `chunked`, prefill chunks of 16 or more tokens (never a verify) run the
+// chunked form instead: faster, and equal up to summation order.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -47,6 +50,6 @@ void gdn_rollback(const OpContext& ctx, const ModelConfig& c, const float* log, 
 // observer (GPTQ calibration): LayerTap::kAttnIn = the input of the in_proj
 // group [n, H], kOIn = the input of out_proj [n, value_dim], then the MLP's.
 void gdn_layer(const OpContext& ctx, const ModelConfig& c, const LayerWeights& l, const std::vector<GdnSeq>& seqs,
-               float* x, LayerScratch& s, const LayerObserver* observer = nullptr);
+               float* x, LayerScratch& s, const LayerObserver* observer = nullptr, bool chunked = false);
 
 }  // namespace blockspec

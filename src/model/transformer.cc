@@ -155,7 +155,7 @@ void Transformer::forward_batch(const std::vector<SeqChunk>& chunks, std::vector
         gseqs[i] = {chunks[i].cache->state() + lin * per_layer, chunks[i].n,
                     log.start >= 0 ? log.data.data() + lin * gdn_log_floats(c, chunks[i].n) : nullptr};
       }
-      gdn_layer(ctx, c, w_.layers[li], gseqs, x.data(), ls);
+      gdn_layer(ctx, c, w_.layers[li], gseqs, x.data(), ls, nullptr, opts_.gdn_chunked_prefill);
       ++lin;
     } else {
       decoder_layer(ctx, c, rope_, w_.layers[li], c.is_hybrid() ? c.kv_layer(li) : li, seqs, pos.data(), x.data(), ls,

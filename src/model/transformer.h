@@ -35,6 +35,10 @@ struct ModelOptions {
   // when every weight matrix is bf16 (the model dtype), else f32. The library
   // default stays f32, so results are unchanged unless a caller asks.
   std::optional<KvDType> kv_cache_dtype = KvDType::kF32;
+  // Hybrid models: prefill chunks run the Gated DeltaNet recurrence in its
+  // chunked form (faster; the state then depends on how a prompt was split
+  // into steps, up to summation order). Off: the recurrent form everywhere.
+  bool gdn_chunked_prefill = false;
 };
 
 class Transformer {

@@ -28,7 +28,8 @@ struct HeadsOut {
   std::vector<float> o, S;  // [T, nv, dv], [nv, dk, dv]
 };
 
-HeadsOut run(const KernelTable& kt, ThreadPool& pool, const SafetensorsFile& f, const std::string& tag) {
+HeadsOut run(const KernelTable& kt, ThreadPool& pool, const SafetensorsFile& f, const std::string& tag,
+             bool chunked = false) {
   const Tensor v = f.tensor(tag + ".v");
   const int64_t T = v.dim(1), nv = v.dim(2), dv = v.dim(3), dk = f.tensor(tag + ".q").dim(3);
   auto q = floats(f, tag + ".q"), k = floats(f, tag + ".k"), vv = floats(f, tag + ".v");
@@ -41,8 +42,13 @@ HeadsOut run(const KernelTable& kt, ThreadPool& pool, const SafetensorsFile& f, 
   std::vector<GdnHead> heads;
   for (int64_t h = 0; h < nv; ++h)
     heads.push_back(GdnHead{q.data() + h * dk, k.data() + h * dk, vv.data() + h * dv, alpha.data() + h, beta.data() + h,
-                            r.o.data() + h * dv, r.S.data() + h * dk * dv, T, dk, dv, nv * dk, nv * dv, nv * dv, nv});
-  gdn_recurrent_heads(OpContext{&kt, &pool}, heads);
+                            r.o.data() + h * dv, r.S.data() + h * dk * dv, T, dk, dv, nv * dk, nv * dv, nv * dv, nv,
+                            g.data() + h});
+  if (chunked) {
+    for (const GdnHead& hd : heads) kt.gdn_chunked(hd);
+  } else {
+    gdn_recurrent_heads(OpContext{&kt, &pool}, heads);
+  }
   return r;
 }
 
@@ -70,6 +76,31 @@ TEST(GdnKernel, MatchesFlaAndTransformersOnEveryIsaBitwiseAcrossIsas) {
         EXPECT_LE(eo, 2e-6) << oracle;
         EXPECT_LE(es, 2e-6) << oracle;
         std::printf("[gdn kernel] case %s isa %-6s vs %-9s max |do| %.2e  max |dS| %.2e\n", tag.c_str(), isa.c_str(),
+                    oracle, eo, es);
+      }
+    }
+  }
+}
+
+// The chunked form (prefill): the scalar twin and the AVX-512 kernel bitwise equal, both within 2e-6 of the
+// three oracles (FLA's own chunked reference included) over chunk boundaries (T = 150 = 64 + 64 + 22, 65) and a
+// single token.
+TEST(GdnKernel, ChunkedFormMatchesTheOraclesAndItsTwin) {
+  SafetensorsFile f(std::string(BS_SOURCE_DIR) + "/tests/fixtures/hybrid/gdn_kernel.safetensors");
+  ThreadPool pool(2);
+  for (const std::string tag : {"a", "b", "c"}) {
+    const HeadsOut base = run(select_kernels("ref"), pool, f, tag, true);
+    for (const std::string& isa : available_isas()) {
+      SCOPED_TRACE("case " + tag + " isa " + isa);
+      const HeadsOut r = run(select_kernels(isa), pool, f, tag, true);
+      EXPECT_EQ(0, std::memcmp(r.o.data(), base.o.data(), r.o.size() * 4)) << "outputs differ from the scalar twin";
+      EXPECT_EQ(0, std::memcmp(r.S.data(), base.S.data(), r.S.size() * 4)) << "states differ from the scalar twin";
+      for (const char* oracle : {"fla_rec", "fla_chunk", "hf_rec"}) {
+        const double eo = max_abs(r.o, floats(f, tag + ".o_" + oracle));
+        const double es = max_abs(r.S, floats(f, tag + ".s_" + oracle));
+        EXPECT_LE(eo, 2e-6) << oracle;
+        EXPECT_LE(es, 2e-6) << oracle;
+        std::printf("[gdn chunked] case %s isa %-6s vs %-9s max |do| %.2e  max |dS| %.2e\n", tag.c_str(), isa.c_str(),
                     oracle, eo, es);
       }
     }

@@ -32,10 +32,10 @@ std::vector<float> floats(const Tensor& t) {
 }
 std::vector<int32_t> ids(const Tensor& t) { return std::vector<int32_t>(t.ptr<int32_t>(), t.ptr<int32_t>() + t.numel()); }
 
-void check(const std::string& name, const std::string& isa, int threads, int64_t chunk) {
-  SCOPED_TRACE(name + " isa=" + isa + " chunk=" + std::to_string(chunk));
+void check(const std::string& name, const std::string& isa, int threads, int64_t chunk, bool gdn_chunked = false) {
+  SCOPED_TRACE(name + " isa=" + isa + " chunk=" + std::to_string(chunk) + (gdn_chunked ? " chunked form" : ""));
   ModelOptions mo;
-  mo.isa = isa, mo.n_threads = threads, mo.prefill_chunk = chunk;
+  mo.isa = isa, mo.n_threads = threads, mo.prefill_chunk = chunk, mo.gdn_chunked_prefill = gdn_chunked;
   auto model = Transformer::load(fixture(name), mo);
   ASSERT_TRUE(model->config().is_hybrid());
   SafetensorsFile g(fixture(name) + "/golden.safetensors");
@@ -60,14 +60,21 @@ void check(const std::string& name, const std::string& isa, int threads, int64_t
     ASSERT_LE(e, kTol) << "decode step " << j;
     ASSERT_EQ(argmax_of(logits.data(), V), tokens[j + 1]) << "decode step " << j;
   }
-  std::printf("[hybrid golden] %-17s isa=%-6s chunk=%-3lld max rel err %.3g (tolerance %.0e)\n", name.c_str(),
-              model->isa(), static_cast<long long>(chunk), worst, kTol);
+  std::printf("[hybrid golden] %-17s isa=%-6s chunk=%-3lld%s max rel err %.3g (tolerance %.0e)\n", name.c_str(),
+              model->isa(), static_cast<long long>(chunk), gdn_chunked ? " chunked form" : "", worst, kTol);
 }
 
 class HybridGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HybridGolden, MatchesTransformersOnEveryIsa) {
   for (const std::string& isa : available_isas()) check(GetParam(), isa, 2, 256);
+}
+
+// --gdn-prefill chunked: the prompt's recurrence in chunks of 64 (and a 6-token tail; 37-token prefill steps
+// split chunks anywhere), then decode in the recurrent form from the state it left.
+TEST_P(HybridGolden, ChunkedFormPrefillMatchesTransformers) {
+  for (const std::string& isa : available_isas()) check(GetParam(), isa, 2, 256, true);
+  check(GetParam(), "", 2, 37, true);
 }
 
 TEST_P(HybridGolden, OddPrefillChunksGiveTheSameLogits) {

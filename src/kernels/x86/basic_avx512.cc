@@ -12,6 +12,7 @@
 
 #include "kernels/kernel_table.h"
 #include "kernels/silu_exp.h"
+#include "kernels/x86/exp_avx512.h"
 
 #define BS_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 
@@ -111,20 +112,6 @@ BS_AVX512 float dot_avx512(const float* a, const float* b, int64_t n) {
 }
 
 namespace {
-
-// exp_fixed (kernels/silu_exp.h), line for line on 16 lanes.
-BS_AVX512 inline __m512 exp16(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(kExpLo)), _mm512_set1_ps(kExpHi));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Hi), x);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Lo), r);
-  __m512 p = _mm512_set1_ps(kExpP[0]);
-  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpP[i]));
-  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  const __m512i e = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23);
-  return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(y), e));
-}
 
 // f32 -> bf16 -> f32 (round half to even, NaN quieted) as f32_to_bf16 does.
 BS_AVX512 inline __m512 round_bf16_16(__m512 v) {

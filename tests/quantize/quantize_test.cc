@@ -166,30 +166,44 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{QScheme::kW8A16, QFormat::kCompressedTensors, "channel", 128, true},
                       Case{QScheme::kW4A16, QFormat::kGptq, "channel", 128, true}));
 
-// A hybrid Gated-DeltaNet target (tests/fixtures/hybrid/qwen35-text-a) quantized by blockspec loads back bit
-// for bit in every integer format, with Qwen3.5's module exceptions (hybrid.md §2.6, docs/quantize.md): the
+// A hybrid Gated-DeltaNet target (tests/fixtures/hybrid/qwen35-text-a, and the multimodal wrapper qwen35-vl)
+// quantized by blockspec loads back bit for bit in every format (integer, FP8, NVFP4, MXFP4), with Qwen3.5's module exceptions (hybrid.md §2.6, docs/quantize.md): the
 // GDN in_proj_qkv / in_proj_z / out_proj and every attention and MLP projection quantized; in_proj_a / in_proj_b,
 // conv1d, A_log, dt_bias and the norms dense; then speculation on the quantized model stays lossless.
 TEST(Quantize, HybridTargetRoundTripsAndStaysLossless) {
-  const std::string hybrid = kSrc + "/tests/fixtures/hybrid/qwen35-text-a";
-  for (const Case& c : {Case{QScheme::kW4A16, QFormat::kCompressedTensors}, Case{QScheme::kW8A8, QFormat::kCompressedTensors},
-                        Case{QScheme::kW8A16, QFormat::kGptq}, Case{QScheme::kW4A16, QFormat::kGptq}}) {
-    SCOPED_TRACE(std::string(qscheme_name(c.scheme)) + (c.format == QFormat::kGptq ? " gptq" : " compressed-tensors"));
+  struct Run {
+    std::string dir;
+    Case c;
+    size_t n_modules;  // text-a: 4 GDN layers x 6 + 1 attention layer x 7; vl (the multimodal wrapper): 3 x 6 + 7
+  };
+  const std::string text_a = kSrc + "/tests/fixtures/hybrid/qwen35-text-a", vl = kSrc + "/tests/fixtures/hybrid/qwen35-vl";
+  for (const Run& run : {Run{text_a, {QScheme::kW4A16, QFormat::kCompressedTensors}, 31},
+                         Run{text_a, {QScheme::kW8A8, QFormat::kCompressedTensors}, 31},
+                         Run{text_a, {QScheme::kW8A16, QFormat::kGptq}, 31}, Run{text_a, {QScheme::kW4A16, QFormat::kGptq}, 31},
+                         Run{text_a, {QScheme::kFP8, QFormat::kCompressedTensors}, 31},
+                         Run{text_a, {QScheme::kNVFP4, QFormat::kCompressedTensors}, 31},
+                         Run{text_a, {QScheme::kMXFP4, QFormat::kCompressedTensors}, 31},
+                         Run{vl, {QScheme::kW8A8, QFormat::kCompressedTensors}, 25}}) {
+    const Case& c = run.c;
+    const std::string& hybrid = run.dir;
+    SCOPED_TRACE(hybrid + " " + qscheme_name(c.scheme) + (c.format == QFormat::kGptq ? " gptq" : " compressed-tensors"));
     QuantizeOptions o;
     o.in = hybrid;
-    o.out = tmp_dir(std::string("hybrid_") + qscheme_name(c.scheme) + (c.format == QFormat::kGptq ? "_gptq" : "_ct"));
+    o.out = tmp_dir(std::string("hybrid_") + (hybrid == vl ? "vl_" : "") + qscheme_name(c.scheme) +
+                    (c.format == QFormat::kGptq ? "_gptq" : "_ct"));
     o.scheme = c.scheme, o.format = c.format, o.progress = false, o.n_threads = 1;
     const QuantizeReport r = quantize_model(o);
-    // 4 GDN layers x (in_proj_qkv, in_proj_z, out_proj, 3 MLP) + 1 attention layer x (q, k, v, o, 3 MLP).
-    EXPECT_EQ(r.layers.size(), 31u);
+    // GDN layers x (in_proj_qkv, in_proj_z, out_proj, 3 MLP) + attention layers x (q, k, v, o, 3 MLP).
+    EXPECT_EQ(r.layers.size(), run.n_modules);
     for (const auto& l : r.layers) {
       EXPECT_EQ(l.module.find("in_proj_a"), std::string::npos) << l.module;
       EXPECT_EQ(l.module.find("in_proj_b"), std::string::npos) << l.module;
     }
     check_round_trip(hybrid, o.out, o, false);
     SafetensorsCheckpoint b(o.out);
-    EXPECT_EQ(b.entry("model.layers.0.linear_attn.in_proj_a.weight").dtype, DType::kF32);
-    EXPECT_EQ(b.entry("model.layers.0.linear_attn.conv1d.weight").dtype, DType::kF32);
+    const std::string pre = hybrid == vl ? "model.language_model.layers.0." : "model.layers.0.";
+    EXPECT_EQ(b.entry(pre + "linear_attn.in_proj_a.weight").dtype, DType::kF32);
+    EXPECT_EQ(b.entry(pre + "linear_attn.conv1d.weight").dtype, DType::kF32);
     ModelOptions mo;
     mo.n_threads = 1;
     auto t = Transformer::load(o.out, mo);

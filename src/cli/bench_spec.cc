@@ -30,14 +30,18 @@ nlohmann::json bench_verify_cost(Transformer& model, Proposer* proposer, const s
   model.prefill(prompt.data(), prompt_len, cache, logits, false, taps ? &feats : nullptr);
   // A hybrid model's recurrent state after the prompt, put back between runs (untimed).
   const std::vector<float> state0(cache.state(), cache.state() + cache.state_floats());
+  std::vector<double> rollback_t;  // the commit alone, of the last pass_ms
   auto pass_ms = [&](int64_t n) {
     std::vector<double> t;
+    rollback_t.clear();
     for (int64_t r = 0; r < repeats + 1; ++r) {
       Timer tm;
       model.forward_batch({Transformer::SeqChunk{block.data(), n, &cache, n > 1, taps ? &feats : nullptr, n > 1}}, logits);
       // A verify keeps a prefix; timed with it, as serving pays it: a dense model crops its KV, a hybrid one
       // also rolls its state back (here half the block accepted).
+      Timer tc;
       if (n > 1) model.commit(cache, prompt_len + std::max<int64_t>(1, n / 2));
+      if (r > 0) rollback_t.push_back(tc.seconds() * 1e3);
       if (r > 0) t.push_back(tm.seconds() * 1e3);  // the first run warms up
       cache.set_size(prompt_len);
       if (cache.state() != nullptr) {
@@ -58,6 +62,20 @@ nlohmann::json bench_verify_cost(Transformer& model, Proposer* proposer, const s
     r["k"] = k;
     r["verify_ms"] = pass_ms(k + 1);
     r["ratio"] = r["verify_ms"].get<double>() / base;
+    if (!state0.empty()) {
+      // Hybrid models (docs/hybrid.md "rollback by replay"): what the replay costs, against what the other
+      // strategy (vLLM's per-token state snapshots) would add: writing the recurrent state once per verified
+      // token, timed here as k + 1 copies of it.
+      r["rollback_ms"] = median(rollback_t);
+      std::vector<float> snap(state0.size());
+      std::vector<double> t;
+      for (int64_t rr = 0; rr < repeats; ++rr) {
+        Timer tm;
+        for (int64_t i = 0; i <= k; ++i) std::copy(cache.state(), cache.state() + cache.state_floats(), snap.data());
+        t.push_back(tm.seconds() * 1e3);
+      }
+      r["snapshot_writes_ms"] = median(t);
+    }
     if (dp != nullptr && k <= dp->model().config().block_size - 1) {
       // Draft pass for k slots after a prompt_len context (context K/V of the
       // prompt computed once beforehand, as in steady state).

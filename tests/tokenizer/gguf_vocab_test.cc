@@ -42,7 +42,7 @@ GgufVocab toy(const std::string& pre) {
 using Ids = std::vector<int32_t>;
 
 TEST(GgufVocab, SupportedPreTypes) {
-  EXPECT_EQ(gguf_pre_types(), (std::vector<std::string>{"gpt2", "smollm", "qwen2", "deepseek-r1-qwen"}));
+  EXPECT_EQ(gguf_pre_types(), (std::vector<std::string>{"gpt2", "smollm", "qwen2", "deepseek-r1-qwen", "qwen35"}));
   auto smollm = gguf_pre_regexes("smollm");
   ASSERT_EQ(smollm.size(), 2u);
   EXPECT_EQ(smollm[0], R"(\p{N})");
@@ -128,7 +128,7 @@ TEST(GgufVocab, RefusesUnsupportedModelAndPre) {
       << error_of(v);
   v = toy("llama-bpe");
   std::string e = error_of(v);
-  EXPECT_NE(e.find("m.gguf: tokenizer.ggml.pre: expected one of gpt2, smollm, qwen2, deepseek-r1-qwen, "
+  EXPECT_NE(e.find("m.gguf: tokenizer.ggml.pre: expected one of gpt2, smollm, qwen2, deepseek-r1-qwen, qwen35, "
                    "found \"llama-bpe\""),
             std::string::npos)
       << e;

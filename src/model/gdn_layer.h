@@ -42,7 +42,8 @@ struct GdnSeq {
 // writing n_v d_k d_v floats per draft token per layer costs more than
 // replaying the accepted tokens' recurrence from the L2-resident state
 // (7 n_v d_k d_v FLOPs per token), and nothing is replayed when all drafts
-// are accepted.
+// are accepted. Measured (bench --verify-cost, docs/hybrid.md): cheaper from
+// K = 3 drafts on (4B-like, K = 7: 18.7 ms against 41-47 ms of snapshot writes).
 int64_t gdn_log_floats(const ModelConfig& c, int64_t n);
 void gdn_rollback(const OpContext& ctx, const ModelConfig& c, const float* log, int64_t n, int64_t keep, float* state);
 

@@ -119,6 +119,25 @@ LayerWeights layer_weights(const OpContext& ctx, const std::string& p, std::map<
 
 }  // namespace
 
+std::vector<float> embed_windows(const WeightSource& src, const std::vector<std::vector<int32_t>>& windows) {
+  const ModelConfig& c = src.config();
+  const int64_t H = c.hidden_size;
+  int64_t n = 0;
+  for (const auto& w : windows) n += static_cast<int64_t>(w.size());
+  std::vector<float> x(n * H);
+  const std::string name = hf::under(c.weight_prefix, hf::weight("", hf::kEmbed));
+  const Tensor emb = src.load(name);
+  int64_t row = 0;
+  for (const auto& w : windows) {
+    for (int32_t id : w)
+      if (id < 0 || id >= emb.dim(0)) fail("calibration: token id ", id, " outside the embedding table");
+    embedding_lookup(emb, w.data(), static_cast<int64_t>(w.size()), x.data() + row * H);
+    row += static_cast<int64_t>(w.size());
+  }
+  src.release(name);
+  return x;
+}
+
 void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::vector<std::vector<int32_t>>& windows,
                       const LayerCallback& on_layer, const std::function<bool(const std::string&)>& needs,
                       KvAbsmax* kv_absmax, bool act_int8_hessians, bool act_cross) {
@@ -144,18 +163,7 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
       if (!w.empty()) ws.push_back(w);
     return calibrate_hybrid_layers(src, ctx, ws, on_layer, needs, hessian);
   }
-  std::vector<float> x(n * H);  // [n, H] residual stream of every window, back to back
-  {
-    const Tensor emb = src.load(hf::weight("", hf::kEmbed));
-    int64_t row = 0;
-    for (const auto& w : windows) {
-      for (int32_t id : w)
-        if (id < 0 || id >= emb.dim(0)) fail("calibration: token id ", id, " outside the embedding table");
-      embedding_lookup(emb, w.data(), static_cast<int64_t>(w.size()), x.data() + row * H);
-      row += static_cast<int64_t>(w.size());
-    }
-    src.release(hf::weight("", hf::kEmbed));
-  }
+  std::vector<float> x = embed_windows(src, windows);  // [n, H] residual stream of every window, back to back
   if (kv_absmax) kv_absmax->k.assign(c.n_layers, 0.f), kv_absmax->v.assign(c.n_layers, 0.f);
   auto absmax = [](const float* a, int64_t n_vals) {
     float m = 0.f;

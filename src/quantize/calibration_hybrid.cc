@@ -45,21 +45,7 @@ void calibrate_hybrid_layers(const WeightSource& src, const OpContext& ctx,
   const int64_t H = c.hidden_size, hd = c.head_dim, nkv = c.n_kv_heads;
   OverlaySource layers(src);
   const WeightOptions f32{WeightFormat::kF32, false};
-  int64_t n = 0;
-  for (const auto& w : windows) n += static_cast<int64_t>(w.size());
-  std::vector<float> x(n * H);  // [n, H] residual stream of every window, back to back
-  {
-    const std::string emb_name = hf::under(c.weight_prefix, hf::weight("", hf::kEmbed));
-    const Tensor emb = src.load(emb_name);
-    int64_t row = 0;
-    for (const auto& w : windows) {
-      for (int32_t id : w)
-        if (id < 0 || id >= emb.dim(0)) fail("calibration: token id ", id, " outside the embedding table");
-      embedding_lookup(emb, w.data(), static_cast<int64_t>(w.size()), x.data() + row * H);
-      row += static_cast<int64_t>(w.size());
-    }
-    src.release(emb_name);
-  }
+  std::vector<float> x = embed_windows(src, windows);  // [n, H] residual stream of every window, back to back
   // Per window: a one-layer KV cache for the attention layers and a GDN state for one layer, reset per pass.
   std::vector<KvCache> caches;
   std::vector<LayerSeq> seqs;

@@ -59,15 +59,16 @@ double max_abs(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-TEST(GdnKernel, MatchesFlaAndTransformersOnEveryIsaBitwiseAcrossIsas) {
+// Every ISA's kernel (recurrent or chunked form) bitwise equal to the scalar twin, and within 2e-6 of the three
+// oracles (FLA's recurrent and chunked references, transformers' recurrent function).
+void check_all(bool chunked) {
   SafetensorsFile f(std::string(BS_SOURCE_DIR) + "/tests/fixtures/hybrid/gdn_kernel.safetensors");
   ThreadPool pool(2);
   for (const std::string tag : {"a", "b", "c"}) {
-    const KernelTable ref = select_kernels("ref");
-    const HeadsOut base = run(ref, pool, f, tag);
+    const HeadsOut base = run(select_kernels("ref"), pool, f, tag, chunked);
     for (const std::string& isa : available_isas()) {
       SCOPED_TRACE("case " + tag + " isa " + isa);
-      const HeadsOut r = run(select_kernels(isa), pool, f, tag);
+      const HeadsOut r = run(select_kernels(isa), pool, f, tag, chunked);
       EXPECT_EQ(0, std::memcmp(r.o.data(), base.o.data(), r.o.size() * 4)) << "outputs differ from the scalar twin";
       EXPECT_EQ(0, std::memcmp(r.S.data(), base.S.data(), r.S.size() * 4)) << "states differ from the scalar twin";
       for (const char* oracle : {"fla_rec", "fla_chunk", "hf_rec"}) {
@@ -75,37 +76,17 @@ TEST(GdnKernel, MatchesFlaAndTransformersOnEveryIsaBitwiseAcrossIsas) {
         const double es = max_abs(r.S, floats(f, tag + ".s_" + oracle));
         EXPECT_LE(eo, 2e-6) << oracle;
         EXPECT_LE(es, 2e-6) << oracle;
-        std::printf("[gdn kernel] case %s isa %-6s vs %-9s max |do| %.2e  max |dS| %.2e\n", tag.c_str(), isa.c_str(),
-                    oracle, eo, es);
+        std::printf("[gdn %s] case %s isa %-6s vs %-9s max |do| %.2e  max |dS| %.2e\n", chunked ? "chunked" : "kernel",
+                    tag.c_str(), isa.c_str(), oracle, eo, es);
       }
     }
   }
 }
 
-// The chunked form (prefill): the scalar twin and the AVX-512 kernel bitwise equal, both within 2e-6 of the
-// three oracles (FLA's own chunked reference included) over chunk boundaries (T = 150 = 64 + 64 + 22, 65) and a
-// single token.
-TEST(GdnKernel, ChunkedFormMatchesTheOraclesAndItsTwin) {
-  SafetensorsFile f(std::string(BS_SOURCE_DIR) + "/tests/fixtures/hybrid/gdn_kernel.safetensors");
-  ThreadPool pool(2);
-  for (const std::string tag : {"a", "b", "c"}) {
-    const HeadsOut base = run(select_kernels("ref"), pool, f, tag, true);
-    for (const std::string& isa : available_isas()) {
-      SCOPED_TRACE("case " + tag + " isa " + isa);
-      const HeadsOut r = run(select_kernels(isa), pool, f, tag, true);
-      EXPECT_EQ(0, std::memcmp(r.o.data(), base.o.data(), r.o.size() * 4)) << "outputs differ from the scalar twin";
-      EXPECT_EQ(0, std::memcmp(r.S.data(), base.S.data(), r.S.size() * 4)) << "states differ from the scalar twin";
-      for (const char* oracle : {"fla_rec", "fla_chunk", "hf_rec"}) {
-        const double eo = max_abs(r.o, floats(f, tag + ".o_" + oracle));
-        const double es = max_abs(r.S, floats(f, tag + ".s_" + oracle));
-        EXPECT_LE(eo, 2e-6) << oracle;
-        EXPECT_LE(es, 2e-6) << oracle;
-        std::printf("[gdn chunked] case %s isa %-6s vs %-9s max |do| %.2e  max |dS| %.2e\n", tag.c_str(), isa.c_str(),
-                    oracle, eo, es);
-      }
-    }
-  }
-}
+TEST(GdnKernel, MatchesFlaAndTransformersOnEveryIsaBitwiseAcrossIsas) { check_all(false); }
+
+// The chunked form (prefill), over chunk boundaries (T = 150 = 64 + 64 + 22, 65) and a single token.
+TEST(GdnKernel, ChunkedFormMatchesTheOraclesAndItsTwin) { check_all(true); }
 
 }  // namespace
 }  // namespace blockspec

@@ -1,6 +1,6 @@
 // llama.cpp's own test vectors for its `qwen35` pre-tokenizer
-// (models/ggml-vocab-qwen35.gguf{,.inp,.out}, from ../shared/data/tokenizers/
-// qwen3.5/, llama.cpp MIT): 50 inputs, the ids llama-tokenize gives with that
+// (llama.cpp's models/ggml-vocab-qwen35.gguf{,.inp,.out}, MIT, copied into
+// tests/fixtures/tokenizer_gguf/): 50 inputs, the ids llama-tokenize gives with that
 // GGUF's vocabulary (the Qwen2 BPE under the Qwen3.5 split regex, no BOS).
 // GGUF vocabularies follow llama.cpp, which does not NFC-normalise: inputs
 // 46-48 (e + U+0301) keep their combining marks, as its vectors expect.

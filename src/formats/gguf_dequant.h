@@ -5,15 +5,25 @@
 // Block layouts: ggml/src/ggml-common.h.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "formats/gguf.h"
+#include "tensor/block_quant.h"
 #include "tensor/tensor.h"
 
 namespace blockspec {
 
 // F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
 bool gguf_can_dequantize(GgmlType t);
+
+// The block format a ggml type decodes into (tensor/block_quant.h); nullopt for F32 / F16 / BF16 and types
+// blockspec does not read.
+std::optional<WeightFormat> block_format_of(GgmlType t);
+
+// Decodes n_blocks consecutive blocks of type t at src into out[n_blocks] (fields and codes as stored; no
+// rounding). Throws Error unless block_format_of(t).
+void decode_gguf_blocks(GgmlType t, const uint8_t* src, int64_t n_blocks, QBlock* out);
 
 // Dequantizes n elements (a multiple of the type's block size) stored as
 // n / block_size consecutive blocks at src into dst[n]. Throws Error for a

@@ -45,6 +45,8 @@ KernelTable select_kernels(const std::string& name) {
   t.gemm_q8g128_wo = gemm_q8g128_wo_ref;
   t.gemm_q4g128_wo = gemm_q4g128_wo_ref;
   t.gemm_fp = gemm_fp_ref;
+  t.quantize_acts_block = quantize_acts_block_ref;  // O(M K): every ISA keeps the scalar twin
+  t.gemm_block = gemm_block_ref;
   t.gdn_recurrent = gdn_recurrent_ref;  // AVX2 keeps the scalar twins
   t.gdn_chunked = gdn_chunked_ref;
   if (pick == "avx2" || pick == "avx512") {
@@ -74,6 +76,7 @@ KernelTable select_kernels(const std::string& name) {
     if (cpu_has_avx512vnni()) {
       t.gemm_q8g128 = gemm_q8g128_avx512vnni;
       t.gemm_q4g128 = gemm_q4g128_avx512vnni;
+      t.gemm_block = gemm_block_avx512vnni;
     }
   }
   t.kv = select_kv_kernels(t.isa);

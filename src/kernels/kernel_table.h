@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/block_layout.h"
 #include "kernels/kv_kernels.h"
 #include "kernels/fp_formats.h"
 #include "kernels/gdn_kernel.h"
@@ -52,6 +53,12 @@ struct KernelTable {
   void (*gemm_q4g128_wo)(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1) = nullptr;
   // Weight-only FP8 / NVFP4 / MXFP4 (kernels/fp_formats.h): y[m, n] for m < M, n in [n0, n1); x [M, K] f32.
   void (*gemm_fp)(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1) = nullptr;
+  // GGUF block formats (kernels/block_layout.h): activations x [M, K] f32 -> q [M, K] int8, d [M, K / B] f32 per
+  // block of B (= kBlockActs) inputs, sums [M, K / S] int32 per sub-block of S; then y[m, n] for m < a.M and rows n of tiles
+  // [tile0, tile1) (clipped to N; tile0 a multiple of kQPanel, tile1 too or n_tiles), y: [M, N].
+  void (*quantize_acts_block)(const float* x, int64_t M, int64_t K, int B, int S, int8_t* q, float* d,
+                              int32_t* sums) = nullptr;
+  void (*gemm_block)(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) = nullptr;
   // Gated DeltaNet recurrence of one value head over T tokens (kernels/gdn_kernel.h).
   void (*gdn_recurrent)(const GdnHead& h) = nullptr;
   // Its chunked form (the same state and outputs up to summation order; kernels/gdn_kernel.h), for prefill.
@@ -81,6 +88,8 @@ void gemm_q8g128_ref(const QuantActs& a, const PackedWeights& w, float* y, int64
 void gemm_q4g128_ref(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q8g128_wo_ref(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);
 void gemm_q4g128_wo_ref(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);
+void quantize_acts_block_ref(const float* x, int64_t M, int64_t K, int B, int S, int8_t* q, float* d, int32_t* sums);
+void gemm_block_ref(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_fp_ref(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1);
 void gdn_recurrent_ref(const GdnHead& h);
 void gdn_chunked_ref(const GdnHead& h);
@@ -103,6 +112,7 @@ void gemm_q8g128_wo_avx512(const PackedWeights& w, const float* x, float* y, int
 void gemm_q4g128_wo_avx512(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);
 // AVX-512 VNNI (vpdpbusd); the "avx512" level uses them when the CPU has VNNI.
 void gemm_q8g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
+void gemm_block_avx512vnni(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q4g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 // AVX-512 BF16 (vdpbf16ps).
 void matmul_bf16_dp_avx512bf16(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N,

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/block_quant.h"
 #include "kernels/fp_formats_impl.h"
 
 namespace blockspec {
@@ -99,6 +100,8 @@ QuantTensor make_weight(const OpContext& ctx, const Tensor& w, WeightFormat fmt)
   if (w.dtype() != DType::kF32 && w.dtype() != DType::kBF16 && w.dtype() != DType::kF16)
     fail("make_weight: expected an F32, BF16 or F16 weight, found ", dtype_name(w.dtype()),
          "; dequantize it first");
+  if (is_block_format(fmt))
+    fail("make_weight: ", weight_format_name(fmt), " weights come only from GGUF files as stored (make_block_weight)");
   QuantTensor q;
   q.format = fmt;
   q.rows = w.dim(0);
@@ -153,6 +156,9 @@ QuantTensor make_weight(const OpContext& ctx, const Tensor& w, WeightFormat fmt)
 QuantTensor make_weight_streamed(const OpContext& ctx, int64_t N, int64_t K, WeightFormat fmt,
                                  const std::function<void(int64_t, int64_t, float*)>& rows, int64_t chunk_rows) {
   if (N <= 0 || K <= 0) fail("make_weight_streamed: bad shape [", N, ", ", K, "]");
+  if (is_block_format(fmt))
+    fail("make_weight_streamed: ", weight_format_name(fmt),
+         " weights come only from GGUF files as stored (make_block_weight)");
   // Chunks start on panel boundaries so every tile a chunk quantizes has all
   // its rows inside the chunk.
   const int64_t align = kQPanel * kQTile;
@@ -221,6 +227,11 @@ QuantTensor make_weight_streamed(const OpContext& ctx, int64_t N, int64_t K, Wei
 }
 
 Tensor dequantize_weight(const QuantTensor& w) {
+  if (is_block_format(w.format)) {
+    Tensor out(DType::kF32, {w.rows, w.cols});
+    for (int64_t n = 0; n < w.rows; ++n) block_dequantize_row(w, n, out.mutable_ptr<float>() + n * w.cols);
+    return out;
+  }
   if (is_fp_format(w.format)) {
     Tensor out(DType::kF32, {w.rows, w.cols});
     const FpWeights f = fp_weights(w);
@@ -239,6 +250,10 @@ Tensor dequantize_weight(const QuantTensor& w) {
 void linear(const OpContext& ctx, const float* x, const QuantTensor& w, const float* bias, float* y, int64_t M) {
   if (is_fp_format(w.format)) {
     fp_linear(ctx, x, w, bias, y, M);
+    return;
+  }
+  if (is_block_format(w.format)) {
+    block_linear(ctx, x, w, bias, y, M);
     return;
   }
   if (!is_int_format(w.format)) {

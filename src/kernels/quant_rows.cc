@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "kernels/block_quant.h"
 #include "kernels/fp_formats.h"
 #include "kernels/quant_layout.h"
 
@@ -45,6 +46,9 @@ void dequantize_rows(const QuantTensor& w, const int32_t* rows, int64_t n, float
           o[k] = static_cast<float>(packed_code(p, r, k)) * sc[(k / kQGroup) * kQTile];
         break;
       }
+      default:  // the GGUF block formats
+        block_dequantize_row(w, r, o);
+        break;
     }
   }
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/block_quant.h"
 #include "kernels/quant.h"
 #include "kernels/quant_import.h"
 #include "model/weights.h"
@@ -56,9 +57,22 @@ struct WeightLoader {
   bool fp_native(const std::string& name) const {
     return src.has_fp_native(name) && (!opts.format || *opts.format == src.natural_format(name));
   }
+  // GGUF blocks likewise load as stored (kernels/block_quant.h) unless opts.format asks for another format.
+  bool block_native(const std::string& name) const {
+    return src.has_blocks(name) && (!opts.format || *opts.format == src.natural_format(name));
+  }
   QuantTensor matrix(const std::string& name, const Shape& shape) {
     check(name, shape);
     WeightFormat f = opts.format.value_or(src.natural_format(name));
+    if (block_native(name)) {
+      QuantTensor q = make_block_weight(ctx, f, shape[0], shape[1], [&](int64_t r0, int64_t r1, QBlock* out) {
+        src.load_blocks(name, r0, r1, out);
+      });
+      src.release(name);
+      formats_used[weight_format_name(f)]++;
+      tick();
+      return q;
+    }
     if (fp_native(name)) {
       QuantTensor q = src.fp_native(name);
       src.release(name);
@@ -88,33 +102,56 @@ struct WeightLoader {
     tick();
     return q;
   }
+  // Rows [r0, r1) of a fused group: fn(part i, its rows [b, e), offset of part row b from r0) for each part
+  // they overlap (row r of the fused matrix comes from the part whose range holds r).
+  template <class Fn>
+  static void for_parts(const LinearGroup& g, int64_t r0, int64_t r1, Fn fn) {
+    int64_t base = 0;
+    for (size_t i = 0; i < g.part_rows.size(); ++i) {
+      const int64_t b = std::max(r0, base), e = std::min(r1, base + g.part_rows[i]);
+      if (b < e) fn(i, b - base, e - base, b - r0);
+      base += g.part_rows[i];
+    }
+  }
   // Parts loaded as one matrix when they resolve to the same format.
   LinearGroup group(const std::vector<std::pair<std::string, Shape>>& parts, const std::vector<std::string>& biases) {
     LinearGroup g;
     std::vector<WeightFormat> fmts;
-    int n_native = 0, n_act_int8 = 0, n_fp = 0;
+    int n_native = 0, n_act_int8 = 0, n_fp = 0, n_blocks = 0;
     for (const auto& [name, shape] : parts) {
       check(name, shape);
       fmts.push_back(opts.format.value_or(src.natural_format(name)));
       n_native += native(name) ? 1 : 0;
       n_act_int8 += native(name) && src.native_act_int8(name) ? 1 : 0;
       n_fp += fp_native(name) ? 1 : 0;
+      n_blocks += block_native(name) ? 1 : 0;
       g.part_rows.push_back(shape[0]);
       g.rows += shape[0];
     }
     const int64_t K = parts[0].second[1];
     const bool same = std::all_of(fmts.begin(), fmts.end(), [&](WeightFormat f) { return f == fmts[0]; });
     const int n_parts = static_cast<int>(parts.size());
-    if (same && n_native == n_parts && (n_act_int8 == 0 || n_act_int8 == n_parts)) {
+    if (same && n_blocks == n_parts) {
+      // GGUF blocks of one format, fused.
+      const int64_t nb = K / block_spec(fmts[0]).block;
+      auto rows = [&](int64_t r0, int64_t r1, QBlock* out) {
+        for_parts(g, r0, r1, [&](size_t i, int64_t b, int64_t e, int64_t off) {
+          src.load_blocks(parts[i].first, b, e, out + off * nb);
+        });
+      };
+      g.mats.push_back(make_block_weight(ctx, fmts[0], g.rows, K, rows));
+      formats_used[weight_format_name(fmts[0])] += static_cast<int>(parts.size());
+      for (const auto& p : parts) {
+        src.release(p.first);
+        tick();
+      }
+    } else if (same && n_native == n_parts && (n_act_int8 == 0 || n_act_int8 == n_parts)) {
       // All parts stored as codes of one format and activation mode: fuse their codes.
       const int64_t G = (K + 127) / 128;  // scale groups of 128 inputs
       auto rows = [&](int64_t r0, int64_t r1, int8_t* c, float* s) {
-        int64_t base = 0;
-        for (size_t i = 0; i < parts.size(); ++i) {
-          const int64_t b = std::max(r0, base), e = std::min(r1, base + g.part_rows[i]);
-          if (b < e) src.load_native(parts[i].first, b - base, e - base, c + (b - r0) * K, s + (b - r0) * G);
-          base += g.part_rows[i];
-        }
+        for_parts(g, r0, r1, [&](size_t i, int64_t b, int64_t e, int64_t off) {
+          src.load_native(parts[i].first, b, e, c + off * K, s + off * G);
+        });
       };
       g.mats.push_back(make_weight_from_codes(ctx, g.rows, K, fmts[0], rows));
       g.mats.back().act_int8 = g.mats.back().act_per_token = n_act_int8 > 0;
@@ -123,15 +160,11 @@ struct WeightLoader {
         src.release(p.first);
         tick();
       }
-    } else if (same && n_native == 0 && n_fp == 0) {
-      // Row r of the fused matrix comes from the part whose range holds r.
+    } else if (same && n_native == 0 && n_fp == 0 && n_blocks == 0) {
       auto rows = [&](int64_t r0, int64_t r1, float* out) {
-        int64_t base = 0;
-        for (size_t i = 0; i < parts.size(); ++i) {
-          const int64_t b = std::max(r0, base), e = std::min(r1, base + g.part_rows[i]);
-          if (b < e) src.load_rows(parts[i].first, b - base, e - base, out + (b - r0) * K);
-          base += g.part_rows[i];
-        }
+        for_parts(g, r0, r1, [&](size_t i, int64_t b, int64_t e, int64_t off) {
+          src.load_rows(parts[i].first, b, e, out + off * K);
+        });
       };
       g.mats.push_back(make_weight_streamed(ctx, g.rows, K, fmts[0], rows));
       formats_used[weight_format_name(fmts[0])] += static_cast<int>(parts.size());

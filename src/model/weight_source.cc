@@ -34,6 +34,10 @@ void WeightSource::load_rows(const std::string& n, int64_t r0, int64_t r1, float
   }
 }
 
+void WeightSource::load_blocks(const std::string& n, int64_t, int64_t, QBlock*) const {
+  fail(path(), ": tensor \"", n, "\" is not stored in a GGUF block format");
+}
+
 QuantTensor WeightSource::fp_native(const std::string& n) const {
   fail(path(), ": \"", n, "\" is not stored as FP8 / NVFP4 / MXFP4 codes");
 }
@@ -86,18 +90,42 @@ class GgufSource : public WeightSource {
   }
   std::string storage_type(const std::string& n) const override { return ggml_type_name(info(n).type); }
   WeightFormat natural_format(const std::string& n) const override {
+    if (has_blocks(n)) return *block_format_of(info(n).type);
     switch (info(n).type) {
       case GgmlType::kF32: return WeightFormat::kF32;
       case GgmlType::kF16: return WeightFormat::kF32;
       case GgmlType::kBF16: return WeightFormat::kBF16;
-      // Every GGUF block format becomes q8 by default, 4-bit ones included:
-      // GGUF 4-bit blocks carry a scale (and min) per 32 values, and
-      // re-quantizing them to our symmetric 4-bit groups of 128 compounds the
-      // error. Measured with `blockspec eval` over 20,480 tokens of
-      // tinyshakespeare against the exactly decoded weights: SmolLM2 Q4_1 ->
-      // q4 KL 0.62, top-1 0.55; -> q8 KL 0.013, top-1 0.92 (Qwen2.5-1.5B
+      // Blocks whose values the loader moves (qwen35's re-ordered heads): q8, not q4. GGUF 4-bit blocks carry
+      // a scale (and min) per 32 values, and re-quantizing them to our symmetric 4-bit groups of 128 compounds
+      // the error. Measured with `blockspec eval` over 20,480 tokens of tinyshakespeare against the exactly
+      // decoded weights: SmolLM2 Q4_1 -> q4 KL 0.62, top-1 0.55; -> q8 KL 0.013, top-1 0.92 (Qwen2.5-1.5B
       // Q4_K_M: q4 KL 0.167, q8 KL 0.006). `--weights q4` still asks for q4.
       default: return WeightFormat::kQ8_G128;
+    }
+  }
+  // Every 2-D block-format weight loads as stored, except qwen35 tensors whose rows or columns the
+  // converter re-ordered (gguf_qwen35.h): those go through f32.
+  bool has_blocks(const std::string& n) const override {
+    const GgufTensorInfo& t = info(n);
+    return block_format_of(t.type).has_value() && t.ne.size() == 2 &&
+           !(cfg_.arch == Arch::kQwen35 && qwen35_transformed(cfg_, n));
+  }
+  void load_blocks(const std::string& n, int64_t r0, int64_t r1, QBlock* out) const override {
+    if (!has_blocks(n)) WeightSource::load_blocks(n, r0, r1, out);
+    const GgufTensorInfo& t = info(n);
+    const GgmlTypeTraits& tr = ggml_traits(t.type);
+    const int64_t K = t.ne[0], N = t.ne[1], nb = K / tr.block_size, row_bytes = nb * tr.type_size;
+    BS_ASSERT(r0 >= 0 && r1 <= N && r0 <= r1);
+    const bool qk = n.find("self_attn.q_proj.") != std::string::npos || n.find("self_attn.k_proj.") != std::string::npos;
+    const int64_t heads = n.find("q_proj") != std::string::npos ? cfg_.n_heads : cfg_.n_kv_heads;
+    for (int64_t r = r0; r < r1; ++r) {
+      // llama Q/K: HF row h*hd + s*hd/2 + i is GGUF row h*hd + 2i + s (unpermute_llama_qk_rows).
+      int64_t src = r;
+      if (unpermute_ && qk) {
+        const int64_t hd = N / heads, h = r / hd, s = (r % hd) / (hd / 2), i = r % (hd / 2);
+        src = h * hd + 2 * i + s;
+      }
+      decode_gguf_blocks(t.type, file_.tensor_data(t) + src * row_bytes, nb, out + (r - r0) * nb);
     }
   }
   Tensor load(const std::string& n) const override {

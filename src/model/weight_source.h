@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "formats/hf_config.h"
+#include "tensor/block_quant.h"
 #include "tensor/quant_tensor.h"
 #include "tensor/tensor.h"
 
@@ -26,7 +27,7 @@ class WeightSource {
   virtual std::string storage_type(const std::string& hf_name) const = 0;
   // The compute format that keeps the stored precision class: F32 -> f32,
   // BF16 -> bf16, F16 -> f32 (bf16 would drop mantissa bits), GGUF block
-  // formats -> q8 (see weight_source.cc for why 4-bit blocks too).
+  // formats -> themselves (has_blocks), or q8 where the loader moves their values.
   virtual WeightFormat natural_format(const std::string& hf_name) const = 0;
   // Dense values: F32, BF16 or F16. Throws naming the tensor on failure.
   virtual Tensor load(const std::string& hf_name) const = 0;
@@ -51,6 +52,11 @@ class WeightSource {
   // MXFP4): natural_format(name) is that format and fp_native(name) gives the
   // stored codes and scales as a QuantTensor of it, never re-quantized.
   virtual bool has_fp_native(const std::string& hf_name) const { return false; }
+  // GGUF block formats kept as stored: when has_blocks(name), natural_format(name) is the tensor's block
+  // format (tensor/block_quant.h) and load_blocks fills the blocks of rows [r0, r1) of the [N, K] weight,
+  // decoded, as out[(r1 - r0) * K / B] in (row, block) order.
+  virtual bool has_blocks(const std::string& hf_name) const { return false; }
+  virtual void load_blocks(const std::string& hf_name, int64_t r0, int64_t r1, QBlock* out) const;
   // The config declares a quantized KV cache (compressed-tensors kv_cache_scheme): every attention layer must
   // then store self_attn.k_scale and self_attn.v_scale.
   virtual bool requires_kv_scales() const { return false; }

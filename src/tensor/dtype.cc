@@ -1,6 +1,7 @@
 #include "tensor/dtype.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace blockspec {
 
@@ -29,17 +30,28 @@ std::optional<DType> dtype_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+// By bits, like numpy's npy_halfbits_to_floatbits: exact for every finite value and keeps a NaN's sign and
+// payload (gguf-py dequantizes through numpy, and the GGUF dequantizers are bit-exact against it).
 float f16_to_f32(uint16_t h) {
-  uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-  float v;
-  if (exp == 0) {
-    v = std::ldexp(static_cast<float>(man), -24);  // subnormal or zero
-  } else if (exp == 31) {
-    v = man ? std::nanf("") : INFINITY;
-  } else {
-    v = std::ldexp(static_cast<float>(man | 0x400u), static_cast<int>(exp) - 25);
+  const uint32_t sign = (static_cast<uint32_t>(h) & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else {  // subnormal: shift the mantissa up until its leading one is the implicit bit
+    uint32_t e = 113, m = man;
+    while ((m & 0x400u) == 0) {
+      m <<= 1;
+      --e;
+    }
+    bits = sign | (e << 23) | ((m & 0x3ffu) << 13);
   }
-  return sign ? -v : v;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 uint16_t f32_to_f16(float f) {

@@ -11,6 +11,16 @@ const char* weight_format_name(WeightFormat f) {
     case WeightFormat::kFP8_E4M3: return "fp8";
     case WeightFormat::kNVFP4: return "nvfp4";
     case WeightFormat::kMXFP4: return "mxfp4";
+    case WeightFormat::kQ4_0: return "q4_0";
+    case WeightFormat::kQ4_1: return "q4_1";
+    case WeightFormat::kQ5_0: return "q5_0";
+    case WeightFormat::kQ5_1: return "q5_1";
+    case WeightFormat::kQ8_0: return "q8_0";
+    case WeightFormat::kQ2_K: return "q2_k";
+    case WeightFormat::kQ3_K: return "q3_k";
+    case WeightFormat::kQ4_K: return "q4_k";
+    case WeightFormat::kQ5_K: return "q5_k";
+    case WeightFormat::kQ6_K: return "q6_k";
   }
   return "?";
 }

@@ -20,8 +20,13 @@ enum class WeightFormat : uint8_t {
   kFP8_E4M3,  // E4M3FN codes, one f32 scale per row and group of 128 inputs
   kNVFP4,     // E2M1 codes, one E4M3 scale per 16 inputs, one f32 global divisor
   kMXFP4,     // E2M1 codes, one E8M0 scale per 32 inputs
+  // GGUF block formats kept as the file stores them (weights with activations quantized per block to int8;
+  // value definitions in tensor/block_quant.h, packed layout in kernels/block_layout.h):
+  kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0,   // blocks of 32
+  kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K,   // super-blocks of 256
 };
-// "f32", "bf16", "q8", "q4", "fp8", "nvfp4", "mxfp4"
+// "f32", "bf16", "q8", "q4", "fp8", "nvfp4", "mxfp4", and the GGUF block formats "q4_0" .. "q6_k"
+// (which weight_format_from_name does not parse: a GGUF loads in them by default, nothing else can)
 const char* weight_format_name(WeightFormat f);
 std::optional<WeightFormat> weight_format_from_name(std::string_view name);
 

@@ -1,0 +1,115 @@
+// Packed layout of the GGUF block formats (tensor/block_quant.h) for the integer GEMM, made once at load with
+// no change to any value, and of the activations that multiply them. Private to the kernels layer.
+//
+// Weights W [N, K] (K a multiple of the format's block B) are cut into tiles of 16 rows (N padded with zero
+// rows), tiles grouped in panels of 4 (the last panel has Tp = 1..4 tiles), as Q8_G128 / Q4_G128 are
+// (kernels/quant_layout.h). A panel is one contiguous stream: for each block s = 0 .. K/B - 1, the records of
+// its Tp tiles in order; record (t, s) holds block s of the 16 rows of tile t:
+//   lo   bits != 8: [B/8][16][4] bytes: byte (i, r, j) = (u(r, 8i+j) & 15) | (u(r, 8i+4+j) & 15) << 4
+//        bits == 8: [B/4][16][4] bytes: byte (i, r, j) = u(r, 4i+j)
+//        (one 64-byte line is one vpdpbusd operand: lane r holds 4 consecutive inputs of row r)
+//   hi   bits 5:    [B/32][16][4]: bit q of byte (i, r, j) = bit 4 of u(r, 32i + 4q + j), q < 8
+//        bits 6:    [B/16][16][4]: bits 2q, 2q+1 of byte (i, r, j) = bits 4, 5 of u(r, 16i + 4q + j), q < 4
+//   sc   has_scale: [B/S][16] int8      sc of row r, sub-block j
+//   mc   has_scale and has_min: [B/S][16] u8
+//   d    [16] f16 bits;   dm  has_min: [16] f16 bits
+// so a record is as large as the file's 16 blocks, or for Q4_K / Q5_K 4 bytes per row more (the 6-bit
+// scale/min pairs unpacked to bytes), and Q2_K / Q3_K codes take a nibble (2.6 -> 4.6 bits per weight).
+//
+// Activations x [M, K] f32 are quantized per row and block of 32 inputs (kBlockActs; llama.cpp's Q8_0 / Q8_1
+// for the 32-blocks; its Q8_K uses one scale per 256, which Qwen2.5's outlier channels make too coarse: KL 0.0196
+// against 0.0029 at 32 on Qwen2.5-Coder-1.5B Q4_K_M over 1,024 tokens): dx = amax / 127, code =
+// round_half_even(x * (127 / amax)) in [-127, 127] as int8 (an all-zero block has dx 0, codes 0), with X = the
+// sum of the codes of each weight sub-block of S inputs (S = 16 or 32 divides 32).
+//
+// Per output (m, n), exact sequence (every ISA performs exactly these operations, so outputs are bitwise equal
+// to the scalar twin and independent of M, register blocking and thread split):
+//   acc = 0
+//   for each activation block a (32 inputs, weight block s = 32 a / B):  Si = 0, Mi = 0    (int32, exact)
+//     for each weight sub-block j inside a:  I = sum_k u(n, k) * xq(m, k) - zero * X(m, j)
+//                                            Si += sc(n, j) * I       (sc = 1 without has_scale)
+//                                            Mi += mc(n, j) * X(m, j) (has_min; mc = 1 without has_scale)
+//     acc = fmaf(float(Si), f32(d(n, s)) * dx(m, a), acc)
+//     has_min: acc = fmaf(float(Mi), f32(dm(n, s)) * dx(m, a), acc)
+//   y(m, n) = acc
+// i.e. the dot product of the dequantized weights with the dequantized activations up to f32 rounding of the
+// per-32 terms; the only approximation is the activations' int8 rounding.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/quant_layout.h"
+#include "tensor/block_quant.h"
+
+namespace blockspec {
+
+inline constexpr int64_t kBlockActs = 32;  // inputs per activation scale
+
+// Quantized activations of a block-format GEMM: q [M, K] int8, d [M, K / 32] f32, sums [M, K / S] int32.
+struct BlockActs {
+  const int8_t* q = nullptr;
+  const float* d = nullptr;
+  const int32_t* sums = nullptr;
+  int64_t M = 0;
+};
+
+// A packed block-format weight (a view into a QuantTensor's data).
+struct BlockWeights {
+  WeightFormat format = WeightFormat::kQ4_0;
+  BlockQuantSpec spec{};
+  const uint8_t* data = nullptr;
+  int64_t N = 0, K = 0, n_blocks = 0, n_tiles = 0;
+
+  int64_t lo_bytes() const { return spec.bits == 8 ? spec.block * 16 : spec.block * 8; }
+  int64_t hi_bytes() const { return spec.bits == 5 ? spec.block * 2 : spec.bits == 6 ? spec.block * 4 : 0; }
+  int64_t sc_bytes() const { return spec.has_scale ? spec.subs() * 16 : 0; }
+  int64_t mc_bytes() const { return spec.has_scale && spec.has_min ? spec.subs() * 16 : 0; }
+  int64_t record_bytes() const { return lo_bytes() + hi_bytes() + sc_bytes() + mc_bytes() + (spec.has_min ? 64 : 32); }
+  int64_t tile_bytes() const { return n_blocks * record_bytes(); }
+  int64_t panel_tiles(int64_t t) const { return std::min(kQPanel, n_tiles - t / kQPanel * kQPanel); }
+  // Record of tile t, block s: its lo plane, then hi, sc, mc, d, dm.
+  const uint8_t* record(int64_t t, int64_t s) const {
+    const int64_t p0 = t / kQPanel * kQPanel;
+    return data + p0 * tile_bytes() + (s * panel_tiles(t) + (t - p0)) * record_bytes();
+  }
+};
+
+// Byte offsets inside a record: the one definition of the record layout, used by the packer, the scalar twin
+// and dequantize.
+inline int64_t bq_lo_offset(const BlockWeights& w, int64_t r, int64_t k) {  // k < B
+  return w.spec.bits == 8 ? (k / 4) * 64 + r * 4 + k % 4 : (k / 8) * 64 + r * 4 + k % 4;
+}
+inline int64_t bq_hi_offset(const BlockWeights& w, int64_t r, int64_t k) {
+  return w.lo_bytes() + (w.spec.bits == 5 ? (k / 32) * 64 : (k / 16) * 64) + r * 4 + k % 4;
+}
+inline int bq_hi_shift(const BlockWeights& w, int64_t k) {
+  return w.spec.bits == 5 ? static_cast<int>((k % 32) / 4) : static_cast<int>(2 * ((k % 16) / 4));
+}
+inline int64_t bq_sc_offset(const BlockWeights& w, int64_t r, int64_t j) { return w.lo_bytes() + w.hi_bytes() + j * 16 + r; }
+inline int64_t bq_mc_offset(const BlockWeights& w, int64_t r, int64_t j) { return bq_sc_offset(w, r, j) + w.sc_bytes(); }
+inline int64_t bq_d_offset(const BlockWeights& w, int64_t r) {
+  return w.lo_bytes() + w.hi_bytes() + w.sc_bytes() + w.mc_bytes() + 2 * r;
+}
+inline int64_t bq_dm_offset(const BlockWeights& w, int64_t r) { return bq_d_offset(w, r) + 32; }
+
+// The code u of weight (n, k), n < 16 * n_tiles, k < K.
+inline int bq_code(const BlockWeights& w, int64_t n, int64_t k) {
+  const int64_t B = w.spec.block, r = n % kQTile;
+  const uint8_t* rec = w.record(n / kQTile, k / B);
+  const int64_t kb = k % B;
+  const uint8_t lo = rec[bq_lo_offset(w, r, kb)];
+  if (w.spec.bits == 8) return lo;
+  int u = (kb % 8) < 4 ? (lo & 15) : (lo >> 4);
+  if (w.spec.bits == 5) u |= ((rec[bq_hi_offset(w, r, kb)] >> bq_hi_shift(w, kb)) & 1) << 4;
+  if (w.spec.bits == 6) u |= ((rec[bq_hi_offset(w, r, kb)] >> bq_hi_shift(w, kb)) & 3) << 4;
+  return u;
+}
+
+// The QBlock of row n, block s (every field as packed).
+QBlock bq_block(const BlockWeights& w, int64_t n, int64_t s);
+
+struct QuantTensor;
+// Views a block-format QuantTensor's buffer (kernels/block_quant_pack.cc).
+BlockWeights block_weights(const QuantTensor& w);
+
+}  // namespace blockspec

@@ -1,0 +1,132 @@
+// Packing and linear() of GGUF block-format weights; layout and arithmetic in kernels/block_layout.h.
+#include "kernels/block_quant.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "base/error.h"
+#include "kernels/block_layout.h"
+
+namespace blockspec {
+
+BlockWeights block_weights(const QuantTensor& w) {
+  BS_ASSERT(is_block_format(w.format), "block_weights of a ", weight_format_name(w.format), " weight");
+  BlockWeights b;
+  b.format = w.format;
+  b.spec = block_spec(w.format);
+  b.data = w.data.ptr<uint8_t>();
+  b.N = w.rows;
+  b.K = w.cols;
+  b.n_blocks = w.cols / b.spec.block;
+  b.n_tiles = q_tiles(w.rows);
+  return b;
+}
+
+QBlock bq_block(const BlockWeights& w, int64_t n, int64_t s) {
+  const BlockQuantSpec& sp = w.spec;
+  const int64_t r = n % kQTile;
+  const uint8_t* rec = w.record(n / kQTile, s);
+  QBlock b;
+  for (int64_t k = 0; k < sp.block; ++k) b.u[k] = static_cast<uint8_t>(bq_code(w, n, s * sp.block + k));
+  for (int64_t j = 0; j < sp.subs() && sp.has_scale; ++j) {
+    b.sc[j] = static_cast<int8_t>(rec[bq_sc_offset(w, r, j)]);
+    if (sp.has_min) b.mc[j] = rec[bq_mc_offset(w, r, j)];
+  }
+  std::memcpy(&b.d, rec + bq_d_offset(w, r), 2);
+  if (sp.has_min) std::memcpy(&b.dm, rec + bq_dm_offset(w, r), 2);
+  return b;
+}
+
+namespace {
+
+// Writes block s of row n (b) into its record (zero-initialised buffer).
+void pack_block(const BlockWeights& w, uint8_t* base, int64_t n, int64_t s, const QBlock& b) {
+  const BlockQuantSpec& sp = w.spec;
+  const int64_t r = n % kQTile;
+  uint8_t* rec = base + (w.record(n / kQTile, s) - w.data);
+  for (int64_t k = 0; k < sp.block; ++k) {
+    const int u = b.u[k];
+    if (u >= (1 << sp.bits)) fail("block format ", weight_format_name(w.format), ": code ", u, " of row ", n, " is out of range");
+    uint8_t& lo = rec[bq_lo_offset(w, r, k)];
+    if (sp.bits == 8) {
+      lo = static_cast<uint8_t>(u);
+      continue;
+    }
+    lo |= static_cast<uint8_t>((k % 8) < 4 ? (u & 15) : (u & 15) << 4);
+    if (sp.bits == 5 || sp.bits == 6) rec[bq_hi_offset(w, r, k)] |= static_cast<uint8_t>((u >> 4) << bq_hi_shift(w, k));
+  }
+  for (int64_t j = 0; j < sp.subs() && sp.has_scale; ++j) {
+    rec[bq_sc_offset(w, r, j)] = static_cast<uint8_t>(b.sc[j]);
+    if (sp.has_min) rec[bq_mc_offset(w, r, j)] = b.mc[j];
+  }
+  std::memcpy(rec + bq_d_offset(w, r), &b.d, 2);
+  if (sp.has_min) std::memcpy(rec + bq_dm_offset(w, r), &b.dm, 2);
+}
+
+}  // namespace
+
+QuantTensor make_block_weight(const OpContext& ctx, WeightFormat fmt, int64_t N, int64_t K,
+                              const std::function<void(int64_t, int64_t, QBlock*)>& rows, int64_t chunk_rows) {
+  const BlockQuantSpec& sp = block_spec(fmt);
+  if (N <= 0 || K <= 0 || K % sp.block != 0)
+    fail("make_block_weight: a ", weight_format_name(fmt), " weight needs K a multiple of ", sp.block, "; found [", N,
+         ", ", K, "]");
+  QuantTensor q;
+  q.format = fmt;
+  q.rows = N;
+  q.cols = K;
+  BlockWeights w;
+  w.format = fmt;
+  w.spec = sp;
+  w.N = N;
+  w.K = K;
+  w.n_blocks = K / sp.block;
+  w.n_tiles = q_tiles(N);
+  q.data = Tensor(DType::kU8, {w.n_tiles, w.tile_bytes()});
+  uint8_t* base = q.data.mutable_ptr<uint8_t>();
+  std::memset(base, 0, q.data.nbytes());
+  w.data = base;
+  const int64_t nb = w.n_blocks;
+  chunk_rows = std::max<int64_t>(kQTile, chunk_rows / kQTile * kQTile);
+  std::vector<QBlock> buf;
+  for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
+    const int64_t r1 = std::min(N, r0 + chunk_rows);
+    buf.resize((r1 - r0) * nb);
+    rows(r0, r1, buf.data());
+    // Threads take whole tiles: a tile's records are written by one thread only.
+    ctx.pool->parallel_for(q_tiles(r1 - r0), [&](int64_t t0, int64_t t1) {
+      for (int64_t n = r0 + t0 * kQTile; n < std::min(r1, r0 + t1 * kQTile); ++n)
+        for (int64_t s = 0; s < nb; ++s) pack_block(w, base, n, s, buf[(n - r0) * nb + s]);
+    });
+  }
+  return q;
+}
+
+void block_dequantize_row(const QuantTensor& w, int64_t n, float* out) {
+  const BlockWeights b = block_weights(w);
+  for (int64_t s = 0; s < b.n_blocks; ++s) qblock_values(b.spec, bq_block(b, n, s), out + s * b.spec.block);
+}
+
+void block_linear(const OpContext& ctx, const float* x, const QuantTensor& w, const float* bias, float* y, int64_t M) {
+  const BlockWeights b = block_weights(w);
+  const int64_t K = w.cols, N = w.rows, B = kBlockActs, S = b.spec.sub;
+  std::vector<int8_t> xq(M * K);             // [M, K]
+  std::vector<float> xd(M * (K / B));        // [M, K / 32]
+  std::vector<int32_t> xs(M * (K / S));      // [M, K / S]
+  ctx.pool->parallel_for(M, [&](int64_t m0, int64_t m1) {
+    ctx.k->quantize_acts_block(x + m0 * K, m1 - m0, K, B, S, xq.data() + m0 * K, xd.data() + m0 * (K / B),
+                               xs.data() + m0 * (K / S));
+  });
+  const BlockActs a{xq.data(), xd.data(), xs.data(), M};
+  // Threads split the weight in whole panels, each one contiguous stream (as for Q8_G128 / Q4_G128).
+  ctx.pool->parallel_for_grain(b.n_tiles, kQPanel, [&](int64_t t0, int64_t t1) {
+    ctx.k->gemm_block(a, b, y, t0, t1);
+    if (bias == nullptr) return;
+    const int64_t n0 = t0 * kQTile, n1 = std::min(N, t1 * kQTile);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = n0; n < n1; ++n) y[m * N + n] += bias[n];
+  });
+}
+
+}  // namespace blockspec

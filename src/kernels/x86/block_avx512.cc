@@ -1,0 +1,210 @@
+// AVX-512 VNNI GEMM for the GGUF block formats (layout and exact arithmetic: kernels/block_layout.h).
+//
+// Micro-kernel: T tiles of one panel (16 rows each, one zmm of int32 lanes: lane r is row r) times MB
+// activation rows. Per input quad it builds each tile's 16 x 4 unsigned codes (one 64-byte lo line, nibble
+// split, plus the hi plane's bits for 5- and 6-bit codes) and issues vpdpbusd against the broadcast 4 int8
+// activation codes of each row: codes unsigned, activations signed, so no offset correction. At each
+// sub-block end the int32 sum is corrected by zero * X and scaled by the integer sub-block scale (vpmulld);
+// at each end of 32 inputs (one activation scale) it is converted and folded into f32 with d * dx (and
+// dm * dx for the min term). Every lane visits its inputs in order, so each output follows the scalar twin's
+// sequence exactly.
+//
+// GCC 12 warns falsely inside its own avx512fintrin.h (_mm512_undefined_ps).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "base/error.h"
+#include "kernels/kernel_table.h"
+
+#define BS_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
+
+namespace blockspec {
+
+namespace {
+
+constexpr int kMaxT = kQPanel;
+constexpr int kMaxMB = 4;
+
+BS_VNNI inline __m512i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// acc += u8(a) . s8(b) per 4 bytes (inline asm: see quant_avx512.cc for why).
+BS_VNNI inline __m512i dpbusd(__m512i acc, __m512i a_u8, __m512i b_s8) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a_u8), "v"(b_s8));
+  return acc;
+}
+
+// Compile-time description of one format (tensor/block_quant.h).
+template <int B_, int S_, int BITS_, int Z_, bool SC_, bool MIN_>
+struct Fmt {
+  static constexpr int B = B_, S = S_, BITS = BITS_, Z = Z_;
+  static constexpr bool SC = SC_, MIN = MIN_;
+  static constexpr int64_t LO = BITS == 8 ? B * 16 : B * 8;
+  static constexpr int64_t HI = BITS == 5 ? B * 2 : BITS == 6 ? B * 4 : 0;
+  static constexpr int64_t SCB = SC ? B / S * 16 : 0;
+  static constexpr int64_t MCB = SC && MIN ? B / S * 16 : 0;
+  static constexpr int64_t REC = LO + HI + SCB + MCB + (MIN ? 64 : 32);
+};
+
+// The 16 x 4 unsigned codes of quad q (inputs 4q..4q+3 of the block) of one record.
+template <class F>
+BS_VNNI inline __m512i codes(const uint8_t* rec, int q) {
+  if constexpr (F::BITS == 8) {
+    return _mm512_loadu_si512(rec + q * 64);
+  } else {
+    const __m512i v = _mm512_loadu_si512(rec + (q / 2) * 64), low4 = _mm512_set1_epi8(0x0F);
+    __m512i u = (q % 2) == 0 ? _mm512_and_si512(v, low4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+    if constexpr (F::BITS == 5) {
+      const __m512i h = _mm512_loadu_si512(rec + F::LO + (q / 8) * 64);
+      const int c = q % 8;  // bit c of each byte -> bit 4
+      const __m512i hb = c <= 4 ? _mm512_slli_epi32(h, 4 - c) : _mm512_srli_epi32(h, c - 4);
+      u = _mm512_or_si512(u, _mm512_and_si512(hb, _mm512_set1_epi8(0x10)));
+    } else if constexpr (F::BITS == 6) {
+      const __m512i h = _mm512_loadu_si512(rec + F::LO + (q / 4) * 64);
+      const int c = 2 * (q % 4);  // bits c, c+1 of each byte -> bits 4, 5
+      const __m512i hb = c <= 4 ? _mm512_slli_epi32(h, 4 - c) : _mm512_srli_epi32(h, c - 4);
+      u = _mm512_or_si512(u, _mm512_and_si512(hb, _mm512_set1_epi8(0x30)));
+    }
+    return u;
+  }
+}
+
+template <class F, int T, int MB>
+BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0) {
+  constexpr int NA = F::B / kBlockActs, SPA = kBlockActs / F::S, QPS = F::S / 4;  // act blocks per block, ...
+  const int64_t K = w.K, nb = w.n_blocks, KS = K / F::S, KA = K / kBlockActs;
+  const uint8_t* panel = w.record(tile, 0);  // records (s, t) at panel + (s * T + t) * REC
+  alignas(64) float facc[T][MB][kQTile] = {};
+  asm volatile("" : : "r"(&facc[0][0][0]) : "memory");
+  for (int64_t s = 0; s < nb; ++s) {
+    const uint8_t* rec0 = panel + s * T * F::REC;
+    __m512 d[T], dm[T];
+    #pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* r = rec0 + t * F::REC + F::LO + F::HI + F::SCB + F::MCB;
+      d[t] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r)));
+      dm[t] = F::MIN ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 32))) : _mm512_setzero_ps();
+    }
+    #pragma GCC unroll 8
+    for (int ab = 0; ab < NA; ++ab) {
+      __m512i si[T][MB], mi[T][MB];
+      #pragma GCC unroll 2
+      for (int jj = 0; jj < SPA; ++jj) {
+        const int j = ab * SPA + jj;  // sub-block of the block
+        __m512i acc[T][MB];
+        #pragma GCC unroll 16
+        for (int t = 0; t < T; ++t)
+          #pragma GCC unroll 16
+          for (int m = 0; m < MB; ++m) acc[t][m] = _mm512_setzero_si512();
+        #pragma GCC unroll 8
+        for (int qq = 0; qq < QPS; ++qq) {
+          const int q = j * QPS + qq;
+          __m512i u[T];
+          #pragma GCC unroll 16
+          for (int t = 0; t < T; ++t) u[t] = codes<F>(rec0 + t * F::REC, q);
+          #pragma GCC unroll 16
+          for (int m = 0; m < MB; ++m) {
+            const __m512i b = bcast4(a.q + (m0 + m) * K + s * F::B + q * 4);
+            #pragma GCC unroll 16
+            for (int t = 0; t < T; ++t) acc[t][m] = dpbusd(acc[t][m], u[t], b);
+          }
+        }
+        #pragma GCC unroll 16
+        for (int m = 0; m < MB; ++m) {
+          const int32_t X = a.sums[(m0 + m) * KS + s * (F::B / F::S) + j];
+          const __m512i vx = _mm512_set1_epi32(X);
+          #pragma GCC unroll 16
+          for (int t = 0; t < T; ++t) {
+            __m512i I = acc[t][m];
+            if constexpr (F::Z != 0) I = _mm512_sub_epi32(I, _mm512_set1_epi32(F::Z * X));
+            __m512i sI = I, mX = vx;
+            if constexpr (F::SC) {
+              const uint8_t* r = rec0 + t * F::REC + F::LO + F::HI;
+              const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + j * 16)));
+              sI = _mm512_mullo_epi32(I, sc);
+              if constexpr (F::MIN)
+                mX = _mm512_mullo_epi32(
+                    _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + F::SCB + j * 16))), vx);
+            }
+            si[t][m] = jj == 0 ? sI : _mm512_add_epi32(si[t][m], sI);
+            if constexpr (F::MIN) mi[t][m] = jj == 0 ? mX : _mm512_add_epi32(mi[t][m], mX);
+          }
+        }
+      }
+      #pragma GCC unroll 16
+      for (int m = 0; m < MB; ++m) {
+        const __m512 dx = _mm512_set1_ps(a.d[(m0 + m) * KA + s * NA + ab]);
+        #pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) {
+          __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si[t][m]), _mm512_mul_ps(d[t], dx), _mm512_load_ps(facc[t][m]));
+          if constexpr (F::MIN) f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi[t][m]), _mm512_mul_ps(dm[t], dx), f);
+          _mm512_store_ps(facc[t][m], f);
+        }
+      }
+    }
+  }
+  #pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) {
+    const int64_t n = (tile + t) * kQTile;
+    const int64_t valid = std::min<int64_t>(kQTile, w.N - n);
+    const __mmask16 mk = static_cast<__mmask16>((1u << valid) - 1u);
+    #pragma GCC unroll 16
+    for (int m = 0; m < MB; ++m) _mm512_mask_storeu_ps(y + (m0 + m) * w.N + n, mk, _mm512_load_ps(facc[t][m]));
+  }
+}
+
+using MicroFn = void (*)(const BlockActs&, const BlockWeights&, float*, int64_t, int64_t);
+
+template <class F, int T, int... MB>
+constexpr std::array<MicroFn, kMaxMB> row_of(std::integer_sequence<int, MB...>) {
+  return {&micro<F, T, MB + 1>...};
+}
+
+template <class F, int... T>
+constexpr std::array<std::array<MicroFn, kMaxMB>, kMaxT> table_of(std::integer_sequence<int, T...>) {
+  return {row_of<F, T + 1>(std::make_integer_sequence<int, kMaxMB>())...};
+}
+
+template <class F>
+BS_VNNI void gemm_impl(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) {
+  constexpr auto table = table_of<F>(std::make_integer_sequence<int, kMaxT>());
+  BS_ASSERT(F::REC == w.record_bytes(), "record size of ", weight_format_name(w.format));
+  BS_ASSERT(tile0 % kQPanel == 0 && (tile1 % kQPanel == 0 || tile1 == w.n_tiles), "tiles ", tile0, "..", tile1);
+  for (int64_t tile = tile0; tile < tile1; tile += kMaxT) {
+    const int64_t T = w.panel_tiles(tile);
+    for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMB) {
+      const int64_t MB = std::min<int64_t>(kMaxMB, a.M - m0);
+      table[T - 1][MB - 1](a, w, y, tile, m0);
+    }
+  }
+}
+
+}  // namespace
+
+BS_VNNI void gemm_block_avx512vnni(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) {
+  //                                          B    S  bits zero  sc     min
+  switch (w.format) {
+    case WeightFormat::kQ4_0: return gemm_impl<Fmt<32, 32, 4, 8, false, false>>(a, w, y, tile0, tile1);
+    case WeightFormat::kQ4_1: return gemm_impl<Fmt<32, 32, 4, 0, false, true>>(a, w, y, tile0, tile1);
+    case WeightFormat::kQ5_0: return gemm_impl<Fmt<32, 32, 5, 16, false, false>>(a, w, y, tile0, tile1);
+    case WeightFormat::kQ5_1: return gemm_impl<Fmt<32, 32, 5, 0, false, true>>(a, w, y, tile0, tile1);
+    case WeightFormat::kQ8_0: return gemm_impl<Fmt<32, 32, 8, 128, false, false>>(a, w, y, tile0, tile1);
+    case WeightFormat::kQ2_K: return gemm_impl<Fmt<256, 16, 2, 0, true, true>>(a, w, y, tile0, tile1);
+    case WeightFormat::kQ3_K: return gemm_impl<Fmt<256, 16, 3, 4, true, false>>(a, w, y, tile0, tile1);
+    case WeightFormat::kQ4_K: return gemm_impl<Fmt<256, 32, 4, 0, true, true>>(a, w, y, tile0, tile1);
+    case WeightFormat::kQ5_K: return gemm_impl<Fmt<256, 32, 5, 0, true, true>>(a, w, y, tile0, tile1);
+    case WeightFormat::kQ6_K: return gemm_impl<Fmt<256, 16, 6, 32, true, false>>(a, w, y, tile0, tile1);
+    default: BS_ASSERT(false, "gemm_block of ", weight_format_name(w.format));
+  }
+}
+
+}  // namespace blockspec

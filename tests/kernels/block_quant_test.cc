@@ -1,0 +1,172 @@
+// GGUF block formats in the kernels (kernels/block_layout.h): packing keeps every value (bitwise against the
+// format's value definition), every ISA's GEMM equals the scalar twin bit for bit over odd shapes, M and
+// thread splits, and the GEMM is the dot product of the dequantized weights with the int8 activations.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "base/error.h"
+#include "kernels/block_layout.h"
+#include "kernels/block_quant.h"
+#include "kernels/kernel_table.h"
+#include "kernels/quant.h"
+#include "kernels/quant_rows.h"
+#include "tensor/dtype.h"
+#include "randv.h"
+
+namespace blockspec {
+namespace {
+
+const WeightFormat kFormats[] = {WeightFormat::kQ4_0, WeightFormat::kQ4_1, WeightFormat::kQ5_0, WeightFormat::kQ5_1,
+                                 WeightFormat::kQ8_0, WeightFormat::kQ2_K, WeightFormat::kQ3_K, WeightFormat::kQ4_K,
+                                 WeightFormat::kQ5_K, WeightFormat::kQ6_K};
+
+// Random blocks within each field's range: [N, K / B] in (row, block) order.
+std::vector<QBlock> random_blocks(WeightFormat f, int64_t N, int64_t K, uint32_t seed) {
+  const BlockQuantSpec& s = block_spec(f);
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int> code(0, (1 << s.bits) - 1), byte(0, 255), small(0, 63);
+  std::uniform_real_distribution<float> mag(0.001f, 0.05f);
+  std::vector<QBlock> v(N * (K / s.block));
+  for (QBlock& b : v) {
+    b.d = f32_to_f16(mag(g));
+    b.dm = s.has_min ? f32_to_f16((f == WeightFormat::kQ4_1 || f == WeightFormat::kQ5_1 ? 1.f : -1.f) * mag(g)) : 0;
+    for (int j = 0; j < s.subs() && s.has_scale; ++j) {
+      b.sc[j] = static_cast<int8_t>(f == WeightFormat::kQ6_K   ? byte(g) - 128
+                                    : f == WeightFormat::kQ3_K ? small(g) - 32
+                                    : f == WeightFormat::kQ2_K ? small(g) % 16
+                                                               : small(g));
+      if (s.has_min) b.mc[j] = static_cast<uint8_t>(f == WeightFormat::kQ2_K ? small(g) % 16 : small(g));
+    }
+    for (int k = 0; k < s.block; ++k) b.u[k] = static_cast<uint8_t>(code(g));
+  }
+  return v;
+}
+
+QuantTensor pack(const OpContext& ctx, WeightFormat f, int64_t N, int64_t K, const std::vector<QBlock>& blocks) {
+  const int64_t nb = K / block_spec(f).block;
+  // Small chunks, so the chunked path is exercised too.
+  return make_block_weight(ctx, f, N, K, [&](int64_t r0, int64_t r1, QBlock* out) {
+    std::copy(blocks.begin() + r0 * nb, blocks.begin() + r1 * nb, out);
+  }, 16);
+}
+
+struct Fixture {
+  KernelTable ref = select_kernels("ref");
+  ThreadPool pool{2};
+  OpContext ref_ctx{&ref, &pool};
+};
+
+int64_t k_of(WeightFormat f) { return block_spec(f).block == 256 ? 768 : 576; }
+
+TEST(BlockQuant, PackingKeepsEveryValue) {
+  Fixture fx;
+  const int64_t N = 37;
+  const int64_t file_bytes[] = {18, 20, 22, 24, 34, 84, 110, 144, 176, 210};  // per block, ggml-common.h
+  for (size_t fi = 0; fi < std::size(kFormats); ++fi) {
+    const WeightFormat f = kFormats[fi];
+    const BlockQuantSpec& s = block_spec(f);
+    const int64_t K = k_of(f), nb = K / s.block;
+    const auto blocks = random_blocks(f, N, K, 7);
+    const QuantTensor q = pack(fx.ref_ctx, f, N, K, blocks);
+    const Tensor d = dequantize_weight(q);
+    std::vector<float> want(s.block), row(K);
+    std::vector<int32_t> ids(N);
+    for (int64_t n = 0; n < N; ++n) ids[n] = static_cast<int32_t>(n);
+    std::vector<float> rows(N * K);
+    dequantize_rows(q, ids.data(), N, rows.data());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t b = 0; b < nb; ++b) {
+        qblock_values(s, blocks[n * nb + b], want.data());
+        for (int64_t k = 0; k < s.block; ++k) {
+          const float got = d.ptr<float>()[n * K + b * s.block + k];
+          ASSERT_EQ(std::memcmp(&got, &want[k], 4), 0) << weight_format_name(f) << " n=" << n << " k=" << b * s.block + k;
+          ASSERT_EQ(std::memcmp(&rows[n * K + b * s.block + k], &want[k], 4), 0) << weight_format_name(f);
+        }
+      }
+    // The record layout is as large as the file's blocks (K-quants with scale/min pairs: 4 bytes per row more;
+    // Q2_K / Q3_K codes take a nibble).
+    const int64_t fb = file_bytes[fi];
+    const int64_t per_row = q.data.nbytes() / (q_tiles(N) * kQTile) / nb;
+    if (s.bits >= 4) EXPECT_LE(per_row, fb + (s.has_scale && s.has_min ? 4 : 0)) << weight_format_name(f);
+  }
+}
+
+TEST(BlockQuant, EveryIsaMatchesTheScalarTwinBitwise) {
+  Fixture fx;
+  for (const std::string& isa : available_isas()) {
+    if (isa == "ref") continue;
+    KernelTable kt = select_kernels(isa);
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      OpContext ctx{&kt, &pool};
+      for (WeightFormat f : kFormats) {
+        for (int64_t N : {5, 16, 70, 131}) {
+          const int64_t K = N == 70 ? block_spec(f).block : k_of(f);
+          const QuantTensor q = pack(fx.ref_ctx, f, N, K, random_blocks(f, N, K, static_cast<uint32_t>(N)));
+          for (int64_t M : {1, 2, 3, 4, 5, 9}) {
+            auto x = randv(M * K, static_cast<uint32_t>(M + 100), 1.f);
+            if (M > 2) x[K + 3] = 40.f;  // an outlier in row 1
+            std::vector<float> bias = randv(N, 3, 0.1f), y(M * N), yr(M * N);
+            linear(ctx, x.data(), q, bias.data(), y.data(), M);
+            linear(fx.ref_ctx, x.data(), q, bias.data(), yr.data(), M);
+            ASSERT_EQ(std::memcmp(y.data(), yr.data(), y.size() * 4), 0)
+                << isa << " " << weight_format_name(f) << " N=" << N << " K=" << K << " M=" << M << " t=" << threads;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(BlockQuant, GemmIsTheDotOfDequantizedWeightsAndInt8Activations) {
+  Fixture fx;
+  const int64_t N = 21, M = 3;
+  for (WeightFormat f : kFormats) {
+    const BlockQuantSpec& s = block_spec(f);
+    const int64_t K = k_of(f), B = kBlockActs;
+    const QuantTensor q = pack(fx.ref_ctx, f, N, K, random_blocks(f, N, K, 11));
+    const Tensor w = dequantize_weight(q);
+    const auto x = randv(M * K, 5, 1.f);
+    std::vector<float> y(M * N);
+    linear(fx.ref_ctx, x.data(), q, nullptr, y.data(), M);
+    // The activations as the kernel sees them: per block of 32, dx = amax / 127, codes rounded half to even.
+    std::vector<double> xd(M * K);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t b = 0; b < K / B; ++b) {
+        float amax = 0.f;
+        for (int64_t k = b * B; k < (b + 1) * B; ++k) amax = std::max(amax, std::fabs(x[m * K + k]));
+        for (int64_t k = b * B; k < (b + 1) * B; ++k)
+          xd[m * K + k] = std::nearbyint(x[m * K + k] * (127.f / amax)) * static_cast<double>(amax / 127.f);
+      }
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double ref = 0, mag = 0, exact = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double wv = w.ptr<float>()[n * K + k];
+          ref += wv * xd[m * K + k];
+          exact += wv * x[m * K + k];
+          mag += std::fabs(wv * xd[m * K + k]);
+        }
+        // f32 rounding of the per-block terms only.
+        EXPECT_NEAR(y[m * N + n], ref, 1e-5 * mag + 1e-6) << weight_format_name(f) << " m=" << m << " n=" << n;
+        // and int8 activation rounding: |dx| / 2 per input at most.
+        EXPECT_NEAR(y[m * N + n], exact, 0.03 * mag + 1e-4) << weight_format_name(f);
+      }
+  }
+}
+
+TEST(BlockQuant, RefusesWhatItCannotHold) {
+  Fixture fx;
+  EXPECT_THROW(make_block_weight(fx.ref_ctx, WeightFormat::kQ4_K, 4, 300, [](int64_t, int64_t, QBlock*) {}), Error);
+  EXPECT_THROW(make_weight(fx.ref_ctx, Tensor(DType::kF32, {4, 256}), WeightFormat::kQ4_K), Error);
+  QBlock bad;
+  bad.u[0] = 16;  // a 5-bit code in a 4-bit format
+  EXPECT_THROW(make_block_weight(fx.ref_ctx, WeightFormat::kQ4_0, 1, 32,
+                                 [&](int64_t, int64_t, QBlock* out) { out[0] = bad; }),
+               Error);
+}
+
+}  // namespace
+}  // namespace blockspec

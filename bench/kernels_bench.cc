@@ -24,6 +24,7 @@
 #include <random>
 #include <tuple>
 
+#include "kernels/block_quant.h"
 #include "kernels/quant.h"
 
 namespace blockspec {
@@ -36,7 +37,9 @@ struct Shape2 {
 constexpr Shape2 kShapes[] = {{"up", 1536, 8960}, {"down", 8960, 1536}, {"qo", 1536, 1536}};
 constexpr WeightFormat kFormats[] = {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kQ8_G128,
                                      WeightFormat::kQ4_G128, WeightFormat::kFP8_E4M3, WeightFormat::kNVFP4,
-                                     WeightFormat::kMXFP4};
+                                     WeightFormat::kMXFP4,    WeightFormat::kQ4_0,  WeightFormat::kQ4_1,
+                                     WeightFormat::kQ8_0,     WeightFormat::kQ4_K,  WeightFormat::kQ5_K,
+                                     WeightFormat::kQ6_K};
 
 Tensor random_weight(int64_t N, int64_t K) {
   Tensor w(DType::kF32, {N, K});
@@ -45,6 +48,25 @@ Tensor random_weight(int64_t N, int64_t K) {
   float* p = w.mutable_ptr<float>();
   for (int64_t i = 0; i < N * K; ++i) p[i] = d(g);
   return w;
+}
+
+// Random GGUF blocks (every field within its range) for the block formats.
+QuantTensor random_block_weight(const OpContext& ctx, WeightFormat fmt, int64_t N, int64_t K) {
+  const BlockQuantSpec& sp = block_spec(fmt);
+  std::mt19937 g(1);
+  std::uniform_int_distribution<int> code(0, (1 << sp.bits) - 1), small(0, 63);
+  return make_block_weight(ctx, fmt, N, K, [&](int64_t r0, int64_t r1, QBlock* out) {
+    for (int64_t i = 0; i < (r1 - r0) * (K / sp.block); ++i) {
+      QBlock& b = out[i];
+      b.d = f32_to_f16(0.001f);
+      b.dm = f32_to_f16(-0.001f);
+      for (int j = 0; j < sp.subs(); ++j) {
+        b.sc[j] = static_cast<int8_t>(small(g) % (sp.bits == 2 ? 16 : 32));
+        b.mc[j] = static_cast<uint8_t>(small(g) % 16);
+      }
+      for (int k = 0; k < sp.block; ++k) b.u[k] = static_cast<uint8_t>(code(g));
+    }
+  });
 }
 
 // BLOCKSPEC_ISA=ref|avx2|avx512 forces a kernel level, as in the CLI.
@@ -82,7 +104,8 @@ class WeightCache {
     KernelTable kt = bench_kernels();
     ThreadPool pool(0);
     OpContext ctx{&kt, &pool};
-    std::vector<QuantTensor> copies{make_weight(ctx, random_weight(s.N, s.K), fmt)};
+    std::vector<QuantTensor> copies{is_block_format(fmt) ? random_block_weight(ctx, fmt, s.N, s.K)
+                                                         : make_weight(ctx, random_weight(s.N, s.K), fmt)};
     const size_t n_copies = std::max<size_t>(1, (rotation_bytes() + copies[0].nbytes() - 1) / copies[0].nbytes());
     while (copies.size() < n_copies) {
       QuantTensor c = copies[0];

@@ -16,11 +16,12 @@
 // so a record is as large as the file's 16 blocks, or for Q4_K / Q5_K 4 bytes per row more (the 6-bit
 // scale/min pairs unpacked to bytes), and Q2_K / Q3_K codes take a nibble (2.6 -> 4.6 bits per weight).
 //
-// Activations x [M, K] f32 are quantized per row and block of 32 inputs (kBlockActs; llama.cpp's Q8_0 / Q8_1
-// for the 32-blocks; its Q8_K uses one scale per 256, which Qwen2.5's outlier channels make too coarse: KL 0.0196
-// against 0.0029 at 32 on Qwen2.5-Coder-1.5B Q4_K_M over 1,024 tokens): dx = amax / 127, code =
-// round_half_even(x * (127 / amax)) in [-127, 127] as int8 (an all-zero block has dx 0, codes 0), with X = the
-// sum of the codes of each weight sub-block of S inputs (S = 16 or 32 divides 32).
+// Activations x [M, K] f32 are quantized per row and block of 32 inputs (block_act_size; llama.cpp's Q8_0 /
+// Q8_1 for the 32-blocks; for the K-quants its Q8_K uses one scale per 256, which Qwen2.5's outlier channels make
+// too coarse: KL against the f32-decoded file on Qwen2.5-Coder-1.5B Q4_K_M over 1,024 tokens of tinyshakespeare,
+// `blockspec eval`, 0.0196 at 256, 0.0074 at 128, 0.0014 at 32, and at 32 the AVX-512 decode was 11% slower than
+// at 128): dx = amax / 127, code = round_half_even(x * (127 / amax)) in [-127, 127] as int8 (an all-zero block
+// has dx 0, codes 0), with X = the sum of the codes of each weight sub-block of S inputs (S = 16 or 32).
 //
 // Per output (m, n), exact sequence (every ISA performs exactly these operations, so outputs are bitwise equal
 // to the scalar twin and independent of M, register blocking and thread split):
@@ -43,7 +44,9 @@
 
 namespace blockspec {
 
-inline constexpr int64_t kBlockActs = 32;  // inputs per activation scale
+inline constexpr int64_t kKQuantActs = 32;  // inputs per activation scale of the K-quants (super-blocks of 256)
+// Inputs per activation scale for a weight block of B inputs: 32 for the 32-blocks, kKQuantActs for the K-quants.
+inline constexpr int64_t block_act_size(int64_t B) { return B == 256 ? kKQuantActs : 32; }
 
 // Quantized activations of a block-format GEMM: q [M, K] int8, d [M, K / 32] f32, sums [M, K / S] int32.
 struct BlockActs {

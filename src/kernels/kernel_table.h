@@ -54,7 +54,7 @@ struct KernelTable {
   // Weight-only FP8 / NVFP4 / MXFP4 (kernels/fp_formats.h): y[m, n] for m < M, n in [n0, n1); x [M, K] f32.
   void (*gemm_fp)(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1) = nullptr;
   // GGUF block formats (kernels/block_layout.h): activations x [M, K] f32 -> q [M, K] int8, d [M, K / B] f32 per
-  // block of B (= kBlockActs) inputs, sums [M, K / S] int32 per sub-block of S; then y[m, n] for m < a.M and rows n of tiles
+  // block of B (= block_act_size) inputs, sums [M, K / S] int32 per sub-block of S; then y[m, n] for m < a.M and rows n of tiles
   // [tile0, tile1) (clipped to N; tile0 a multiple of kQPanel, tile1 too or n_tiles), y: [M, N].
   void (*quantize_acts_block)(const float* x, int64_t M, int64_t K, int B, int S, int8_t* q, float* d,
                               int32_t* sums) = nullptr;

@@ -33,7 +33,7 @@ void quantize_acts_block_ref(const float* x, int64_t M, int64_t K, int B, int S,
 
 void gemm_block_ref(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) {
   const BlockQuantSpec& sp = w.spec;
-  const int64_t K = w.K, B = sp.block, S = sp.sub, A = kBlockActs, n_end = std::min(tile1 * kQTile, w.N);
+  const int64_t K = w.K, B = sp.block, S = sp.sub, A = block_act_size(B), n_end = std::min(tile1 * kQTile, w.N);
   for (int64_t m = 0; m < a.M; ++m) {
     const int8_t* xq = a.q + m * K;  // [K]
     for (int64_t n = tile0 * kQTile; n < n_end; ++n) {

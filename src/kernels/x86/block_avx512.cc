@@ -63,16 +63,17 @@ BS_VNNI inline __m512i codes(const uint8_t* rec, int q) {
   } else {
     const __m512i v = _mm512_loadu_si512(rec + (q / 2) * 64), low4 = _mm512_set1_epi8(0x0F);
     __m512i u = (q % 2) == 0 ? _mm512_and_si512(v, low4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+    // u | (hb & mask) in one vpternlogd (0xF8: a | (b & c)).
     if constexpr (F::BITS == 5) {
       const __m512i h = _mm512_loadu_si512(rec + F::LO + (q / 8) * 64);
       const int c = q % 8;  // bit c of each byte -> bit 4
-      const __m512i hb = c <= 4 ? _mm512_slli_epi32(h, 4 - c) : _mm512_srli_epi32(h, c - 4);
-      u = _mm512_or_si512(u, _mm512_and_si512(hb, _mm512_set1_epi8(0x10)));
+      const __m512i hb = c == 4 ? h : c < 4 ? _mm512_slli_epi32(h, 4 - c) : _mm512_srli_epi32(h, c - 4);
+      u = _mm512_ternarylogic_epi32(u, hb, _mm512_set1_epi8(0x10), 0xF8);
     } else if constexpr (F::BITS == 6) {
       const __m512i h = _mm512_loadu_si512(rec + F::LO + (q / 4) * 64);
       const int c = 2 * (q % 4);  // bits c, c+1 of each byte -> bits 4, 5
-      const __m512i hb = c <= 4 ? _mm512_slli_epi32(h, 4 - c) : _mm512_srli_epi32(h, c - 4);
-      u = _mm512_or_si512(u, _mm512_and_si512(hb, _mm512_set1_epi8(0x30)));
+      const __m512i hb = c == 4 ? h : c < 4 ? _mm512_slli_epi32(h, 4 - c) : _mm512_srli_epi32(h, c - 4);
+      u = _mm512_ternarylogic_epi32(u, hb, _mm512_set1_epi8(0x30), 0xF8);
     }
     return u;
   }
@@ -80,11 +81,19 @@ BS_VNNI inline __m512i codes(const uint8_t* rec, int q) {
 
 template <class F, int T, int MB>
 BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0) {
-  constexpr int NA = F::B / kBlockActs, SPA = kBlockActs / F::S, QPS = F::S / 4;  // act blocks per block, ...
-  const int64_t K = w.K, nb = w.n_blocks, KS = K / F::S, KA = K / kBlockActs;
+  constexpr int A = block_act_size(F::B), NA = F::B / A, SPA = A / F::S, QPS = F::S / 4;  // act blocks per block, ...
+  const int64_t K = w.K, nb = w.n_blocks, KS = K / F::S, KA = K / A;
   const uint8_t* panel = w.record(tile, 0);  // records (s, t) at panel + (s * T + t) * REC
   alignas(64) float facc[T][MB][kQTile] = {};
   asm volatile("" : : "r"(&facc[0][0][0]) : "memory");
+  const int8_t* xq[MB];   // row m's codes, sums and scales, advanced block by block
+  const int32_t* xs[MB];
+  const float* xd[MB];
+  for (int m = 0; m < MB; ++m) {
+    xq[m] = a.q + (m0 + m) * K;
+    xs[m] = a.sums + (m0 + m) * KS;
+    xd[m] = a.d + (m0 + m) * KA;
+  }
   for (int64_t s = 0; s < nb; ++s) {
     const uint8_t* rec0 = panel + s * T * F::REC;
     __m512 d[T], dm[T];
@@ -113,14 +122,14 @@ BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
           for (int t = 0; t < T; ++t) u[t] = codes<F>(rec0 + t * F::REC, q);
           #pragma GCC unroll 16
           for (int m = 0; m < MB; ++m) {
-            const __m512i b = bcast4(a.q + (m0 + m) * K + s * F::B + q * 4);
+            const __m512i b = bcast4(xq[m] + q * 4);
             #pragma GCC unroll 16
             for (int t = 0; t < T; ++t) acc[t][m] = dpbusd(acc[t][m], u[t], b);
           }
         }
         #pragma GCC unroll 16
         for (int m = 0; m < MB; ++m) {
-          const int32_t X = a.sums[(m0 + m) * KS + s * (F::B / F::S) + j];
+          const int32_t X = xs[m][j];
           const __m512i vx = _mm512_set1_epi32(X);
           #pragma GCC unroll 16
           for (int t = 0; t < T; ++t) {
@@ -142,7 +151,7 @@ BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
       }
       #pragma GCC unroll 16
       for (int m = 0; m < MB; ++m) {
-        const __m512 dx = _mm512_set1_ps(a.d[(m0 + m) * KA + s * NA + ab]);
+        const __m512 dx = _mm512_set1_ps(xd[m][ab]);
         #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
           __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si[t][m]), _mm512_mul_ps(d[t], dx), _mm512_load_ps(facc[t][m]));
@@ -150,6 +159,11 @@ BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
           _mm512_store_ps(facc[t][m], f);
         }
       }
+    }
+    for (int m = 0; m < MB; ++m) {
+      xq[m] += F::B;
+      xs[m] += F::B / F::S;
+      xd[m] += NA;
     }
   }
   #pragma GCC unroll 16

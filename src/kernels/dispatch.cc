@@ -60,6 +60,9 @@ KernelTable select_kernels(const std::string& name) {
     t.gemm_q4g128 = gemm_q4g128_avx2;
     t.gemm_q8g128_wo = gemm_q8g128_wo_avx2;
     t.gemm_q4g128_wo = gemm_q4g128_wo_avx2;
+    // No AVX2 block-format GEMM yet: the scalar twin would be ~50x slower than a q8 re-pack, so the loader
+    // re-packs GGUF blocks to q8 where gemm_block is nullptr (model/weight_loader.h); VNNI sets it below.
+    t.gemm_block = nullptr;
   }
   if (pick == "avx512") {
     t.matmul_f32 = matmul_f32_avx512;

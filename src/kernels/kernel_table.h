@@ -58,6 +58,8 @@ struct KernelTable {
   // [tile0, tile1) (clipped to N; tile0 a multiple of kQPanel, tile1 too or n_tiles), y: [M, N].
   void (*quantize_acts_block)(const float* x, int64_t M, int64_t K, int B, int S, int8_t* q, float* d,
                               int32_t* sums) = nullptr;
+  // nullptr where this ISA has no fast kernel (AVX2 and AVX-512 without VNNI, for now): GGUF blocks then load
+  // re-packed as q8 (model/weight_loader.h), as they did before this kernel existed.
   void (*gemm_block)(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) = nullptr;
   // Gated DeltaNet recurrence of one value head over T tokens (kernels/gdn_kernel.h).
   void (*gdn_recurrent)(const GdnHead& h) = nullptr;

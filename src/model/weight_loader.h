@@ -28,6 +28,7 @@ struct WeightLoader {
   std::map<std::string, int> formats_used;
   int64_t done = 0, total = 0;
   bool tty = false;
+  bool block_fallback = false;
 
   void check(const std::string& name, const Shape& shape) const {
     if (!src.has(name))
@@ -58,12 +59,21 @@ struct WeightLoader {
     return src.has_fp_native(name) && (!opts.format || *opts.format == src.natural_format(name));
   }
   // GGUF blocks likewise load as stored (kernels/block_quant.h) unless opts.format asks for another format.
-  bool block_native(const std::string& name) const {
-    return src.has_blocks(name) && (!opts.format || *opts.format == src.natural_format(name));
+  // Where the kernels have no block GEMM (KernelTable::gemm_block nullptr: AVX2 for now) they are re-packed as
+  // q8 instead, the default before the block kernels existed; block_fallback records it for one log line.
+  bool block_native(const std::string& name) {
+    if (!src.has_blocks(name) || (opts.format && *opts.format != src.natural_format(name))) return false;
+    if (ctx.k->gemm_block == nullptr) block_fallback = true;
+    return ctx.k->gemm_block != nullptr;
+  }
+  WeightFormat format_of(const std::string& name) {
+    if (opts.format) return *opts.format;
+    if (src.has_blocks(name) && !block_native(name)) return WeightFormat::kQ8_G128;
+    return src.natural_format(name);
   }
   QuantTensor matrix(const std::string& name, const Shape& shape) {
     check(name, shape);
-    WeightFormat f = opts.format.value_or(src.natural_format(name));
+    const WeightFormat f = format_of(name);
     if (block_native(name)) {
       QuantTensor q = make_block_weight(ctx, f, shape[0], shape[1], [&](int64_t r0, int64_t r1, QBlock* out) {
         src.load_blocks(name, r0, r1, out);
@@ -120,7 +130,7 @@ struct WeightLoader {
     int n_native = 0, n_act_int8 = 0, n_fp = 0, n_blocks = 0;
     for (const auto& [name, shape] : parts) {
       check(name, shape);
-      fmts.push_back(opts.format.value_or(src.natural_format(name)));
+      fmts.push_back(format_of(name));
       n_native += native(name) ? 1 : 0;
       n_act_int8 += native(name) && src.native_act_int8(name) ? 1 : 0;
       n_fp += fp_native(name) ? 1 : 0;

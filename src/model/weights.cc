@@ -113,10 +113,16 @@ ModelWeights load_weights(const WeightSource& src, const ModelConfig& c, const W
                           const OpContext& ctx) {
   WeightLoader L{src, opts, ctx, {}, 0, 0, false};
   L.tty = opts.progress && ::isatty(2);
-  if (c.is_hybrid()) {
-    ModelWeights w = load_hybrid_weights(L, c);
+  auto finish = [&](ModelWeights& w) {
     for (const auto& [f, n] : L.formats_used)
       w.format_summary += (w.format_summary.empty() ? "" : ", ") + f + " (" + std::to_string(n) + ")";
+    if (L.block_fallback)
+      std::fprintf(stderr, "%s: the %s kernels have no GGUF block-format GEMM yet: its blocks are re-packed as q8\n",
+                   src.path().c_str(), ctx.k->isa);
+  };
+  if (c.is_hybrid()) {
+    ModelWeights w = load_hybrid_weights(L, c);
+    finish(w);
     return w;
   }
   const int64_t H = c.hidden_size, hd = c.head_dim, nq = c.n_heads * hd, nkv = c.n_kv_heads * hd;
@@ -135,8 +141,7 @@ ModelWeights load_weights(const WeightSource& src, const ModelConfig& c, const W
   w.layers.resize(c.n_layers);
   for (int64_t i = 0; i < c.n_layers; ++i) w.layers[i] = load_layer(L, hf::target_layer(i), spec);
   load_kv_scales(src, c, w);
-  for (const auto& [f, n] : L.formats_used)
-    w.format_summary += (w.format_summary.empty() ? "" : ", ") + f + " (" + std::to_string(n) + ")";
+  finish(w);
   return w;
 }
 

@@ -172,7 +172,14 @@ void check_native_weights(const std::string& name, const std::vector<std::string
               native->weight_bytes() / 1e6);
 }
 
-TEST(RealModels, SmolLM2DefaultLoadKeepsTheFileValues) { check_native_weights("smollm2", {"q4_1", "q8_0"}); }
+TEST(RealModels, SmolLM2DefaultLoadKeepsTheFileValues) {
+  check_native_weights("smollm2", {"q4_1", "q8_0"});
+  // Kernels without a block GEMM (AVX2) load the blocks re-packed as q8, as before the block kernels.
+  ModelOptions mo;
+  mo.isa = "avx2";
+  auto m = Transformer::load(cache_dir() + "/models/smollm2.gguf", mo);
+  EXPECT_EQ(m->weights().format_summary, "q8 (211)");
+}
 TEST(RealModels, Qwen25Coder15BDefaultLoadKeepsTheFileValues) {
   check_native_weights("qwen2.5-coder-1.5b", {"q4_k", "q6_k"});
 }

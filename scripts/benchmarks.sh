@@ -33,7 +33,7 @@ if [ "$WHAT" = engine ] || [ "$WHAT" = all ]; then
 fi
 
 if [ "$WHAT" = serve ] || [ "$WHAT" = all ]; then
-  # SERVE_WEIGHTS=default serves the GGUF as it loads without --weights (q8).
+  # SERVE_WEIGHTS=default serves the GGUF as it loads without --weights (its blocks as stored).
   WFLAG="--weights ${SERVE_WEIGHTS:-q4}"
   [ "${SERVE_WEIGHTS:-q4}" = default ] && WFLAG=""
   $B serve "$Q" $WFLAG --max-num-seqs 8 --max-model-len 2048 --port 8201 --served-model-name qwen \

@@ -8,6 +8,8 @@
 #include "base/error.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "formats/gguf.h"
+#include "formats/gguf_model.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
 
@@ -58,47 +60,63 @@ int cmd_inspect(const std::vector<std::string>& argv) {
     std::fputs(Args::usage("inspect", "PATH [--json]", kFlags).c_str(), stdout);
     return 0;
   }
-  if (a.positionals().size() != 1) fail("inspect: expected exactly one PATH (a model directory or a .safetensors file)");
+  if (a.positionals().size() != 1) fail("inspect: expected exactly one PATH (a model directory, a .safetensors file or a .gguf file)");
   const std::string path = a.positionals()[0];
   if (!exists(path)) fail(path, ": no such file or directory");
-  SafetensorsCheckpoint ckpt(path);
   nlohmann::json out;
   out["path"] = path;
   nlohmann::json tensors = nlohmann::json::array();
   std::map<std::string, uint64_t> by_dtype;
   uint64_t total = 0, params = 0;
-  for (const auto& name : ckpt.names()) {
-    const SafetensorsEntry& e = ckpt.entry(name);
-    uint64_t bytes = e.end - e.begin;
+  auto add = [&](const std::string& name, const std::string& dtype, const Shape& shape, uint64_t bytes) {
     total += bytes;
-    params += static_cast<uint64_t>(shape_numel(e.shape));
-    by_dtype[dtype_name(e.dtype)] += bytes;
-    tensors.push_back({{"name", name}, {"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"bytes", bytes}});
+    params += static_cast<uint64_t>(shape_numel(shape));
+    by_dtype[dtype] += bytes;
+    tensors.push_back({{"name", name}, {"dtype", dtype}, {"shape", shape}, {"bytes", bytes}});
+  };
+  const std::string gguf = path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0 ? path : "";
+  if (!gguf.empty()) {
+    // A GGUF: tensors in the file's order with their ggml types; the config blockspec derives from its keys.
+    GgufFile f(gguf);
+    for (const auto& t : f.tensors()) add(t.name, ggml_type_name(t.type), t.shape(), t.nbytes);
+    try {
+      out["config"] = config_summary(config_from_gguf(f));
+    } catch (const Error& e) {
+      out["config_error"] = e.what();
+    }
+  } else {
+    SafetensorsCheckpoint ckpt(path);
+    for (const auto& name : ckpt.names()) {
+      const SafetensorsEntry& e = ckpt.entry(name);
+      add(name, dtype_name(e.dtype), e.shape, e.end - e.begin);
+    }
+    if (is_dir(path) && exists(path + "/config.json")) out["config"] = config_summary(load_hf_config(path));
   }
   out["tensors"] = tensors;
   out["n_tensors"] = tensors.size();
   out["total_bytes"] = total;
   out["n_elements"] = params;
   out["bytes_by_dtype"] = by_dtype;
-  const bool have_config = is_dir(path) && exists(path + "/config.json");
-  if (have_config) out["config"] = config_summary(load_hf_config(path));
+  const bool have_config = out.contains("config");
   if (a.has("--json")) {
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
   for (const auto& t : tensors) {
-    std::printf("%-60s %-6s %-20s %12llu\n", t["name"].get<std::string>().c_str(),
+    std::printf("%-60s %-8s %-20s %12llu\n", t["name"].get<std::string>().c_str(),
                 t["dtype"].get<std::string>().c_str(), shape_str(t["shape"].get<Shape>()).c_str(),
                 static_cast<unsigned long long>(t["bytes"].get<uint64_t>()));
   }
   std::printf("\n%zu tensors, %llu elements, %llu bytes (%.2f MB)\n", tensors.size(),
               static_cast<unsigned long long>(params), static_cast<unsigned long long>(total), total / 1e6);
   for (const auto& [d, b] : by_dtype)
-    std::printf("  %-6s %llu bytes\n", d.c_str(), static_cast<unsigned long long>(b));
+    std::printf("  %-8s %llu bytes\n", d.c_str(), static_cast<unsigned long long>(b));
   if (have_config) {
     std::printf("\nconfig:\n");
     for (const auto& [k, v] : out["config"].items()) std::printf("  %-26s %s\n", k.c_str(), v.dump().c_str());
   }
+  if (out.contains("config_error"))
+    std::printf("\nconfig: not a model blockspec runs: %s\n", out["config_error"].get<std::string>().c_str());
   return 0;
 }
 

@@ -80,6 +80,23 @@ TEST(Cli, InspectListsTensorsAndConfig) {
   EXPECT_NE(h.out.find("model.embed_tokens.weight"), std::string::npos);
 }
 
+TEST(Cli, InspectReadsGguf) {
+  const std::string dir = std::string(BS_SOURCE_DIR) + "/tests/fixtures/gguf/";
+  CmdResult r = run("inspect " + dir + "tiny_qwen2.gguf --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["n_tensors"].get<int>(), 27);
+  EXPECT_EQ(j["config"]["model_type"], "qwen2");
+  EXPECT_EQ(j["tensors"][0]["name"], "token_embd.weight");
+  EXPECT_EQ(j["tensors"][0]["dtype"], "F32");
+  EXPECT_EQ(j["tensors"][0]["shape"], (std::vector<int64_t>{6, 8}));
+  // A GGUF that is not a model: its tensors with their ggml types, and why there is no config.
+  CmdResult t = run("inspect " + dir + "real_slices.gguf");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("Q4_K"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("config: not a model blockspec runs"), std::string::npos) << t.out;
+}
+
 TEST(Cli, BenchJsonHasRooflineKeys) {
   CmdResult r = run("bench -m " + kModel + " --prompt-len 8 --gen-len 4 --concurrency 2 --repeats 1 --json");
   ASSERT_EQ(r.code, 0) << r.err;

@@ -16,25 +16,24 @@
 // so a record is as large as the file's 16 blocks, or for Q4_K / Q5_K 4 bytes per row more (the 6-bit
 // scale/min pairs unpacked to bytes), and Q2_K / Q3_K codes take a nibble (2.6 -> 4.6 bits per weight).
 //
-// Activations x [M, K] f32 are quantized per row and block of 32 inputs (block_act_size; llama.cpp's Q8_0 /
-// Q8_1 for the 32-blocks; for the K-quants its Q8_K uses one scale per 256, which Qwen2.5's outlier channels make
-// too coarse: KL against the f32-decoded file on Qwen2.5-Coder-1.5B Q4_K_M over 1,024 tokens of tinyshakespeare,
-// `blockspec eval`, 0.0196 at 256, 0.0074 at 128, 0.0014 at 32, and at 32 the AVX-512 decode was 11% slower than
-// at 128): dx = amax / 127, code = round_half_even(x * (127 / amax)) in [-127, 127] as int8 (an all-zero block
-// has dx 0, codes 0), with X = the sum of the codes of each weight sub-block of S inputs (S = 16 or 32).
+// Activations x [M, K] f32 are quantized per row and block of 32 inputs (kBlockActs; llama.cpp's Q8_0 / Q8_1
+// for the 32-blocks; for the K-quants its Q8_K uses one scale per 256, which Qwen2.5's outlier channels make too
+// coarse: KL against the f32-decoded file on Qwen2.5-Coder-1.5B Q4_K_M over 1,024 tokens of tinyshakespeare,
+// `blockspec eval`, 0.0196 at 256, 0.0074 at 128, 0.0014 at 32): dx = amax / 127, code = round_half_even(x *
+// (127 / amax)) in [-127, 127] as int8 (an all-zero block has dx 0, codes 0); per weight sub-block j of S inputs
+// (S = 16 or 32) X_j = the sum of its codes and c_j = float(X_j) * dx of its activation block.
 //
 // Per output (m, n), exact sequence (every ISA performs exactly these operations, so outputs are bitwise equal
 // to the scalar twin and independent of M, register blocking and thread split):
 //   acc = 0
-//   for each activation block a (32 inputs, weight block s = 32 a / B):  Si = 0, Mi = 0    (int32, exact)
-//     for each weight sub-block j inside a:  I = sum_k u(n, k) * xq(m, k) - zero * X(m, j)
-//                                            Si += sc(n, j) * I       (sc = 1 without has_scale)
-//                                            Mi += mc(n, j) * X(m, j) (has_min; mc = 1 without has_scale)
-//     acc = fmaf(float(Si), f32(d(n, s)) * dx(m, a), acc)
-//     has_min: acc = fmaf(float(Mi), f32(dm(n, s)) * dx(m, a), acc)
+//   for each weight sub-block j in input order (weight block s, activation block a):
+//     I = sum_k u(n, k) * xq(m, k) - zero * X(m, j)            (int32, exact; |I| < 2^24, so float(I) is exact)
+//     acc = fmaf(float(I), (f32(d(n, s)) * sc(n, j)) * dx(m, a), acc)          (sc = 1 without has_scale)
+//     has_min: acc = fmaf(float(mc(n, j)), f32(dm(n, s)) * c(m, j), acc)       (mc = 1 without has_scale)
 //   y(m, n) = acc
-// i.e. the dot product of the dequantized weights with the dequantized activations up to f32 rounding of the
-// per-32 terms; the only approximation is the activations' int8 rounding.
+// f32(d) * sc is gguf-py's rounded sub-block scale, so this is the dot product of the dequantized weights with
+// the dequantized activations up to f32 rounding of the per-sub-block terms; the only approximation is the
+// activations' int8 rounding.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -44,15 +43,15 @@
 
 namespace blockspec {
 
-inline constexpr int64_t kKQuantActs = 32;  // inputs per activation scale of the K-quants (super-blocks of 256)
-// Inputs per activation scale for a weight block of B inputs: 32 for the 32-blocks, kKQuantActs for the K-quants.
-inline constexpr int64_t block_act_size(int64_t B) { return B == 256 ? kKQuantActs : 32; }
+inline constexpr int64_t kBlockActs = 32;  // inputs per activation scale
 
-// Quantized activations of a block-format GEMM: q [M, K] int8, d [M, K / 32] f32, sums [M, K / S] int32.
+// Quantized activations of a block-format GEMM: q [M, K] int8, d [M, K / 32] f32, sums [M, K / S] int32 (X),
+// csums [M, K / S] f32 (c).
 struct BlockActs {
   const int8_t* q = nullptr;
   const float* d = nullptr;
   const int32_t* sums = nullptr;
+  const float* csums = nullptr;
   int64_t M = 0;
 };
 

@@ -113,15 +113,16 @@ void block_linear(const OpContext& ctx, const float* x, const QuantTensor& w, co
   if (ctx.k->gemm_block == nullptr)
     fail("linear: the ", ctx.k->isa, " kernels have no ", weight_format_name(w.format),
          " GEMM (GGUF blocks load re-packed as q8 there)");
-  const int64_t K = w.cols, N = w.rows, B = block_act_size(b.spec.block), S = b.spec.sub;
+  const int64_t K = w.cols, N = w.rows, A = kBlockActs, S = b.spec.sub;
   std::vector<int8_t> xq(M * K);             // [M, K]
-  std::vector<float> xd(M * (K / B));        // [M, K / 32]
+  std::vector<float> xd(M * (K / A));        // [M, K / 32]
   std::vector<int32_t> xs(M * (K / S));      // [M, K / S]
+  std::vector<float> xc(M * (K / S));        // [M, K / S]
   ctx.pool->parallel_for(M, [&](int64_t m0, int64_t m1) {
-    ctx.k->quantize_acts_block(x + m0 * K, m1 - m0, K, B, S, xq.data() + m0 * K, xd.data() + m0 * (K / B),
-                               xs.data() + m0 * (K / S));
+    ctx.k->quantize_acts_block(x + m0 * K, m1 - m0, K, static_cast<int>(S), xq.data() + m0 * K,
+                               xd.data() + m0 * (K / A), xs.data() + m0 * (K / S), xc.data() + m0 * (K / S));
   });
-  const BlockActs a{xq.data(), xd.data(), xs.data(), M};
+  const BlockActs a{xq.data(), xd.data(), xs.data(), xc.data(), M};
   // Threads split the weight in whole panels, each one contiguous stream (as for Q8_G128 / Q4_G128).
   ctx.pool->parallel_for_grain(b.n_tiles, kQPanel, [&](int64_t t0, int64_t t1) {
     ctx.k->gemm_block(a, b, y, t0, t1);

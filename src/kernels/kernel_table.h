@@ -53,11 +53,11 @@ struct KernelTable {
   void (*gemm_q4g128_wo)(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1) = nullptr;
   // Weight-only FP8 / NVFP4 / MXFP4 (kernels/fp_formats.h): y[m, n] for m < M, n in [n0, n1); x [M, K] f32.
   void (*gemm_fp)(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1) = nullptr;
-  // GGUF block formats (kernels/block_layout.h): activations x [M, K] f32 -> q [M, K] int8, d [M, K / B] f32 per
-  // block of B (= block_act_size) inputs, sums [M, K / S] int32 per sub-block of S; then y[m, n] for m < a.M and rows n of tiles
-  // [tile0, tile1) (clipped to N; tile0 a multiple of kQPanel, tile1 too or n_tiles), y: [M, N].
-  void (*quantize_acts_block)(const float* x, int64_t M, int64_t K, int B, int S, int8_t* q, float* d,
-                              int32_t* sums) = nullptr;
+  // GGUF block formats (kernels/block_layout.h): activations x [M, K] f32 -> q [M, K] int8, d [M, K / 32] f32,
+  // per sub-block of S inputs sums [M, K / S] int32 and csums [M, K / S] f32; then y[m, n] for m < a.M and rows n
+  // of tiles [tile0, tile1) (clipped to N; tile0 a multiple of kQPanel, tile1 too or n_tiles), y: [M, N].
+  void (*quantize_acts_block)(const float* x, int64_t M, int64_t K, int S, int8_t* q, float* d, int32_t* sums,
+                              float* csums) = nullptr;
   // nullptr where this ISA has no fast kernel (AVX2 and AVX-512 without VNNI, for now): GGUF blocks then load
   // re-packed as q8 (model/weight_loader.h), as they did before this kernel existed.
   void (*gemm_block)(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) = nullptr;
@@ -90,7 +90,8 @@ void gemm_q8g128_ref(const QuantActs& a, const PackedWeights& w, float* y, int64
 void gemm_q4g128_ref(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q8g128_wo_ref(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);
 void gemm_q4g128_wo_ref(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);
-void quantize_acts_block_ref(const float* x, int64_t M, int64_t K, int B, int S, int8_t* q, float* d, int32_t* sums);
+void quantize_acts_block_ref(const float* x, int64_t M, int64_t K, int S, int8_t* q, float* d, int32_t* sums,
+                             float* csums);
 void gemm_block_ref(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_fp_ref(const FpWeights& w, const float* x, float* y, int64_t M, int64_t n0, int64_t n1);
 void gdn_recurrent_ref(const GdnHead& h);

@@ -4,10 +4,9 @@
 // activation rows. Per input quad it builds each tile's 16 x 4 unsigned codes (one 64-byte lo line, nibble
 // split, plus the hi plane's bits for 5- and 6-bit codes) and issues vpdpbusd against the broadcast 4 int8
 // activation codes of each row: codes unsigned, activations signed, so no offset correction. At each
-// sub-block end the int32 sum is corrected by zero * X and scaled by the integer sub-block scale (vpmulld);
-// at each end of 32 inputs (one activation scale) it is converted and folded into f32 with d * dx (and
-// dm * dx for the min term). Every lane visits its inputs in order, so each output follows the scalar twin's
-// sequence exactly.
+// sub-block end the int32 sum is corrected by zero * X, converted, and folded into f32 with (d * sc) * dx,
+// and the min term with float(mc) and dm * c. Every lane visits its inputs in order, so each output follows
+// the scalar twin's sequence exactly.
 //
 // GCC 12 warns falsely inside its own avx512fintrin.h (_mm512_undefined_ps).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -81,17 +80,21 @@ BS_VNNI inline __m512i codes(const uint8_t* rec, int q) {
 
 template <class F, int T, int MB>
 BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0) {
-  constexpr int A = block_act_size(F::B), NA = F::B / A, SPA = A / F::S, QPS = F::S / 4;  // act blocks per block, ...
-  const int64_t K = w.K, nb = w.n_blocks, KS = K / F::S, KA = K / A;
+  constexpr int NS = F::B / F::S, QPS = F::S / 4;  // sub-blocks per block, quads per sub-block
+  const int64_t K = w.K, nb = w.n_blocks, KS = K / F::S, KA = K / kBlockActs;
   const uint8_t* panel = w.record(tile, 0);  // records (s, t) at panel + (s * T + t) * REC
-  alignas(64) float facc[T][MB][kQTile] = {};
-  asm volatile("" : : "r"(&facc[0][0][0]) : "memory");
-  const int8_t* xq[MB];   // row m's codes, sums and scales, advanced block by block
+  __m512 facc[T][MB];
+  #pragma GCC unroll 16
+  for (int t = 0; t < T; ++t)
+    #pragma GCC unroll 16
+    for (int m = 0; m < MB; ++m) facc[t][m] = _mm512_setzero_ps();
+  const int8_t* xq[MB];  // row m's codes, sums and scales, advanced block by block
   const int32_t* xs[MB];
-  const float* xd[MB];
+  const float *xd[MB], *xc[MB];
   for (int m = 0; m < MB; ++m) {
     xq[m] = a.q + (m0 + m) * K;
     xs[m] = a.sums + (m0 + m) * KS;
+    xc[m] = a.csums + (m0 + m) * KS;
     xd[m] = a.d + (m0 + m) * KA;
   }
   for (int64_t s = 0; s < nb; ++s) {
@@ -103,67 +106,53 @@ BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
       d[t] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r)));
       dm[t] = F::MIN ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 32))) : _mm512_setzero_ps();
     }
-    #pragma GCC unroll 8
-    for (int ab = 0; ab < NA; ++ab) {
-      __m512i si[T][MB], mi[T][MB];
-      #pragma GCC unroll 2
-      for (int jj = 0; jj < SPA; ++jj) {
-        const int j = ab * SPA + jj;  // sub-block of the block
-        __m512i acc[T][MB];
+    #pragma GCC unroll 16
+    for (int j = 0; j < NS; ++j) {
+      __m512i acc[T][MB];
+      #pragma GCC unroll 16
+      for (int t = 0; t < T; ++t)
         #pragma GCC unroll 16
-        for (int t = 0; t < T; ++t)
+        for (int m = 0; m < MB; ++m) acc[t][m] = _mm512_setzero_si512();
+      #pragma GCC unroll 8
+      for (int qq = 0; qq < QPS; ++qq) {
+        const int q = j * QPS + qq;
+        __m512i u[T];
+        #pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) u[t] = codes<F>(rec0 + t * F::REC, q);
+        #pragma GCC unroll 16
+        for (int m = 0; m < MB; ++m) {
+          const __m512i b = bcast4(xq[m] + q * 4);
           #pragma GCC unroll 16
-          for (int m = 0; m < MB; ++m) acc[t][m] = _mm512_setzero_si512();
-        #pragma GCC unroll 8
-        for (int qq = 0; qq < QPS; ++qq) {
-          const int q = j * QPS + qq;
-          __m512i u[T];
-          #pragma GCC unroll 16
-          for (int t = 0; t < T; ++t) u[t] = codes<F>(rec0 + t * F::REC, q);
-          #pragma GCC unroll 16
-          for (int m = 0; m < MB; ++m) {
-            const __m512i b = bcast4(xq[m] + q * 4);
-            #pragma GCC unroll 16
-            for (int t = 0; t < T; ++t) acc[t][m] = dpbusd(acc[t][m], u[t], b);
-          }
+          for (int t = 0; t < T; ++t) acc[t][m] = dpbusd(acc[t][m], u[t], b);
+        }
+      }
+      const int ja = j * F::S / kBlockActs;  // activation block of sub-block j, within the block
+      #pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) {
+        const uint8_t* r = rec0 + t * F::REC + F::LO + F::HI;
+        __m512 ds = d[t], mcf = _mm512_set1_ps(1.f);  // f32(d) * sc (gguf-py's rounding), float(mc)
+        if constexpr (F::SC) {
+          ds = _mm512_mul_ps(d[t], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + j * 16)))));
+          if constexpr (F::MIN)
+            mcf = _mm512_cvtepi32_ps(
+                _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + F::SCB + j * 16))));
         }
         #pragma GCC unroll 16
         for (int m = 0; m < MB; ++m) {
-          const int32_t X = xs[m][j];
-          const __m512i vx = _mm512_set1_epi32(X);
-          #pragma GCC unroll 16
-          for (int t = 0; t < T; ++t) {
-            __m512i I = acc[t][m];
-            if constexpr (F::Z != 0) I = _mm512_sub_epi32(I, _mm512_set1_epi32(F::Z * X));
-            __m512i sI = I, mX = vx;
-            if constexpr (F::SC) {
-              const uint8_t* r = rec0 + t * F::REC + F::LO + F::HI;
-              const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + j * 16)));
-              sI = _mm512_mullo_epi32(I, sc);
-              if constexpr (F::MIN)
-                mX = _mm512_mullo_epi32(
-                    _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + F::SCB + j * 16))), vx);
-            }
-            si[t][m] = jj == 0 ? sI : _mm512_add_epi32(si[t][m], sI);
-            if constexpr (F::MIN) mi[t][m] = jj == 0 ? mX : _mm512_add_epi32(mi[t][m], mX);
-          }
-        }
-      }
-      #pragma GCC unroll 16
-      for (int m = 0; m < MB; ++m) {
-        const __m512 dx = _mm512_set1_ps(xd[m][ab]);
-        #pragma GCC unroll 16
-        for (int t = 0; t < T; ++t) {
-          __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si[t][m]), _mm512_mul_ps(d[t], dx), _mm512_load_ps(facc[t][m]));
-          if constexpr (F::MIN) f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mi[t][m]), _mm512_mul_ps(dm[t], dx), f);
-          _mm512_store_ps(facc[t][m], f);
+          __m512i I = acc[t][m];
+          if constexpr (F::Z != 0) I = _mm512_sub_epi32(I, _mm512_set1_epi32(F::Z * xs[m][j]));
+          facc[t][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(ds, _mm512_set1_ps(xd[m][ja])), facc[t][m]);
+          if constexpr (F::MIN)
+            facc[t][m] = _mm512_fmadd_ps(mcf, _mm512_mul_ps(dm[t], _mm512_set1_ps(xc[m][j])), facc[t][m]);
         }
       }
     }
     for (int m = 0; m < MB; ++m) {
       xq[m] += F::B;
-      xs[m] += F::B / F::S;
-      xd[m] += NA;
+      xs[m] += NS;
+      xc[m] += NS;
+      xd[m] += F::B / kBlockActs;
     }
   }
   #pragma GCC unroll 16
@@ -172,7 +161,7 @@ BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
     const int64_t valid = std::min<int64_t>(kQTile, w.N - n);
     const __mmask16 mk = static_cast<__mmask16>((1u << valid) - 1u);
     #pragma GCC unroll 16
-    for (int m = 0; m < MB; ++m) _mm512_mask_storeu_ps(y + (m0 + m) * w.N + n, mk, _mm512_load_ps(facc[t][m]));
+    for (int m = 0; m < MB; ++m) _mm512_mask_storeu_ps(y + (m0 + m) * w.N + n, mk, facc[t][m]);
   }
 }
 

@@ -101,7 +101,9 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertEqual(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens)
 
     def test_chat(self):
-        msgs = [{"role": "user", "content": "What is the capital of France?"}]
+        # "Answer in one word." keeps SmolLM2's answer off a near tie: asked plainly, its first token ("The" vs
+        # "L'") flips between the exact file weights and the default int8-activation load.
+        msgs = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
         r = self.client.chat.completions.create(model=NAME, messages=msgs, max_tokens=20, temperature=0)
         self.assertEqual(r.object, "chat.completion")
         self.assertEqual(r.choices[0].message.role, "assistant")

@@ -20,6 +20,7 @@
 
 #include "base/error.h"
 #include "kernels/kernel_table.h"
+#include "kernels/x86/panel_gemm.h"
 
 #define BS_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
 
@@ -167,28 +168,17 @@ BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
 
 using MicroFn = void (*)(const BlockActs&, const BlockWeights&, float*, int64_t, int64_t);
 
-template <class F, int T, int... MB>
-constexpr std::array<MicroFn, kMaxMB> row_of(std::integer_sequence<int, MB...>) {
-  return {&micro<F, T, MB + 1>...};
-}
-
-template <class F, int... T>
-constexpr std::array<std::array<MicroFn, kMaxMB>, kMaxT> table_of(std::integer_sequence<int, T...>) {
-  return {row_of<F, T + 1>(std::make_integer_sequence<int, kMaxMB>())...};
-}
+template <class F>
+struct Micro {
+  template <int T, int MB>
+  static constexpr MicroFn fn = &micro<F, T, MB>;
+};
 
 template <class F>
 BS_VNNI void gemm_impl(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) {
-  constexpr auto table = table_of<F>(std::make_integer_sequence<int, kMaxT>());
+  constexpr auto table = panel_table<MicroFn, Micro<F>, kMaxMB>(std::make_integer_sequence<int, kMaxT>());
   BS_ASSERT(F::REC == w.record_bytes(), "record size of ", weight_format_name(w.format));
-  BS_ASSERT(tile0 % kQPanel == 0 && (tile1 % kQPanel == 0 || tile1 == w.n_tiles), "tiles ", tile0, "..", tile1);
-  for (int64_t tile = tile0; tile < tile1; tile += kMaxT) {
-    const int64_t T = w.panel_tiles(tile);
-    for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMB) {
-      const int64_t MB = std::min<int64_t>(kMaxMB, a.M - m0);
-      table[T - 1][MB - 1](a, w, y, tile, m0);
-    }
-  }
+  run_panels(table, a, w, y, tile0, tile1);
 }
 
 }  // namespace

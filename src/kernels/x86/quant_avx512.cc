@@ -21,6 +21,7 @@
 
 #include "base/error.h"
 #include "kernels/kernel_table.h"
+#include "kernels/x86/panel_gemm.h"
 
 #define BS_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
 
@@ -120,27 +121,16 @@ BS_VNNI void micro(const QuantActs& a, const PackedWeights& w, float* y, int64_t
 
 using MicroFn = void (*)(const QuantActs&, const PackedWeights&, float*, int64_t, int64_t);
 
-template <bool Q4, int T, int... MB>
-constexpr std::array<MicroFn, kMaxMB> row_of(std::integer_sequence<int, MB...>) {
-  return {&micro<Q4, T, MB + 1>...};
-}
-
-template <bool Q4, int... T>
-constexpr std::array<std::array<MicroFn, kMaxMB>, kMaxT> table_of(std::integer_sequence<int, T...>) {
-  return {row_of<Q4, T + 1>(std::make_integer_sequence<int, kMaxMB>())...};
-}
+template <bool Q4>
+struct Micro {
+  template <int T, int MB>
+  static constexpr MicroFn fn = &micro<Q4, T, MB>;
+};
 
 template <bool Q4>
 BS_VNNI void gemm_impl(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1) {
-  constexpr auto table = table_of<Q4>(std::make_integer_sequence<int, kMaxT>());
-  BS_ASSERT(tile0 % kQPanel == 0 && (tile1 % kQPanel == 0 || tile1 == w.n_tiles), "tiles ", tile0, "..", tile1);
-  for (int64_t tile = tile0; tile < tile1; tile += kMaxT) {
-    const int64_t T = w.panel_tiles(tile);
-    for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMB) {
-      const int64_t MB = std::min<int64_t>(kMaxMB, a.M - m0);
-      table[T - 1][MB - 1](a, w, y, tile, m0);
-    }
-  }
+  constexpr auto table = panel_table<MicroFn, Micro<Q4>, kMaxMB>(std::make_integer_sequence<int, kMaxT>());
+  run_panels(table, a, w, y, tile0, tile1);
 }
 
 }  // namespace

@@ -1,0 +1,41 @@
+// The driver shared by the panel GEMMs of kernels/x86 (Q8_G128 / Q4_G128 and the GGUF block formats): a
+// compile-time table of micro-kernels micro<T, MB> (T tiles of one panel, MB activation rows), and the loop
+// that runs each panel of [tile0, tile1) against the activation rows in blocks of up to MaxMB. Private to
+// kernels/x86.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <utility>
+
+#include "base/error.h"
+#include "kernels/quant_layout.h"
+
+namespace blockspec {
+
+// Micro::template fn<T, MB> is the micro-kernel for T tiles and MB rows, an Fn.
+template <class Fn, class Micro, int T, int... MB>
+constexpr std::array<Fn, sizeof...(MB)> panel_row(std::integer_sequence<int, MB...>) {
+  return {Micro::template fn<T, MB + 1>...};
+}
+template <class Fn, class Micro, int MaxMB, int... T>
+constexpr std::array<std::array<Fn, MaxMB>, sizeof...(T)> panel_table(std::integer_sequence<int, T...>) {
+  return {panel_row<Fn, Micro, T + 1>(std::make_integer_sequence<int, MaxMB>())...};
+}
+
+// table[T - 1][MB - 1](a, w, y, tile, m0) for every panel of tiles [tile0, tile1) and every block of rows.
+// tile0 is a multiple of kQPanel; tile1 too, or w.n_tiles.
+template <class Table, class Acts, class W>
+inline void run_panels(const Table& table, const Acts& a, const W& w, float* y, int64_t tile0, int64_t tile1) {
+  const int64_t max_mb = static_cast<int64_t>(table[0].size());
+  BS_ASSERT(tile0 % kQPanel == 0 && (tile1 % kQPanel == 0 || tile1 == w.n_tiles), "tiles ", tile0, "..", tile1);
+  for (int64_t tile = tile0; tile < tile1; tile += kQPanel) {
+    const int64_t T = w.panel_tiles(tile);
+    for (int64_t m0 = 0; m0 < a.M; m0 += max_mb) {
+      const int64_t MB = std::min<int64_t>(max_mb, a.M - m0);
+      table[T - 1][MB - 1](a, w, y, tile, m0);
+    }
+  }
+}
+
+}  // namespace blockspec

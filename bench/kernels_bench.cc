@@ -19,7 +19,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <map>
+#include <fstream>
+#include <string>
 #include <memory>
 #include <random>
 #include <tuple>
@@ -82,16 +83,32 @@ Tensor deep_copy(const Tensor& t) {
   return c;
 }
 
-// Enough copies of one weight to fill 128 MB: iterations cycle through them so
-// each call reads its weight from DRAM, as a decode step over a whole model
-// does, and not from the 32 MB L3 that one 13.8 MB matrix would fit in.
-// BS_BENCH_ROTATE_MB=0 keeps one copy instead, to see the kernels' compute
-// ceiling with cache-resident weights.
+// Size of the last-level cache (sysfs), 0 where unknown.
+size_t llc_bytes() {
+  size_t best = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/size");
+    std::string v;
+    if (!(f >> v) || v.empty()) continue;
+    char* end = nullptr;
+    size_t n = std::strtoull(v.c_str(), &end, 10);
+    if (*end == 'K') n <<= 10;
+    else if (*end == 'M') n <<= 20;
+    best = std::max(best, n);
+  }
+  return best;
+}
+
+// Enough copies of one weight to fill twice the last-level cache (at least 128 MB): iterations cycle through
+// them so each call reads its weight from DRAM, as a decode step over a whole model does, and not from an L3
+// that one 13.8 MB matrix fits in (32 MB on the EPYC of design.md, 480 MB on some Xeons here).
+// BS_BENCH_ROTATE_MB=0 keeps one copy instead, to see the kernels' compute ceiling with cache-resident weights.
 size_t rotation_bytes() {
   const char* e = std::getenv("BS_BENCH_ROTATE_MB");
-  return (e != nullptr ? std::strtoull(e, nullptr, 10) : 128) << 20;
+  if (e != nullptr) return std::strtoull(e, nullptr, 10) << 20;
+  return std::max<size_t>(size_t{128} << 20, 2 * llc_bytes());
 }
-constexpr size_t kReadProbeBytes = size_t{128} << 20;
+const size_t kReadProbeBytes = std::max<size_t>(size_t{128} << 20, 2 * llc_bytes());
 
 // Weights quantized once per (format, shape) and shared by all M and thread
 // counts: quantizing 13.8 M weights per benchmark would dominate the run.
@@ -99,8 +116,8 @@ class WeightCache {
  public:
   const std::vector<QuantTensor>& get(WeightFormat fmt, const Shape2& s) {
     auto key = std::make_tuple(static_cast<int>(fmt), s.K, s.N);
-    auto it = cache_.find(key);
-    if (it != cache_.end()) return it->second;
+    if (key == key_) return copies_;
+    copies_.clear();  // one (format, shape) at a time: benchmarks run grouped by it
     KernelTable kt = bench_kernels();
     ThreadPool pool(0);
     OpContext ctx{&kt, &pool};
@@ -114,11 +131,14 @@ class WeightCache {
       c.aux = deep_copy(c.aux);
       copies.push_back(std::move(c));
     }
-    return cache_.emplace(key, std::move(copies)).first->second;
+    key_ = key;
+    copies_ = std::move(copies);
+    return copies_;
   }
 
  private:
-  std::map<std::tuple<int, int64_t, int64_t>, std::vector<QuantTensor>> cache_;
+  std::tuple<int, int64_t, int64_t> key_{-1, 0, 0};
+  std::vector<QuantTensor> copies_;
 };
 
 void bench_linear(benchmark::State& state, WeightCache* cache, WeightFormat fmt, Shape2 s) {
@@ -146,30 +166,18 @@ void bench_linear(benchmark::State& state, WeightCache* cache, WeightFormat fmt,
   state.SetLabel(kt.isa);
 }
 
-// The roofline in the same run: a plain streaming read of 128 MB (AVX2 loads
-// summed into 4 accumulators), split between the threads like linear() does.
-__attribute__((target("avx2"))) uint64_t sum_bytes(const uint8_t* p, int64_t n) {
-  __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
-  for (int64_t i = 0; i + 128 <= n; i += 128) {
-    a = _mm256_add_epi64(a, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
-    b = _mm256_add_epi64(b, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
-    c = _mm256_add_epi64(c, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
-    d = _mm256_add_epi64(d, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
-  }
-  alignas(32) uint64_t o[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(o), _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d)));
-  return o[0] + o[1] + o[2] + o[3];
-}
-
+// The roofline in the same run: a streaming read of kReadProbeBytes with the loads decode uses
+// (KernelTable::read_stream), split between the threads like linear() does.
 void bench_read_bandwidth(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   Tensor buf(DType::kU8, {static_cast<int64_t>(kReadProbeBytes)});
   std::memset(buf.mutable_data(), 1, kReadProbeBytes);
   ThreadPool pool(threads);
+  const KernelTable kt = select_kernels("auto");  // the loads decode uses (KernelTable::read_stream)
   const int64_t n_lines = static_cast<int64_t>(kReadProbeBytes / 4096);  // 4 KB chunks
   for (auto _ : state) {
     pool.parallel_for(n_lines, [&](int64_t b, int64_t e) {
-      benchmark::DoNotOptimize(sum_bytes(buf.ptr<uint8_t>() + b * 4096, (e - b) * 4096));
+      benchmark::DoNotOptimize(kt.read_stream(buf.ptr<uint8_t>() + b * 4096, (e - b) * 4096));
     });
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(kReadProbeBytes));

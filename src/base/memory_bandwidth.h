@@ -3,6 +3,7 @@
 // the caches. The bench reports decode speed as a fraction of this number.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "base/thread_pool.h"
 
@@ -15,14 +16,18 @@ struct BandwidthResult {
   size_t bytes = 0;
 };
 
-// Reads a `bytes` buffer `repeats` times with all of pool's threads.
-BandwidthResult measure_read_bandwidth(ThreadPool& pool, size_t bytes = size_t(512) << 20, int repeats = 9);
+// Reads p[0, n) and folds the bytes into a value (so the reads must happen); n a multiple of 64, p 64-byte
+// aligned. The caller passes the kernel its decode uses (KernelTable::read_stream), so the probe loads with the
+// same ISA.
+using ReadStreamFn = uint64_t (*)(const uint8_t* p, int64_t n);
 
-// The same, run in a forked child process so the probe's buffer never
-// counts in this process's peak RSS. Call it before starting any thread.
-BandwidthResult measure_read_bandwidth_isolated(int n_threads, size_t bytes = size_t(512) << 20, int repeats = 9);
+// Reads a `bytes` buffer `repeats` times with all of pool's threads, each thread its own contiguous slice, with
+// `read`. The buffer is freed before returning (reset_peak_rss() then forgets it).
+BandwidthResult measure_read_bandwidth(ThreadPool& pool, ReadStreamFn read, size_t bytes, int repeats = 9);
 
-// Peak resident set size of this process in MiB (getrusage).
+// Peak resident set size of this process in MiB (VmHWM of /proc/self/status; getrusage where that is absent).
 double peak_rss_mb();
+// Resets the peak to the current RSS (Linux: "5" to /proc/self/clear_refs); false where the kernel refuses.
+bool reset_peak_rss();
 
 }  // namespace blockspec

@@ -36,6 +36,7 @@ KernelTable select_kernels(const std::string& name) {
   t.matmul_bf16 = matmul_bf16_ref;
   t.matmul_bf16_dp = matmul_bf16_dp_ref;
   t.dot = dot_ref;
+  t.read_stream = read_stream_ref;
   t.axpy = axpy_ref;
   t.swiglu = swiglu_ref;  // AVX2 keeps the scalar twin
   t.quantize_acts = quantize_acts_ref;
@@ -54,6 +55,7 @@ KernelTable select_kernels(const std::string& name) {
     t.matmul_bf16 = matmul_bf16_avx2;
     t.matmul_bf16_dp = nullptr;  // no bf16 dot product below AVX-512 BF16
     t.dot = dot_avx2;
+    t.read_stream = read_stream_avx2;
     t.axpy = axpy_avx2;
     t.quantize_acts = quantize_acts_avx2;
     t.gemm_q8g128 = gemm_q8g128_avx2;
@@ -68,6 +70,7 @@ KernelTable select_kernels(const std::string& name) {
     t.matmul_f32 = matmul_f32_avx512;
     t.matmul_bf16 = matmul_bf16_avx512;
     t.dot = dot_avx512;
+    t.read_stream = read_stream_avx512;
     t.swiglu = swiglu_avx512;
     t.gemm_fp = gemm_fp_avx512;
     t.gdn_recurrent = gdn_recurrent_avx512;

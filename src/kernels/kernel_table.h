@@ -29,6 +29,10 @@ struct KernelTable {
   void (*matmul_bf16_dp)(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N,
                          int64_t n0, int64_t n1) = nullptr;
   float (*dot)(const float* a, const float* b, int64_t n) = nullptr;
+  // Reads p[0, n) (n a multiple of 64, p 64-byte aligned) with this ISA's widest loads and returns a fold of
+  // the bytes (the wrapping sum of its 64-bit words), so that the reads must happen: the memory-bandwidth
+  // probe of `bench` (model/bandwidth_probe.h) streams with the loads decode uses.
+  uint64_t (*read_stream)(const uint8_t* p, int64_t n) = nullptr;
   // y[i] += a * x[i]
   void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;
   // out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp_fixed(-gate[i])) * up[i]; under round_bf16
@@ -82,6 +86,7 @@ void matmul_bf16_ref(const float* x, const uint16_t* w, float* y, int64_t M, int
 void matmul_bf16_dp_ref(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0,
                         int64_t n1);
 float dot_ref(const float* a, const float* b, int64_t n);
+uint64_t read_stream_ref(const uint8_t* p, int64_t n);
 void axpy_ref(float a, const float* x, float* y, int64_t n);
 void swiglu_ref(const float* gate, const float* up, float* out, int64_t n, bool round_bf16);
 void quantize_acts_ref(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales);
@@ -101,10 +106,12 @@ void gdn_chunked_ref(const GdnHead& h);
 void matmul_f32_avx2(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
 void matmul_bf16_avx2(const float* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
 float dot_avx2(const float* a, const float* b, int64_t n);
+uint64_t read_stream_avx2(const uint8_t* p, int64_t n);
 void axpy_avx2(float a, const float* x, float* y, int64_t n);
 void matmul_f32_avx512(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
 void matmul_bf16_avx512(const float* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
 float dot_avx512(const float* a, const float* b, int64_t n);
+uint64_t read_stream_avx512(const uint8_t* p, int64_t n);
 void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n, bool round_bf16);
 void quantize_acts_avx2(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales);
 void gemm_q8g128_avx2(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);

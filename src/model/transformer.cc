@@ -65,6 +65,10 @@ uint64_t Transformer::weight_bytes() const {
   return b;
 }
 
+BandwidthResult Transformer::measure_read_bandwidth(size_t bytes, int repeats) {
+  return blockspec::measure_read_bandwidth(pool_, kt_.read_stream, bytes, repeats);
+}
+
 KvCache Transformer::new_cache(int64_t capacity) const { return new_cache(capacity, kv_dtype_); }
 
 KvCache Transformer::new_cache(int64_t capacity, KvDType dtype) const {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/memory_bandwidth.h"
 #include "base/thread_pool.h"
 #include "formats/hf_config.h"
 #include "kernels/ops.h"
@@ -52,6 +53,9 @@ class Transformer {
   bool bf16_activations() const { return opts_.emulate_bf16_activations; }
   int n_threads() const { return pool_.n_threads(); }
   uint64_t weight_bytes() const;  // bytes of all weights read per decode step
+  // This machine's read bandwidth as decode sees it: this model's threads stream a `bytes` buffer with this
+  // model's ISA (KernelTable::read_stream), `repeats` times (base/memory_bandwidth.h).
+  BandwidthResult measure_read_bandwidth(size_t bytes, int repeats = 9);
 
   KvCache new_cache(int64_t capacity) const;  // in kv_cache_dtype()
   KvCache new_cache(int64_t capacity, KvDType dtype) const;  // in another dtype (eval sweeps)

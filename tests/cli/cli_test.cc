@@ -103,10 +103,23 @@ TEST(Cli, BenchJsonHasRooflineKeys) {
   auto j = nlohmann::json::parse(r.out);
   for (const char* key : {"model", "weights", "threads", "concurrency", "prompt_tokens", "gen_tokens",
                           "prefill_tok_s", "decode_tok_s", "ttft_ms_p50", "tpot_ms_p50", "achieved_gb_s",
-                          "read_bw_gb_s", "bw_fraction", "peak_rss_mb"})
+                          "read_bw_gb_s", "read_bw_before_gb_s", "read_bw_after_gb_s", "bw_fraction", "bw_flag",
+                          "llc_bytes", "peak_rss_mb"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_EQ(j["concurrency"], 2);
-  EXPECT_GT(j["read_bw_gb_s"].get<double>(), 0.0);
+  EXPECT_GT(j["read_bw_before_gb_s"].get<double>(), 0.0);
+  EXPECT_GT(j["read_bw_after_gb_s"].get<double>(), 0.0);
+  EXPECT_EQ(j["read_bw_gb_s"].get<double>(),
+            std::max(j["read_bw_before_gb_s"].get<double>(), j["read_bw_after_gb_s"].get<double>()));
+  EXPECT_GE(j["read_bw_probe_bytes"].get<double>(), double(1 << 30));
+  // The tiny model's weights fit in any last-level cache: a fraction above 1.0 must come with the flag saying so.
+  if (j["bw_fraction"].get<double>() > 1.0) {
+    EXPECT_NE(j["bw_flag"].get<std::string>(), "");
+  }
+  // The 1 GiB probe buffer is not counted in the peak RSS (the tiny model needs far less).
+  if (j["peak_rss_excludes_probe"].get<bool>()) {
+    EXPECT_LT(j["peak_rss_mb"].get<double>(), 1000.0);
+  }
   EXPECT_GT(j["decode_tok_s"].get<double>(), 0.0);
   EXPECT_NE(r.err.find("bw fraction"), std::string::npos);  // human table on stderr
 }

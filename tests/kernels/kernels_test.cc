@@ -178,6 +178,21 @@ TEST_P(IsaTest, DotAndAxpyMatchRef) {
   }
 }
 
+TEST_P(IsaTest, ReadStreamFoldsEveryByte) {
+  KernelTable kt = select_kernels(GetParam());
+  alignas(64) static uint8_t buf[64 * 37];
+  for (size_t i = 0; i < sizeof buf; ++i) buf[i] = static_cast<uint8_t>(i * 131 + 7);
+  for (int64_t n : {int64_t{0}, int64_t{64}, int64_t{128}, int64_t{256}, int64_t{64 * 37}}) {
+    const uint64_t want = read_stream_ref(buf, n);
+    EXPECT_EQ(kt.read_stream(buf, n), want) << n;
+    buf[n == 0 ? 0 : n - 1] ^= 1;  // every byte counts: flipping the last one changes the fold
+    if (n > 0) {
+      EXPECT_NE(kt.read_stream(buf, n), want) << n;
+    }
+    buf[n == 0 ? 0 : n - 1] ^= 1;
+  }
+}
+
 TEST_P(IsaTest, ThreadedLinearWithBiasMatchesRef) {
   KernelTable kt = select_kernels(GetParam());
   ThreadPool pool(2);

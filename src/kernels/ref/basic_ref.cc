@@ -1,5 +1,7 @@
 // Scalar reference kernels: the ground truth every optimised variant is
 // tested against. Accumulate in double so the twin is the more exact side.
+#include <cstring>
+
 #include "kernels/kernel_table.h"
 #include "kernels/silu_exp.h"
 #include "tensor/dtype.h"
@@ -30,6 +32,17 @@ float dot_ref(const float* a, const float* b, int64_t n) {
   double acc = 0;
   for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(a[i]) * b[i];
   return static_cast<float>(acc);
+}
+
+uint64_t read_stream_ref(const uint8_t* p, int64_t n) {
+  uint64_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // eight independent chains keep loads in flight
+  for (int64_t i = 0; i + 64 <= n; i += 64)
+    for (int j = 0; j < 8; ++j) {
+      uint64_t v;
+      std::memcpy(&v, p + i + 8 * j, 8);
+      acc[j] += v;
+    }
+  return acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
 }
 
 void swiglu_ref(const float* gate, const float* up, float* out, int64_t n, bool round_bf16) {

@@ -95,6 +95,21 @@ BS_AVX2 void matmul_bf16_avx2(const float* x, const uint16_t* w, float* y, int64
   matmul_avx2_impl(x, w, y, M, K, N, n0, n1);
 }
 
+BS_AVX2 uint64_t read_stream_avx2(const uint8_t* p, int64_t n) {
+  __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;  // four chains, 128 bytes per iteration
+  int64_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    a = _mm256_add_epi64(a, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    b = _mm256_add_epi64(b, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    c = _mm256_add_epi64(c, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    d = _mm256_add_epi64(d, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  for (; i + 32 <= n; i += 32) a = _mm256_add_epi64(a, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+  alignas(32) uint64_t o[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(o), _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d)));
+  return o[0] + o[1] + o[2] + o[3];
+}
+
 BS_AVX2 float dot_avx2(const float* a, const float* b, int64_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0;
   int64_t i = 0;

@@ -99,6 +99,19 @@ BS_AVX512 void matmul_bf16_avx512(const float* x, const uint16_t* w, float* y, i
   matmul_avx512_impl(x, w, y, M, K, N, n0, n1);
 }
 
+BS_AVX512 uint64_t read_stream_avx512(const uint8_t* p, int64_t n) {
+  __m512i a = _mm512_setzero_si512(), b = a, c = a, d = a;  // four chains, 256 bytes per iteration
+  int64_t i = 0;
+  for (; i + 256 <= n; i += 256) {
+    a = _mm512_add_epi64(a, _mm512_load_si512(p + i));
+    b = _mm512_add_epi64(b, _mm512_load_si512(p + i + 64));
+    c = _mm512_add_epi64(c, _mm512_load_si512(p + i + 128));
+    d = _mm512_add_epi64(d, _mm512_load_si512(p + i + 192));
+  }
+  for (; i + 64 <= n; i += 64) a = _mm512_add_epi64(a, _mm512_load_si512(p + i));
+  return static_cast<uint64_t>(_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d))));
+}
+
 BS_AVX512 float dot_avx512(const float* a, const float* b, int64_t n) {
   const int64_t n16 = n / 16 * 16;
   __m512 acc = _mm512_setzero_ps();

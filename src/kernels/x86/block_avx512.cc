@@ -100,6 +100,11 @@ BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
   }
   for (int64_t s = 0; s < nb; ++s) {
     const uint8_t* rec0 = panel + s * T * F::REC;
+    // The step reads its T records interleaved (one sub-block of each tile in turn, scales at the records'
+    // ends), which the hardware prefetchers follow poorly. kernels_bench, 2 threads, M = 1, weights from DRAM,
+    // Xeon with AVX-512 VNNI: q4_k up 416 -> 302 us, q6_k up 664 -> 433 us, q4_1 385 -> 349, q8_0 538 -> 496;
+    // M >= 64 unchanged. Decode of Qwen2.5-Coder-1.5B Q4_K_M 16.7 -> 23.7 tok/s.
+    prefetch_ahead(rec0, T * F::REC);
     __m512 d[T], dm[T];
     #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {

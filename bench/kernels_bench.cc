@@ -19,12 +19,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <memory>
 #include <random>
 #include <tuple>
 
+#include "base/memory_bandwidth.h"
 #include "kernels/block_quant.h"
 #include "kernels/quant.h"
 
@@ -83,22 +83,6 @@ Tensor deep_copy(const Tensor& t) {
   return c;
 }
 
-// Size of the last-level cache (sysfs), 0 where unknown.
-size_t llc_bytes() {
-  size_t best = 0;
-  for (int i = 0; i < 8; ++i) {
-    std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/size");
-    std::string v;
-    if (!(f >> v) || v.empty()) continue;
-    char* end = nullptr;
-    size_t n = std::strtoull(v.c_str(), &end, 10);
-    if (*end == 'K') n <<= 10;
-    else if (*end == 'M') n <<= 20;
-    best = std::max(best, n);
-  }
-  return best;
-}
-
 // Enough copies of one weight to fill twice the last-level cache (at least 128 MB): iterations cycle through
 // them so each call reads its weight from DRAM, as a decode step over a whole model does, and not from an L3
 // that one 13.8 MB matrix fits in (32 MB on the EPYC of design.md, 480 MB on some Xeons here).
@@ -106,9 +90,9 @@ size_t llc_bytes() {
 size_t rotation_bytes() {
   const char* e = std::getenv("BS_BENCH_ROTATE_MB");
   if (e != nullptr) return std::strtoull(e, nullptr, 10) << 20;
-  return std::max<size_t>(size_t{128} << 20, 2 * llc_bytes());
+  return std::max<size_t>(size_t{128} << 20, 2 * static_cast<size_t>(last_level_cache_bytes()));
 }
-const size_t kReadProbeBytes = std::max<size_t>(size_t{128} << 20, 2 * llc_bytes());
+const size_t kReadProbeBytes = std::max<size_t>(size_t{128} << 20, 2 * static_cast<size_t>(last_level_cache_bytes()));
 
 // Weights quantized once per (format, shape) and shared by all M and thread
 // counts: quantizing 13.8 M weights per benchmark would dominate the run.

@@ -47,6 +47,21 @@ BandwidthResult measure_read_bandwidth(ThreadPool& pool, ReadStreamFn read, size
   return res;
 }
 
+int64_t last_level_cache_bytes() {
+  int64_t best = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/size");
+    std::string v;
+    if (!(f >> v) || v.empty()) continue;
+    char* end = nullptr;
+    int64_t n = std::strtoll(v.c_str(), &end, 10);
+    if (*end == 'K') n <<= 10;
+    else if (*end == 'M') n <<= 20;
+    best = std::max(best, n);
+  }
+  return best;
+}
+
 double peak_rss_mb() {
   std::ifstream f("/proc/self/status");
   std::string line;

@@ -25,6 +25,9 @@ using ReadStreamFn = uint64_t (*)(const uint8_t* p, int64_t n);
 // `read`. The buffer is freed before returning (reset_peak_rss() then forgets it).
 BandwidthResult measure_read_bandwidth(ThreadPool& pool, ReadStreamFn read, size_t bytes, int repeats = 9);
 
+// Size in bytes of this CPU's largest cache (sysfs, cpu0), 0 where unknown.
+int64_t last_level_cache_bytes();
+
 // Peak resident set size of this process in MiB (VmHWM of /proc/self/status; getrusage where that is absent).
 double peak_rss_mb();
 // Resets the peak to the current RSS (Linux: "5" to /proc/self/clear_refs); false where the kernel refuses.

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <nlohmann/json.hpp>
 
@@ -43,22 +42,6 @@ std::vector<FlagSpec> flags() {
   for (const FlagSpec& s : bench_serving_flags()) own.push_back(s);
   f.insert(f.begin(), own.begin(), own.end());
   return f;
-}
-
-// Size of the last-level cache (sysfs), 0 where unknown.
-int64_t last_level_cache_bytes() {
-  int64_t best = 0;
-  for (int i = 0; i < 8; ++i) {
-    std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/size");
-    std::string v;
-    if (!(f >> v) || v.empty()) continue;
-    char* end = nullptr;
-    int64_t n = std::strtoll(v.c_str(), &end, 10);
-    if (*end == 'K') n <<= 10;
-    else if (*end == 'M') n <<= 20;
-    best = std::max(best, n);
-  }
-  return best;
 }
 
 double median(std::vector<double> v) {

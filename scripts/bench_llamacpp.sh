@@ -6,6 +6,8 @@
 #   scripts/bench_llamacpp.sh engine MODEL.gguf [ROUNDS] [OUTDIR]
 #       ROUNDS x (llama-bench -p 512 -n 64 -t 2 ; blockspec bench --prompt-len 512 --gen-len 64), interleaved,
 #       then the medians and blockspec / llama.cpp ratios.
+#   scripts/bench_llamacpp.sh kld MODEL.gguf TEXT [CHUNKS] [OUTDIR]
+#       llama.cpp's KL divergence of MODEL against the same file dequantized to F32 (llama-perplexity).
 #   scripts/bench_llamacpp.sh serve MODEL.gguf [NPROMPTS] [OUTDIR]
 #       llama-server -np 8 and blockspec serve --max-num-seqs 8, one after the other, each driven by
 #       `blockspec bench --url` at concurrency 1 and 8 with the same prompts.
@@ -16,7 +18,7 @@ VERSION=0.3.36
 CACHE=${BLOCKSPEC_CACHE:-$HOME/.cache/blockspec}/llamacpp
 BIN=$CACHE/build/bin
 B=build/blockspec
-WHAT=${1:?usage: scripts/bench_llamacpp.sh build|engine|serve ...}
+WHAT=${1:?usage: scripts/bench_llamacpp.sh build|engine|kld|serve ...}
 
 build_llamacpp() {
   mkdir -p "$CACHE"
@@ -36,7 +38,7 @@ build_llamacpp() {
     "${isa[@]}" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
     -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON > /dev/null
-  ninja -C "$CACHE/build" llama-bench llama-server llama-perplexity
+  ninja -C "$CACHE/build" llama-bench llama-server llama-perplexity llama-quantize
 }
 
 case "$WHAT" in
@@ -99,8 +101,27 @@ serve)
   kill $SP; wait $SP 2>/dev/null || true
   for f in "$O"/*_c*.json; do echo "$f: $(cat "$f")"; done
   ;;
+kld)
+  # llama.cpp's own fidelity on the same text: its KL divergence of MODEL against the same file dequantized to
+  # F32 by llama-quantize (--allow-requantize), over CHUNKS windows of 512 tokens (it scores the second half of
+  # each window), to set next to `blockspec eval --reference-weights f32`.
+  M=${2:?model}
+  TEXT=${3:?text file}
+  CH=${4:-40}
+  O=${5:-$(mktemp -d)}
+  mkdir -p "$O"
+  [ -x "$BIN/llama-perplexity" ] && [ -x "$BIN/llama-quantize" ] || build_llamacpp
+  F32=$O/$(basename "$M" .gguf)-f32.gguf
+  [ -f "$F32" ] || "$BIN/llama-quantize" --allow-requantize "$M" "$F32" F32 2 > "$O/quantize.log" 2>&1
+  "$BIN/llama-perplexity" -m "$F32" -f "$TEXT" -c 512 --chunks "$CH" -t 2 --kl-divergence-base "$O/base.kld" \
+    > "$O/base.log" 2>&1
+  "$BIN/llama-perplexity" -m "$M" -f "$TEXT" -c 512 --chunks "$CH" -t 2 --kl-divergence-base "$O/base.kld" \
+    --kl-divergence > "$O/kld.log" 2>&1
+  rm -f "$F32"
+  sed -n '/KL divergence statistics/,$p' "$O/kld.log"
+  ;;
 *)
-  echo "scripts/bench_llamacpp.sh: unknown command '$WHAT' (build, engine or serve)" >&2
+  echo "scripts/bench_llamacpp.sh: unknown command '$WHAT' (build, engine, kld or serve)" >&2
   exit 2
   ;;
 esac

@@ -118,10 +118,13 @@ void block_linear(const OpContext& ctx, const float* x, const QuantTensor& w, co
   std::vector<float> xd(M * (K / A));        // [M, K / 32]
   std::vector<int32_t> xs(M * (K / S));      // [M, K / S]
   std::vector<float> xc(M * (K / S));        // [M, K / S]
-  ctx.pool->parallel_for(M, [&](int64_t m0, int64_t m1) {
+  auto quantize = [&](int64_t m0, int64_t m1) {
     ctx.k->quantize_acts_block(x + m0 * K, m1 - m0, K, static_cast<int>(S), xq.data() + m0 * K,
                                xd.data() + m0 * (K / A), xs.data() + m0 * (K / S), xc.data() + m0 * (K / S));
-  });
+  };
+  // A few rows (decode, verification) take microseconds: quantized here rather than behind a pool barrier.
+  if (M <= 4) quantize(0, M);
+  else ctx.pool->parallel_for(M, quantize);
   const BlockActs a{xq.data(), xd.data(), xs.data(), xc.data(), M};
   // Threads split the weight in whole panels, each one contiguous stream (as for Q8_G128 / Q4_G128).
   ctx.pool->parallel_for_grain(b.n_tiles, kQPanel, [&](int64_t t0, int64_t t1) {

@@ -79,11 +79,13 @@ BS_VNNI inline __m512i codes(const uint8_t* rec, int q) {
   }
 }
 
+// Tiles t0 .. t0 + T - 1 of the panel starting at tile `tile` (Tp tiles) times activation rows m0 .. m0 + MB - 1.
 template <class F, int T, int MB>
-BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0) {
+BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t Tp, int64_t t0,
+                   int64_t m0) {
   constexpr int NS = F::B / F::S, QPS = F::S / 4;  // sub-blocks per block, quads per sub-block
   const int64_t K = w.K, nb = w.n_blocks, KS = K / F::S, KA = K / kBlockActs;
-  const uint8_t* panel = w.record(tile, 0);  // records (s, t) at panel + (s * T + t) * REC
+  const uint8_t* panel = w.record(tile, 0) + t0 * F::REC;  // records (s, t) at panel + (s * Tp + t) * REC
   __m512 facc[T][MB];
   #pragma GCC unroll 16
   for (int t = 0; t < T; ++t)
@@ -99,7 +101,7 @@ BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
     xd[m] = a.d + (m0 + m) * KA;
   }
   for (int64_t s = 0; s < nb; ++s) {
-    const uint8_t* rec0 = panel + s * T * F::REC;
+    const uint8_t* rec0 = panel + s * Tp * F::REC;
     // The step reads its T records interleaved (one sub-block of each tile in turn, scales at the records'
     // ends), which the hardware prefetchers follow poorly. kernels_bench, 2 threads, M = 1, weights from DRAM,
     // Xeon with AVX-512 VNNI: q4_k up 416 -> 302 us, q6_k up 664 -> 433 us, q4_1 385 -> 349, q8_0 538 -> 496;
@@ -163,12 +165,20 @@ BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
   }
   #pragma GCC unroll 16
   for (int t = 0; t < T; ++t) {
-    const int64_t n = (tile + t) * kQTile;
+    const int64_t n = (tile + t0 + t) * kQTile;
     const int64_t valid = std::min<int64_t>(kQTile, w.N - n);
     const __mmask16 mk = static_cast<__mmask16>((1u << valid) - 1u);
     #pragma GCC unroll 16
     for (int m = 0; m < MB; ++m) _mm512_mask_storeu_ps(y + (m0 + m) * w.N + n, mk, facc[t][m]);
   }
+}
+
+// T tiles (one panel) times MB rows, all T tiles together: one pass over the panel's weights per MB rows.
+// (Running one tile at a time with 8 rows measured no faster at M = 512 and slower for q4_1 / q8_0: the 8 rows'
+// activation pointers spill; kernels_bench, 1 thread, cache-resident weights.)
+template <class F, int T, int MB>
+BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0) {
+  tiles<F, T, MB>(a, w, y, tile, T, 0, m0);
 }
 
 using MicroFn = void (*)(const BlockActs&, const BlockWeights&, float*, int64_t, int64_t);

@@ -17,6 +17,7 @@
 #include <array>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "kernels/kernel_table.h"
@@ -91,15 +92,12 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
   for (int t = 0; t < T; ++t)
     #pragma GCC unroll 16
     for (int m = 0; m < MB; ++m) facc[t][m] = _mm512_setzero_ps();
-  const int8_t* xq[MB];  // row m's codes, sums and scales, advanced block by block
-  const int32_t* xs[MB];
-  const float *xd[MB], *xc[MB];
-  for (int m = 0; m < MB; ++m) {
-    xq[m] = a.q + (m0 + m) * K;
-    xs[m] = a.sums + (m0 + m) * KS;
-    xc[m] = a.csums + (m0 + m) * KS;
-    xd[m] = a.d + (m0 + m) * KA;
-  }
+  // Rows m0 .. m0 + MB - 1 interleaved (interleave_rows): one pointer per array, compile-time offsets per row,
+  // each advanced block by block.
+  const int8_t* xq = a.q + m0 * K;      // [K / 4][MB][4]
+  const int32_t* xs = a.sums + m0 * KS;  // [K / S][MB]
+  const float* xc = a.csums + m0 * KS;   // [K / S][MB]
+  const float* xd = a.d + m0 * KA;       // [K / 32][MB]
   for (int64_t s = 0; s < nb; ++s) {
     const uint8_t* rec0 = panel + s * Tp * F::REC;
     // The step reads its T records interleaved (one sub-block of each tile in turn, scales at the records'
@@ -129,7 +127,7 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
         for (int t = 0; t < T; ++t) u[t] = codes<F>(rec0 + t * F::REC, q);
         #pragma GCC unroll 16
         for (int m = 0; m < MB; ++m) {
-          const __m512i b = bcast4(xq[m] + q * 4);
+          const __m512i b = bcast4(xq + (q * MB + m) * 4);
           #pragma GCC unroll 16
           for (int t = 0; t < T; ++t) acc[t][m] = dpbusd(acc[t][m], u[t], b);
         }
@@ -149,19 +147,17 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
         #pragma GCC unroll 16
         for (int m = 0; m < MB; ++m) {
           __m512i I = acc[t][m];
-          if constexpr (F::Z != 0) I = _mm512_sub_epi32(I, _mm512_set1_epi32(F::Z * xs[m][j]));
-          facc[t][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(ds, _mm512_set1_ps(xd[m][ja])), facc[t][m]);
+          if constexpr (F::Z != 0) I = _mm512_sub_epi32(I, _mm512_set1_epi32(F::Z * xs[j * MB + m]));
+          facc[t][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(ds, _mm512_set1_ps(xd[ja * MB + m])), facc[t][m]);
           if constexpr (F::MIN)
-            facc[t][m] = _mm512_fmadd_ps(mcf, _mm512_mul_ps(dm[t], _mm512_set1_ps(xc[m][j])), facc[t][m]);
+            facc[t][m] = _mm512_fmadd_ps(mcf, _mm512_mul_ps(dm[t], _mm512_set1_ps(xc[j * MB + m])), facc[t][m]);
         }
       }
     }
-    for (int m = 0; m < MB; ++m) {
-      xq[m] += F::B;
-      xs[m] += NS;
-      xc[m] += NS;
-      xd[m] += F::B / kBlockActs;
-    }
+    xq += F::B * MB;
+    xs += NS * MB;
+    xc += NS * MB;
+    xd += F::B / kBlockActs * MB;
   }
   #pragma GCC unroll 16
   for (int t = 0; t < T; ++t) {
@@ -174,11 +170,21 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
 }
 
 // T tiles (one panel) times MB rows, all T tiles together: one pass over the panel's weights per MB rows.
-// (Running one tile at a time with 8 rows measured no faster at M = 512 and slower for q4_1 / q8_0: the 8 rows'
-// activation pointers spill; kernels_bench, 1 thread, cache-resident weights.)
+// (kernels_bench, 1 thread, cache-resident weights, up M = 512: one tile at a time with 8 rows measured no faster
+// for q4_k / q6_k and slower for q4_1 / q8_0; two tiles at a time with 4 rows within noise at M = 512 and slower
+// at M = 8. The K-quants' prefill is bound by the per-sub-block fold (a convert, two multiplies, one or two FMAs
+// per 8 vpdpbusd), not by registers.)
 template <class F, int T, int MB>
 BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0) {
   tiles<F, T, MB>(a, w, y, tile, T, 0, m0);
+}
+
+// Rows m0 .. m0 + MB - 1 of src [M, n] into dst at m0 * n as [n][MB]: the micro-kernel reads row m's element i
+// at (i * MB + m), one pointer for all its rows (with one pointer per row, 4 rows' 16 pointers spilled).
+template <class E>
+void interleave_rows(const E* src, int64_t n, int64_t m0, int64_t MB, E* dst) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t m = 0; m < MB; ++m) dst[m0 * n + i * MB + m] = src[(m0 + m) * n + i];
 }
 
 using MicroFn = void (*)(const BlockActs&, const BlockWeights&, float*, int64_t, int64_t);
@@ -193,7 +199,20 @@ template <class F>
 BS_VNNI void gemm_impl(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) {
   constexpr auto table = panel_table<MicroFn, Micro<F>, kMaxMB>(std::make_integer_sequence<int, kMaxT>());
   BS_ASSERT(F::REC == w.record_bytes(), "record size of ", weight_format_name(w.format));
-  run_panels(table, a, w, y, tile0, tile1);
+  if (a.M == 1) return run_panels(table, a, w, y, tile0, tile1);  // one row is its own interleave
+  const int64_t K = w.K, KS = K / F::S, KA = K / kBlockActs;
+  std::vector<int8_t> q(a.M * K);
+  std::vector<int32_t> sums(a.M * KS);
+  std::vector<float> csums(a.M * KS), d(a.M * KA);
+  BlockActs b{q.data(), d.data(), sums.data(), csums.data(), a.M};
+  for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMB) {
+    const int64_t MB = std::min<int64_t>(kMaxMB, a.M - m0);
+    interleave_rows<int32_t>(reinterpret_cast<const int32_t*>(a.q), K / 4, m0, MB, reinterpret_cast<int32_t*>(q.data()));
+    interleave_rows(a.sums, KS, m0, MB, sums.data());
+    interleave_rows(a.csums, KS, m0, MB, csums.data());
+    interleave_rows(a.d, KA, m0, MB, d.data());
+  }
+  run_panels(table, b, w, y, tile0, tile1);
 }
 
 }  // namespace

@@ -6,7 +6,10 @@
 namespace blockspec {
 
 namespace {
-bool cpu_has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+// F16C for the f16 scales of kernels/x86/block_avx2.cc (every AVX2 CPU has it).
+bool cpu_has_avx2() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
 bool cpu_has_avx512() {
   return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl");
@@ -62,9 +65,7 @@ KernelTable select_kernels(const std::string& name) {
     t.gemm_q4g128 = gemm_q4g128_avx2;
     t.gemm_q8g128_wo = gemm_q8g128_wo_avx2;
     t.gemm_q4g128_wo = gemm_q4g128_wo_avx2;
-    // No AVX2 block-format GEMM yet: the scalar twin would be ~50x slower than a q8 re-pack, so the loader
-    // re-packs GGUF blocks to q8 where gemm_block is nullptr (model/weight_loader.h); VNNI sets it below.
-    t.gemm_block = nullptr;
+    t.gemm_block = gemm_block_avx2;  // vpmaddubsw; VNNI overrides it below
   }
   if (pick == "avx512") {
     t.matmul_f32 = matmul_f32_avx512;

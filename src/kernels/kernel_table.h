@@ -62,8 +62,8 @@ struct KernelTable {
   // of tiles [tile0, tile1) (clipped to N; tile0 a multiple of kQPanel, tile1 too or n_tiles), y: [M, N].
   void (*quantize_acts_block)(const float* x, int64_t M, int64_t K, int S, int8_t* q, float* d, int32_t* sums,
                               float* csums) = nullptr;
-  // nullptr where this ISA has no fast kernel (AVX2 and AVX-512 without VNNI, for now): GGUF blocks then load
-  // re-packed as q8 (model/weight_loader.h), as they did before this kernel existed.
+  // Every ISA has one (AVX-512 VNNI: vpdpbusd; AVX2 and AVX-512 without VNNI: vpmaddubsw). A table left
+  // nullptr here would make GGUF blocks load re-packed as q8 (model/weight_loader.h).
   void (*gemm_block)(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) = nullptr;
   // Gated DeltaNet recurrence of one value head over T tokens (kernels/gdn_kernel.h).
   void (*gdn_recurrent)(const GdnHead& h) = nullptr;
@@ -116,6 +116,7 @@ void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n, bo
 void quantize_acts_avx2(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales);
 void gemm_q8g128_avx2(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q4g128_avx2(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
+void gemm_block_avx2(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q8g128_wo_avx2(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);
 void gemm_q4g128_wo_avx2(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);
 void gemm_q8g128_wo_avx512(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);

@@ -59,8 +59,9 @@ struct WeightLoader {
     return src.has_fp_native(name) && (!opts.format || *opts.format == src.natural_format(name));
   }
   // GGUF blocks likewise load as stored (kernels/block_quant.h) unless opts.format asks for another format.
-  // Where the kernels have no block GEMM (KernelTable::gemm_block nullptr: AVX2 for now) they are re-packed as
-  // q8 instead, the default before the block kernels existed; block_fallback records it for one log line.
+  // Where the kernels have no block GEMM (KernelTable::gemm_block nullptr: no ISA now, AVX2 before
+  // kernels/x86/block_avx2.cc) they are re-packed as q8 instead, the default before the block kernels existed;
+  // block_fallback records it for one log line.
   bool block_native(const std::string& name) {
     if (!src.has_blocks(name) || (opts.format && *opts.format != src.natural_format(name))) return false;
     if (ctx.k->gemm_block == nullptr) block_fallback = true;

@@ -3,7 +3,9 @@
 // thread splits, and the GEMM is the dot product of the dequantized weights with the int8 activations.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "base/error.h"
@@ -98,15 +100,7 @@ TEST(BlockQuant, EveryIsaMatchesTheScalarTwinBitwise) {
   for (const std::string& isa : available_isas()) {
     if (isa == "ref") continue;
     KernelTable kt = select_kernels(isa);
-    // Only VNNI has a block GEMM; elsewhere GGUF blocks load as q8 (ModelLoad test below) and linear() refuses.
-    if (kt.gemm_block == nullptr) {
-      ThreadPool pool(1);
-      OpContext ctx{&kt, &pool};
-      const QuantTensor q = pack(fx.ref_ctx, WeightFormat::kQ4_0, 16, 32, random_blocks(WeightFormat::kQ4_0, 16, 32, 1));
-      std::vector<float> x(32), y(16);
-      EXPECT_THROW(linear(ctx, x.data(), q, nullptr, y.data(), 1), Error) << isa;
-      continue;
-    }
+    ASSERT_NE(kt.gemm_block, nullptr) << isa;  // AVX-512 VNNI: vpdpbusd; AVX2 (and AVX-512 without VNNI): vpmaddubsw
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
       OpContext ctx{&kt, &pool};
@@ -124,6 +118,57 @@ TEST(BlockQuant, EveryIsaMatchesTheScalarTwinBitwise) {
                 << isa << " " << weight_format_name(f) << " N=" << N << " K=" << K << " M=" << M << " t=" << threads;
           }
         }
+      }
+    }
+  }
+}
+
+// The AVX2 kernel sums in int16 (vpmaddubsw, saturating, then vpaddw over several quads; kernels/x86/block_avx2.cc):
+// rows of all-largest codes against activation codes all +127 or all -127 reach each int16 bound (Q4: 30480, Q5:
+// 31496, Q6_K: 32004; Q8_0's |u - 128| = 128 at code 0: 32512), and must still equal the twin bit for bit.
+TEST(BlockQuant, Avx2SumsDoNotSaturate) {
+  const auto isas = available_isas();
+  if (std::find(isas.begin(), isas.end(), "avx2") == isas.end()) GTEST_SKIP() << "no AVX2 on this CPU";
+  Fixture fx;
+  KernelTable kt = select_kernels("avx2");
+  ASSERT_EQ(kt.gemm_block, &gemm_block_avx2);
+  ThreadPool pool(1);
+  OpContext ctx{&kt, &pool};
+  for (WeightFormat f : kFormats) {
+    const BlockQuantSpec& s = block_spec(f);
+    const int umax = (1 << s.bits) - 1;
+    for (int64_t N : {7, 37}) {
+      const int64_t K = k_of(f);
+      auto blocks = random_blocks(f, N, K, static_cast<uint32_t>(N + 1));
+      // Row n: all umax, all 0, alternating umax / 0, or random codes with umax and 0 at every tenth input.
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t b = 0; b < K / s.block; ++b)
+          for (int k = 0; k < s.block; ++k) {
+            uint8_t& u = blocks[n * (K / s.block) + b].u[k];
+            const int pattern = static_cast<int>(n % 4);
+            if (pattern == 0) u = static_cast<uint8_t>(umax);
+            if (pattern == 1) u = 0;
+            if (pattern == 2) u = static_cast<uint8_t>(k % 2 ? umax : 0);
+            if (pattern == 3 && k % 10 == 0) u = static_cast<uint8_t>(k % 20 ? umax : 0);
+          }
+      const QuantTensor q = pack(fx.ref_ctx, f, N, K, blocks);
+      for (int64_t M = 1; M <= 9; ++M) {
+        // Row m: codes all +127, all -127, alternating +-127, or random with +-127 at every seventh input.
+        auto x = randv(M * K, static_cast<uint32_t>(M), 1.f);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t k = 0; k < K; ++k) {
+            float& v = x[m * K + k];
+            const int pattern = static_cast<int>(m % 4);
+            if (pattern == 0) v = 1.f;
+            if (pattern == 1) v = -1.f;
+            if (pattern == 2) v = k % 2 ? -1.f : 1.f;
+            if (pattern == 3 && k % 7 == 0) v = k % 14 ? -8.f : 8.f;
+          }
+        std::vector<float> y(M * N), yr(M * N);
+        linear(ctx, x.data(), q, nullptr, y.data(), M);
+        linear(fx.ref_ctx, x.data(), q, nullptr, yr.data(), M);
+        ASSERT_EQ(std::memcmp(y.data(), yr.data(), y.size() * 4), 0)
+            << weight_format_name(f) << " N=" << N << " K=" << K << " M=" << M;
       }
     }
   }
@@ -170,6 +215,14 @@ TEST(BlockQuant, RefusesWhatItCannotHold) {
   Fixture fx;
   EXPECT_THROW(make_block_weight(fx.ref_ctx, WeightFormat::kQ4_K, 4, 300, [](int64_t, int64_t, QBlock*) {}), Error);
   EXPECT_THROW(make_weight(fx.ref_ctx, Tensor(DType::kF32, {4, 256}), WeightFormat::kQ4_K), Error);
+  {  // a kernel table without a block GEMM (the loader re-packs GGUF blocks as q8 for one): linear() refuses
+    KernelTable kt = select_kernels("ref");
+    kt.gemm_block = nullptr;
+    OpContext ctx{&kt, &fx.pool};
+    const QuantTensor q = pack(fx.ref_ctx, WeightFormat::kQ4_0, 16, 32, random_blocks(WeightFormat::kQ4_0, 16, 32, 1));
+    std::vector<float> x(32), y(16);
+    EXPECT_THROW(linear(ctx, x.data(), q, nullptr, y.data(), 1), Error);
+  }
   QBlock bad;
   bad.u[0] = 16;  // a 5-bit code in a 4-bit format
   EXPECT_THROW(make_block_weight(fx.ref_ctx, WeightFormat::kQ4_0, 1, 32,

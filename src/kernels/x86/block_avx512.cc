@@ -21,6 +21,7 @@
 
 #include "base/error.h"
 #include "kernels/kernel_table.h"
+#include "kernels/x86/block_fmt.h"
 #include "kernels/x86/panel_gemm.h"
 
 #define BS_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
@@ -43,18 +44,6 @@ BS_VNNI inline __m512i dpbusd(__m512i acc, __m512i a_u8, __m512i b_s8) {
   asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a_u8), "v"(b_s8));
   return acc;
 }
-
-// Compile-time description of one format (tensor/block_quant.h).
-template <int B_, int S_, int BITS_, int Z_, bool SC_, bool MIN_>
-struct Fmt {
-  static constexpr int B = B_, S = S_, BITS = BITS_, Z = Z_;
-  static constexpr bool SC = SC_, MIN = MIN_;
-  static constexpr int64_t LO = BITS == 8 ? B * 16 : B * 8;
-  static constexpr int64_t HI = BITS == 5 ? B * 2 : BITS == 6 ? B * 4 : 0;
-  static constexpr int64_t SCB = SC ? B / S * 16 : 0;
-  static constexpr int64_t MCB = SC && MIN ? B / S * 16 : 0;
-  static constexpr int64_t REC = LO + HI + SCB + MCB + (MIN ? 64 : 32);
-};
 
 // The 16 x 4 unsigned codes of quad q (inputs 4q..4q+3 of the block) of one record.
 template <class F>
@@ -218,20 +207,7 @@ BS_VNNI void gemm_impl(const BlockActs& a, const BlockWeights& w, float* y, int6
 }  // namespace
 
 BS_VNNI void gemm_block_avx512vnni(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) {
-  //                                          B    S  bits zero  sc     min
-  switch (w.format) {
-    case WeightFormat::kQ4_0: return gemm_impl<Fmt<32, 32, 4, 8, false, false>>(a, w, y, tile0, tile1);
-    case WeightFormat::kQ4_1: return gemm_impl<Fmt<32, 32, 4, 0, false, true>>(a, w, y, tile0, tile1);
-    case WeightFormat::kQ5_0: return gemm_impl<Fmt<32, 32, 5, 16, false, false>>(a, w, y, tile0, tile1);
-    case WeightFormat::kQ5_1: return gemm_impl<Fmt<32, 32, 5, 0, false, true>>(a, w, y, tile0, tile1);
-    case WeightFormat::kQ8_0: return gemm_impl<Fmt<32, 32, 8, 128, false, false>>(a, w, y, tile0, tile1);
-    case WeightFormat::kQ2_K: return gemm_impl<Fmt<256, 16, 2, 0, true, true>>(a, w, y, tile0, tile1);
-    case WeightFormat::kQ3_K: return gemm_impl<Fmt<256, 16, 3, 4, true, false>>(a, w, y, tile0, tile1);
-    case WeightFormat::kQ4_K: return gemm_impl<Fmt<256, 32, 4, 0, true, true>>(a, w, y, tile0, tile1);
-    case WeightFormat::kQ5_K: return gemm_impl<Fmt<256, 32, 5, 0, true, true>>(a, w, y, tile0, tile1);
-    case WeightFormat::kQ6_K: return gemm_impl<Fmt<256, 16, 6, 32, true, false>>(a, w, y, tile0, tile1);
-    default: BS_ASSERT(false, "gemm_block of ", weight_format_name(w.format));
-  }
+  with_block_fmt(w.format, [&]<class F>() { gemm_impl<F>(a, w, y, tile0, tile1); });
 }
 
 }  // namespace blockspec

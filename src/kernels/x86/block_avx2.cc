@@ -1,0 +1,218 @@
+// AVX2 GEMM for the GGUF block formats (layout and exact arithmetic: kernels/block_layout.h), for CPUs without
+// AVX-512 VNNI. It follows kernels/x86/block_avx512.cc: same records, same panel driver, same per-sub-block
+// fold, so its outputs equal the scalar twin's bit for bit.
+//
+// Micro-kernel: the T tiles of one panel, one after another, times MB activation rows. A tile is two ymm halves
+// (rows 0-7 and 8-15 of its 64-byte lines; int32 lane r of half h is row 8h + r). Per block, tile, sub-block and
+// input quad it builds each half's 8 x 4 unsigned codes (nibble split, plus the hi plane's bits for 5- and 6-bit
+// codes) and multiplies them by the broadcast 4 int8 activation codes of each row with vpmaddubsw (u8 x s8 ->
+// saturating int16 sums of pairs), widened to int32 lanes by vpmaddwd with 1. Nothing saturates:
+//   - codes of <= 6 bits: a pair sums to at most 2 * 63 * 127 = 16002; the int16 results of G quads are added
+//     (vpaddw) before one widening while G * 2 * 127 * umax <= 32767 (G = the whole sub-block for Q2_K, Q3_K and
+//     the 4-bit formats, 4 quads for Q5, 2 for Q6_K), which saves the vpmaddwd + vpaddd of the others;
+//   - Q8_0 (u up to 255: 2 * 255 * 127 would saturate): it multiplies |u - 128| (u8, <= 128) by
+//     sign(u - 128) * x (s8: x is never -128), pair sums <= 2 * 128 * 127 = 32512. That sums (u - 128) * x =
+//     u * x - 128 X, the twin's I, so no zero correction follows. (The other way round, |x| times
+//     sign(x) * (u - 128), wraps at u = 0: -(-128) is -128 in int8.)
+// At each sub-block end the int32 sum is corrected by zero * X, converted and folded into f32 with (d * sc) * dx,
+// and the min term with float(mc) and dm * c, in the twin's order (nothing for GCC to contract, whatever
+// -ffp-contract says: every product is a multiplicand of another product or of an explicit FMA, never an
+// addend). The f32 sums live in L1, as in quant_avx2.cc, leaving the 16 ymm to the integer sums, codes and
+// broadcasts. Tiles run one after another (not interleaved as in the VNNI kernel): the records are then read in
+// stream order, and one tile's sums already take 8 of the 16 ymm at MB = 4.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "base/error.h"
+#include "kernels/kernel_table.h"
+#include "kernels/x86/block_fmt.h"
+#include "kernels/x86/panel_gemm.h"
+
+#define BS_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace blockspec {
+
+namespace {
+
+constexpr int kMaxT = kQPanel;
+// Activation rows per micro-kernel. Q5 / Q6_K hold int16 and int32 sums (4 ymm per row) and spill some at 4, yet
+// run faster than at 2 (kernels_bench avx2, up M = 512, 2 threads, a 2-core Xeon with AVX-512 VNNI shared with
+// other jobs: q5_k 124 -> 109 ms, q6_k 156 -> 130).
+constexpr int kMaxMB = 4;
+
+BS_AVX2 inline __m256i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+BS_AVX2 inline __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+BS_AVX2 inline __m128i load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+BS_AVX2 inline __m128i load8(const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
+
+// A format (block_fmt.h) plus the AVX2 grouping.
+template <class Base>
+struct Fmt : Base {
+  using Base::B, Base::BITS, Base::S, Base::Z;
+  static constexpr int QPS = S / 4;  // quads per sub-block
+  // Quads summed in int16 before widening (see the top): G * 2 * 127 * umax <= 32767.
+  static constexpr int G = BITS == 8 ? 1 : std::min(QPS, 32767 / (2 * 127 * ((1 << BITS) - 1)));
+  static constexpr int ZC = BITS == 8 ? 0 : Z;  // zero correction left after the sum (Q8_0's is inside it)
+  static_assert(QPS % G == 0 && G * 2 * 127 * (BITS == 8 ? 128 : (1 << BITS) - 1) <= 32767);
+};
+
+// Half h (rows 8h..8h+7) of the codes of quad q (inputs 4q..4q+3 of the block) of one record: u, or for Q8_0
+// u - 128 as s8.
+template <class F>
+BS_AVX2 inline __m256i codes(const uint8_t* rec, int q, int h) {
+  if constexpr (F::BITS == 8) {
+    return _mm256_xor_si256(load32(rec + q * 64 + h * 32), _mm256_set1_epi8(static_cast<char>(0x80)));
+  } else {
+    const __m256i v = load32(rec + (q / 2) * 64 + h * 32), low4 = _mm256_set1_epi8(0x0F);
+    __m256i u = (q % 2) == 0 ? _mm256_and_si256(v, low4) : _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    if constexpr (F::BITS == 5) {
+      const __m256i hv = load32(rec + F::LO + (q / 8) * 64 + h * 32);
+      const int c = q % 8;  // bit c of each byte -> bit 4
+      const __m256i hb = c == 4 ? hv : c < 4 ? _mm256_slli_epi32(hv, 4 - c) : _mm256_srli_epi32(hv, c - 4);
+      u = _mm256_or_si256(u, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+    } else if constexpr (F::BITS == 6) {
+      const __m256i hv = load32(rec + F::LO + (q / 4) * 64 + h * 32);
+      const int c = 2 * (q % 4);  // bits c, c+1 of each byte -> bits 4, 5
+      const __m256i hb = c == 4 ? hv : c < 4 ? _mm256_slli_epi32(hv, 4 - c) : _mm256_srli_epi32(hv, c - 4);
+      u = _mm256_or_si256(u, _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
+    }
+    return u;
+  }
+}
+
+template <class F, int T, int MB>
+BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0) {
+  constexpr int NS = F::B / F::S, QPS = F::QPS, G = F::G;
+  const int64_t K = w.K, nb = w.n_blocks, KS = K / F::S, KA = K / kBlockActs;
+  const uint8_t* panel = w.record(tile, 0);  // records (s, t) at panel + (s * T + t) * REC
+  const __m256i ones = _mm256_set1_epi16(1);
+  // f32 sums in L1, touched once per sub-block; the empty asm stops GCC promoting them to registers.
+  alignas(32) float facc[T][2][MB][8] = {};
+  asm volatile("" : : "r"(&facc[0][0][0][0]) : "memory");
+  const int8_t* xq[MB];  // row m's codes, sums and scales, advanced block by block
+  const int32_t* xs[MB];
+  const float *xd[MB], *xc[MB];
+  for (int m = 0; m < MB; ++m) {
+    xq[m] = a.q + (m0 + m) * K;
+    xs[m] = a.sums + (m0 + m) * KS;
+    xc[m] = a.csums + (m0 + m) * KS;
+    xd[m] = a.d + (m0 + m) * KA;
+  }
+  for (int64_t s = 0; s < nb; ++s) {
+    const uint8_t* rec0 = panel + s * T * F::REC;
+    prefetch_ahead(rec0, T * F::REC);  // the VNNI kernel's measured gain (block_avx512.cc); same stream here
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* rec = rec0 + t * F::REC;
+      const uint8_t* sc = rec + F::LO + F::HI;           // sc [NS][16] int8, mc [NS][16] u8
+      const uint8_t* dp = sc + F::SCB + F::MCB;          // d [16] f16, dm [16] f16
+      #pragma GCC unroll 16
+      for (int j = 0; j < NS; ++j) {
+        __m256i acc[2][MB];  // int32 sums of sub-block j
+        #pragma GCC unroll 16
+        for (int h = 0; h < 2; ++h)
+          #pragma GCC unroll 16
+          for (int m = 0; m < MB; ++m) acc[h][m] = _mm256_setzero_si256();
+        #pragma GCC unroll 8
+        for (int g0 = 0; g0 < QPS; g0 += G) {
+          __m256i p16[2][MB];  // int16 pair sums of quads g0 .. g0 + G - 1
+          #pragma GCC unroll 8
+          for (int qq = 0; qq < G; ++qq) {
+            const int q = j * QPS + g0 + qq;
+            __m256i u[2], au[2];
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; ++h) {
+              u[h] = codes<F>(rec, q, h);
+              au[h] = F::BITS == 8 ? _mm256_abs_epi8(u[h]) : u[h];
+            }
+            #pragma GCC unroll 16
+            for (int m = 0; m < MB; ++m) {
+              const __m256i b = bcast4(xq[m] + q * 4);
+              #pragma GCC unroll 2
+              for (int h = 0; h < 2; ++h) {
+                const __m256i p = _mm256_maddubs_epi16(au[h], F::BITS == 8 ? _mm256_sign_epi8(b, u[h]) : b);
+                p16[h][m] = qq == 0 ? p : _mm256_add_epi16(p16[h][m], p);
+                // Keeps the sum a chain: GCC's reassociation otherwise makes it a tree over all G products at once,
+                // which spills them (16 ymm only).
+                asm("" : "+x"(p16[h][m]));
+              }
+            }
+          }
+          #pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h)
+            #pragma GCC unroll 16
+            for (int m = 0; m < MB; ++m) {
+              acc[h][m] = _mm256_add_epi32(acc[h][m], _mm256_madd_epi16(p16[h][m], ones));
+              asm("" : "+x"(acc[h][m]));  // a chain too
+            }
+        }
+        const int ja = j * F::S / kBlockActs;  // activation block of sub-block j, within the block
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          // d and dm converted again per sub-block: kept across the sub-blocks they took 4 of the 16 ymm.
+          const __m256 d = _mm256_cvtph_ps(load16(dp + 16 * h));
+          __m256 ds = d, mcf = _mm256_set1_ps(1.f);  // f32(d) * sc (gguf-py's rounding), float(mc)
+          if constexpr (F::SC) {
+            ds = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load8(sc + j * 16 + h * 8))));
+            if constexpr (F::MIN)
+              mcf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(load8(sc + F::SCB + j * 16 + h * 8)));
+          }
+          const __m256 dm = F::MIN ? _mm256_cvtph_ps(load16(dp + 32 + 16 * h)) : _mm256_setzero_ps();
+          #pragma GCC unroll 16
+          for (int m = 0; m < MB; ++m) {
+            __m256i I = acc[h][m];
+            if constexpr (F::ZC != 0) I = _mm256_sub_epi32(I, _mm256_set1_epi32(F::ZC * xs[m][j]));
+            float* f = facc[t][h][m];
+            __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(ds, _mm256_set1_ps(xd[m][ja])),
+                                       _mm256_load_ps(f));
+            if constexpr (F::MIN) v = _mm256_fmadd_ps(mcf, _mm256_mul_ps(dm, _mm256_set1_ps(xc[m][j])), v);
+            _mm256_store_ps(f, v);
+          }
+        }
+      }
+    }
+    for (int m = 0; m < MB; ++m) {
+      xq[m] += F::B;
+      xs[m] += NS;
+      xc[m] += NS;
+      xd[m] += F::B / kBlockActs;
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    const int64_t n = (tile + t) * kQTile, valid = std::min<int64_t>(kQTile, w.N - n);
+    for (int m = 0; m < MB; ++m) {
+      std::memcpy(y + (m0 + m) * w.N + n, facc[t][0][m], std::min<int64_t>(valid, 8) * sizeof(float));
+      if (valid > 8) std::memcpy(y + (m0 + m) * w.N + n + 8, facc[t][1][m], (valid - 8) * sizeof(float));
+    }
+  }
+}
+
+using MicroFn = void (*)(const BlockActs&, const BlockWeights&, float*, int64_t, int64_t);
+
+template <class F>
+struct Micro {
+  template <int T, int MB>
+  static constexpr MicroFn fn = &micro<F, T, MB>;
+};
+
+template <class F>
+BS_AVX2 void gemm_impl(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) {
+  constexpr auto table = panel_table<MicroFn, Micro<F>, kMaxMB>(std::make_integer_sequence<int, kMaxT>());
+  BS_ASSERT(F::REC == w.record_bytes(), "record size of ", weight_format_name(w.format));
+  run_panels(table, a, w, y, tile0, tile1);
+}
+
+}  // namespace
+
+BS_AVX2 void gemm_block_avx2(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) {
+  with_block_fmt(w.format, [&]<class F>() { gemm_impl<Fmt<F>>(a, w, y, tile0, tile1); });
+}
+
+}  // namespace blockspec

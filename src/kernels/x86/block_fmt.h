@@ -1,0 +1,44 @@
+// Compile-time descriptions of the GGUF block formats for the x86 block GEMMs (block_avx512.cc, block_avx2.cc):
+// the record layout of kernels/block_layout.h as constants, and the one switch from a WeightFormat to them.
+// Private to kernels/x86.
+#pragma once
+#include <cstdint>
+
+#include "base/error.h"
+#include "tensor/quant_tensor.h"
+
+namespace blockspec {
+
+// One format (tensor/block_quant.h): B inputs per block, S per sub-block, BITS per code, Z the code's zero, SC
+// per-sub-block scales, MIN per-(sub-)block minimums. The byte sizes of one record's parts (block_layout.h).
+template <int B_, int S_, int BITS_, int Z_, bool SC_, bool MIN_>
+struct BlockFmt {
+  static constexpr int B = B_, S = S_, BITS = BITS_, Z = Z_;
+  static constexpr bool SC = SC_, MIN = MIN_;
+  static constexpr int64_t LO = BITS == 8 ? B * 16 : B * 8;
+  static constexpr int64_t HI = BITS == 5 ? B * 2 : BITS == 6 ? B * 4 : 0;
+  static constexpr int64_t SCB = SC ? B / S * 16 : 0;
+  static constexpr int64_t MCB = SC && MIN ? B / S * 16 : 0;
+  static constexpr int64_t REC = LO + HI + SCB + MCB + (MIN ? 64 : 32);
+};
+
+// fn.template operator()<F>() with F the BlockFmt of `format`.
+template <class Fn>
+inline void with_block_fmt(WeightFormat format, Fn&& fn) {
+  //                                                         B    S  bits zero  sc     min
+  switch (format) {
+    case WeightFormat::kQ4_0: return fn.template operator()<BlockFmt<32, 32, 4, 8, false, false>>();
+    case WeightFormat::kQ4_1: return fn.template operator()<BlockFmt<32, 32, 4, 0, false, true>>();
+    case WeightFormat::kQ5_0: return fn.template operator()<BlockFmt<32, 32, 5, 16, false, false>>();
+    case WeightFormat::kQ5_1: return fn.template operator()<BlockFmt<32, 32, 5, 0, false, true>>();
+    case WeightFormat::kQ8_0: return fn.template operator()<BlockFmt<32, 32, 8, 128, false, false>>();
+    case WeightFormat::kQ2_K: return fn.template operator()<BlockFmt<256, 16, 2, 0, true, true>>();
+    case WeightFormat::kQ3_K: return fn.template operator()<BlockFmt<256, 16, 3, 4, true, false>>();
+    case WeightFormat::kQ4_K: return fn.template operator()<BlockFmt<256, 32, 4, 0, true, true>>();
+    case WeightFormat::kQ5_K: return fn.template operator()<BlockFmt<256, 32, 5, 0, true, true>>();
+    case WeightFormat::kQ6_K: return fn.template operator()<BlockFmt<256, 16, 6, 32, true, false>>();
+    default: BS_ASSERT(false, "block GEMM of ", weight_format_name(format));
+  }
+}
+
+}  // namespace blockspec

@@ -41,7 +41,7 @@ KernelTable select_kernels(const std::string& name) {
   t.dot = dot_ref;
   t.read_stream = read_stream_ref;
   t.axpy = axpy_ref;
-  t.swiglu = swiglu_ref;  // AVX2 keeps the scalar twin
+  t.swiglu = swiglu_ref;
   t.quantize_acts = quantize_acts_ref;
   t.quantize_acts_token = quantize_acts_token_ref;
   t.gemm_q8g128 = gemm_q8g128_ref;
@@ -60,6 +60,7 @@ KernelTable select_kernels(const std::string& name) {
     t.dot = dot_avx2;
     t.read_stream = read_stream_avx2;
     t.axpy = axpy_avx2;
+    t.swiglu = swiglu_avx2;
     t.quantize_acts = quantize_acts_avx2;
     t.gemm_q8g128 = gemm_q8g128_avx2;
     t.gemm_q4g128 = gemm_q4g128_avx2;

@@ -108,6 +108,7 @@ void matmul_bf16_avx2(const float* x, const uint16_t* w, float* y, int64_t M, in
 float dot_avx2(const float* a, const float* b, int64_t n);
 uint64_t read_stream_avx2(const uint8_t* p, int64_t n);
 void axpy_avx2(float a, const float* x, float* y, int64_t n);
+void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n, bool round_bf16);
 void matmul_f32_avx512(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
 void matmul_bf16_avx512(const float* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
 float dot_avx512(const float* a, const float* b, int64_t n);

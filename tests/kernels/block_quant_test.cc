@@ -178,7 +178,6 @@ TEST(BlockQuant, GemmIsTheDotOfDequantizedWeightsAndInt8Activations) {
   Fixture fx;
   const int64_t N = 21, M = 3;
   for (WeightFormat f : kFormats) {
-    const BlockQuantSpec& s = block_spec(f);
     const int64_t K = k_of(f), B = kBlockActs;
     const QuantTensor q = pack(fx.ref_ctx, f, N, K, random_blocks(f, N, K, 11));
     const Tensor w = dequantize_weight(q);

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "kernels/kernel_table.h"
+#include "kernels/x86/exp_avx2.h"
 #include "tensor/dtype.h"
 
 #define BS_AVX2 __attribute__((target("avx2,fma")))
@@ -129,6 +130,41 @@ BS_AVX2 void axpy_avx2(float a, const float* x, float* y, int64_t n) {
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
   for (; i < n; ++i) y[i] += a * x[i];
+}
+
+namespace {
+
+// f32 -> bf16 -> f32 (round half to even, NaN quieted) as f32_to_bf16 does.
+BS_AVX2 inline __m256 round_bf16_8(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd);
+  const __m256i nan = _mm256_or_si256(u, _mm256_set1_epi32(0x400000));
+  const __m256 is_nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+  const __m256i out = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(nan), is_nan));
+  return _mm256_castsi256_ps(_mm256_and_si256(out, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+}  // namespace
+
+// swiglu_ref's operations on 8 lanes (exp8 mirrors exp_fixed); the last n % 8 go through swiglu_ref itself.
+BS_AVX2 void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n, bool round_bf16) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const int64_t n8 = n / 8 * 8;
+  for (int64_t i = 0; i < n8; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 neg_g = _mm256_xor_ps(g, _mm256_set1_ps(-0.0f));
+    __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, exp8(neg_g)));
+    if (round_bf16) s = round_bf16_8(s);
+    if (up == nullptr) {  // silu alone
+      _mm256_storeu_ps(out + i, s);
+      continue;
+    }
+    __m256 o = _mm256_mul_ps(s, _mm256_loadu_ps(up + i));
+    if (round_bf16) o = round_bf16_8(o);
+    _mm256_storeu_ps(out + i, o);
+  }
+  if (n8 < n) swiglu_ref(gate + n8, up == nullptr ? nullptr : up + n8, out + n8, n - n8, round_bf16);
 }
 
 }  // namespace blockspec

@@ -72,7 +72,11 @@ TEST(HybridQuantGolden, CompressedTensorsW4A16) { check("qwen35-ct-w4g128", "log
 // DeltaNet layer enters the recurrent state and moves every later position's logits by up to ~1e-2 (this
 // random model is sensitive: int8 inputs alone move its logits by 5-100%); measured: 32 of 40 positions
 // within 1e-5, worst 0.011.
-TEST(HybridQuantGolden, CompressedTensorsW8A8) { check("qwen35-ct-w8a8g128", "logits_a8", 2e-2, 0.75); }
+// Which positions stay within 1e-5 depends on the f32 summation order of the dense bf16 layers (it decides where
+// an input lands on a rounding tie of the int8 codes), so on the ISA: measured 2026-12-03 on an AVX2-only Zen 3,
+// ref and avx2 alike, 19 of 40 positions, max rel err 0.0212 (the bounds below were first set on AVX-512, where
+// more positions agree). A wrong scale, zero or code order gives errors of order 1 and no exact positions.
+TEST(HybridQuantGolden, CompressedTensorsW8A8) { check("qwen35-ct-w8a8g128", "logits_a8", 3e-2, 0.4); }
 
 }  // namespace
 }  // namespace blockspec

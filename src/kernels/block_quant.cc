@@ -111,8 +111,7 @@ void block_dequantize_row(const QuantTensor& w, int64_t n, float* out) {
 void block_linear(const OpContext& ctx, const float* x, const QuantTensor& w, const float* bias, float* y, int64_t M) {
   const BlockWeights b = block_weights(w);
   if (ctx.k->gemm_block == nullptr)
-    fail("linear: the ", ctx.k->isa, " kernels have no ", weight_format_name(w.format),
-         " GEMM (GGUF blocks load re-packed as q8 there)");
+    fail("linear: the ", ctx.k->isa, " kernel table has no ", weight_format_name(w.format), " GEMM");
   const int64_t K = w.cols, N = w.rows, A = kBlockActs, S = b.spec.sub;
   std::vector<int8_t> xq(M * K);             // [M, K]
   std::vector<float> xd(M * (K / A));        // [M, K / 32]

@@ -62,8 +62,8 @@ struct KernelTable {
   // of tiles [tile0, tile1) (clipped to N; tile0 a multiple of kQPanel, tile1 too or n_tiles), y: [M, N].
   void (*quantize_acts_block)(const float* x, int64_t M, int64_t K, int S, int8_t* q, float* d, int32_t* sums,
                               float* csums) = nullptr;
-  // Every ISA has one (AVX-512 VNNI: vpdpbusd; AVX2 and AVX-512 without VNNI: vpmaddubsw). A table left
-  // nullptr here would make GGUF blocks load re-packed as q8 (model/weight_loader.h).
+  // Every ISA has one (ref; AVX-512 VNNI: vpdpbusd; AVX2 and AVX-512 without VNNI: vpmaddubsw): GGUF blocks
+  // always load as stored (model/weight_loader.h).
   void (*gemm_block)(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) = nullptr;
   // Gated DeltaNet recurrence of one value head over T tokens (kernels/gdn_kernel.h).
   void (*gdn_recurrent)(const GdnHead& h) = nullptr;

@@ -28,7 +28,6 @@ struct WeightLoader {
   std::map<std::string, int> formats_used;
   int64_t done = 0, total = 0;
   bool tty = false;
-  bool block_fallback = false;
 
   void check(const std::string& name, const Shape& shape) const {
     if (!src.has(name))
@@ -58,20 +57,12 @@ struct WeightLoader {
   bool fp_native(const std::string& name) const {
     return src.has_fp_native(name) && (!opts.format || *opts.format == src.natural_format(name));
   }
-  // GGUF blocks likewise load as stored (kernels/block_quant.h) unless opts.format asks for another format.
-  // Where the kernels have no block GEMM (KernelTable::gemm_block nullptr: no ISA now, AVX2 before
-  // kernels/x86/block_avx2.cc) they are re-packed as q8 instead, the default before the block kernels existed;
-  // block_fallback records it for one log line.
-  bool block_native(const std::string& name) {
-    if (!src.has_blocks(name) || (opts.format && *opts.format != src.natural_format(name))) return false;
-    if (ctx.k->gemm_block == nullptr) block_fallback = true;
-    return ctx.k->gemm_block != nullptr;
+  // GGUF blocks likewise load as stored (kernels/block_quant.h; every ISA has a block GEMM) unless opts.format
+  // asks for another format.
+  bool block_native(const std::string& name) const {
+    return src.has_blocks(name) && (!opts.format || *opts.format == src.natural_format(name));
   }
-  WeightFormat format_of(const std::string& name) {
-    if (opts.format) return *opts.format;
-    if (src.has_blocks(name) && !block_native(name)) return WeightFormat::kQ8_G128;
-    return src.natural_format(name);
-  }
+  WeightFormat format_of(const std::string& name) const { return opts.format ? *opts.format : src.natural_format(name); }
   QuantTensor matrix(const std::string& name, const Shape& shape) {
     check(name, shape);
     const WeightFormat f = format_of(name);

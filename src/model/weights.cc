@@ -116,9 +116,6 @@ ModelWeights load_weights(const WeightSource& src, const ModelConfig& c, const W
   auto finish = [&](ModelWeights& w) {
     for (const auto& [f, n] : L.formats_used)
       w.format_summary += (w.format_summary.empty() ? "" : ", ") + f + " (" + std::to_string(n) + ")";
-    if (L.block_fallback)
-      std::fprintf(stderr, "%s: the %s kernels have no GGUF block-format GEMM yet: its blocks are re-packed as q8\n",
-                   src.path().c_str(), ctx.k->isa);
   };
   if (c.is_hybrid()) {
     ModelWeights w = load_hybrid_weights(L, c);

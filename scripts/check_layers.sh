@@ -3,7 +3,8 @@
 # checked on the sources; prints every violation and exits 1 if any.
 #   1. a folder includes only folders below it in the link order
 #      base, tensor, formats, kernels, kv, tokenizer, chat, model, runtime,
-#      {server, quantize, train}, cli   (those three do not include each other);
+#      {server, quantize, train}, ptqr, cli   (those three do not include each other; ptqr uses
+#      quantize and train);
 #   2. runtime reads no JSON and no files (no nlohmann, <fstream>, <filesystem>);
 #   3. kernels are invisible above model: runtime, server and cli include no
 #      kernels/ header, and no server source reaches a kernels/, kv/, model/ or
@@ -11,7 +12,7 @@
 set -u
 cd "$(dirname "$0")/.."
 declare -A rank=([base]=0 [tensor]=1 [formats]=2 [kernels]=3 [kv]=4 [tokenizer]=5 [chat]=6 [model]=7
-                 [runtime]=8 [server]=9 [quantize]=9 [train]=9 [cli]=10)
+                 [runtime]=8 [server]=9 [quantize]=9 [train]=9 [ptqr]=10 [cli]=11)
 bad=0
 say() { echo "check_layers: $*"; bad=1; }
 for dir in src/*/; do

@@ -52,6 +52,9 @@ std::vector<FlagSpec> flags() {
       {"--target", "", true, "drafter input: the target model it drafts for (needed by gptq; its tokenizer reads --calib)"},
       {"--anchor-stride", "", true, "drafter gptq: a block at every n-th calibration position (default 1)"},
       {"--damp", "", true, "gptq dampening, fraction of mean diag(H) (default 0.01)"},
+      {"--smooth", "", true,
+       "SmoothQuant alpha in (0, 1] (typical 0.5; 0 = off; needs --calib; dense targets): migrate activation outliers "
+       "into q/k/v/gate/up_proj before quantizing"},
       {"--ignore", "", true, "keep modules dense: glob or re:REGEX on the module name (repeatable)"},
       {"--fc-bits", "", true, "drafter fc: 4, 8 or 16 (dense); default as the scheme"},
       {"--quantize-lm-head", "", false, "quantize lm_head too"},
@@ -59,32 +62,6 @@ std::vector<FlagSpec> flags() {
       {"--json", "", false, "print the report as one JSON object on stdout"},
       {"--help", "-h", false, "show this help"},
   };
-}
-
-std::string read_calib(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("quantize: --calib ", path, ": cannot open (", std::strerror(errno), ")");
-  std::ostringstream s;
-  s << f.rdbuf();
-  std::string text = s.str();
-  if (path.size() < 6 || path.substr(path.size() - 6) != ".jsonl") return text;
-  std::string out, line;
-  std::istringstream in(text);
-  int64_t ln = 0;
-  while (std::getline(in, line)) {
-    ++ln;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const std::exception& e) {
-      fail("quantize: --calib ", path, ":", ln, ": invalid JSON (", e.what(), ")");
-    }
-    for (const auto& [k, v] : j.items())
-      if (v.is_string()) out += v.get<std::string>() + "\n";
-    out += "\n";
-  }
-  return out;
 }
 
 }  // namespace
@@ -130,6 +107,7 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
   o.quantize_lm_head = a.has("--quantize-lm-head");
   o.ignore = ignore;
   o.damp = a.number("--damp", 0.01);
+  o.smooth = a.number("--smooth", 0.0);
   o.n_threads = static_cast<int>(a.integer("--threads", 0));
   if (a.has("--kv-cache-scheme")) {
     if (a.str("--kv-cache-scheme") != "fp8")
@@ -151,7 +129,7 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
   std::string eval_text;
   if (a.has("--eval-text")) {
     if (draft) fail("quantize: --eval-text is for a target model (a drafter is checked by check / bench, not eval)");
-    eval_text = read_calib(a.str("--eval-text"));  // fails naming the file before any work
+    eval_text = read_calib_text(a.str("--eval-text"), "quantize");  // fails naming the file before any work
   }
   if (!draft && !o.target.empty())
     fail("quantize: --target is only for a drafter input (", o.in, " is not a DFlash / DFlash2 drafter)");
@@ -164,7 +142,7 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
     } else {
       // A drafter has no tokenizer of its own: the calibration text is the target's tokens.
       const Tokenizer tok = load_tokenizer(draft ? o.target : o.in);
-      std::vector<int32_t> ids = tok.encode(read_calib(a.str("--calib")));
+      std::vector<int32_t> ids = tok.encode(read_calib_text(a.str("--calib"), "quantize"));
       if (static_cast<int64_t>(ids.size()) > calib_tokens) held_out.assign(ids.begin() + calib_tokens, ids.end());
       if (static_cast<int64_t>(ids.size()) < calib_tokens)
         std::fprintf(stderr, "quantize: --calib has only %zu tokens (asked for %lld)\n", ids.size(),
@@ -197,6 +175,9 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
   if (r.calib_tokens) std::fprintf(hout, "; calibration %lld tokens, %.1f s", static_cast<long long>(r.calib_tokens), r.calib_seconds);
   if (r.calib_blocks) std::fprintf(hout, " (%lld drafter blocks)", static_cast<long long>(r.calib_blocks));
   std::fprintf(hout, "; %.1f s total\n", r.total_seconds);
+  if (!r.replaced.empty())
+    std::fprintf(hout, "%zu tensors replaced before quantizing (%s%s)\n", r.replaced.size(), r.replaced[0].c_str(),
+                 r.replaced.size() > 1 ? ", ..." : "");
   for (const std::string& n : r.notes) std::fprintf(hout, "note: %s\n", n.c_str());
   if (!r.kv_k_scale.empty()) {
     const auto [k0, k1] = std::minmax_element(r.kv_k_scale.begin(), r.kv_k_scale.end());
@@ -245,6 +226,8 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
     j["total_seconds"] = r.total_seconds;
     j["out_bytes"] = r.out_bytes;
     j["dense_linears"] = r.dense_linears;
+    j["smooth"] = o.smooth;
+    j["replaced"] = r.replaced;
     j["notes"] = r.notes;
     if (!r.kv_k_scale.empty()) j["kv_k_scale"] = r.kv_k_scale, j["kv_v_scale"] = r.kv_v_scale;
     if (!ej.empty()) j["eval"] = ej;

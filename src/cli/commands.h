@@ -14,5 +14,6 @@ int cmd_check(const std::vector<std::string>& args);
 int cmd_quantize(const std::vector<std::string>& args);
 int cmd_serve(const std::vector<std::string>& args);
 int cmd_train_drafter(const std::vector<std::string>& args);
+int cmd_ptqr(const std::vector<std::string>& args);
 
 }  // namespace blockspec

@@ -24,6 +24,7 @@ const char* kUsage =
     "  check      pre-flight check of a DFlash / DFlash2 drafter checkpoint (and its target)\n"
     "  quantize   RTN / GPTQ to compressed-tensors or GPTQ checkpoints (targets and drafters)\n"
     "  train-drafter  train a DFlash drafter on the target's own outputs (data generation + C++ trainer)\n"
+    "  ptqr       quantization-aware retraining (W8A8 G128) whose student runs the serving kernels\n"
     "\n"
     "Run `blockspec COMMAND --help` for the flags of a command.\n";
 
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
     if (cmd == "quantize") return blockspec::cmd_quantize(rest);
     if (cmd == "serve") return blockspec::cmd_serve(rest);
     if (cmd == "train-drafter") return blockspec::cmd_train_drafter(rest);
+    if (cmd == "ptqr") return blockspec::cmd_ptqr(rest);
     std::fprintf(stderr, "blockspec: unknown command \"%s\" (run `blockspec --help`)\n", cmd.c_str());
     return 2;
   } catch (const blockspec::Error& e) {

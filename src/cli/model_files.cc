@@ -1,6 +1,11 @@
 #include "cli/model_files.h"
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "base/error.h"
 #include "formats/gguf.h"
@@ -82,6 +87,33 @@ ModelOptions model_options(const Args& a) {
   mo.emulate_bf16_activations = act == "bf16";
   mo.progress = true;
   return mo;
+}
+
+
+std::string read_calib_text(const std::string& path, const std::string& command) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(command, ": --calib ", path, ": cannot open (", std::strerror(errno), ")");
+  std::ostringstream s;
+  s << f.rdbuf();
+  std::string text = s.str();
+  if (path.size() < 6 || path.substr(path.size() - 6) != ".jsonl") return text;
+  std::string out, line;
+  std::istringstream in(text);
+  int64_t ln = 0;
+  while (std::getline(in, line)) {
+    ++ln;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      fail(command, ": --calib ", path, ":", ln, ": invalid JSON (", e.what(), ")");
+    }
+    for (const auto& [k, v] : j.items())
+      if (v.is_string()) out += v.get<std::string>() + "\n";
+    out += "\n";
+  }
+  return out;
 }
 
 }  // namespace blockspec

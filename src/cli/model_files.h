@@ -14,6 +14,10 @@ namespace blockspec {
 
 Tokenizer load_tokenizer(const std::string& model_path);
 
+// A calibration text file: as it is, or for .jsonl the string fields of each line (a blank line between lines).
+// Errors name `command`, the file and the line.
+std::string read_calib_text(const std::string& path, const std::string& command);
+
 // Flags every model-running command takes: --threads, --isa, --weights,
 // --kv-cache-dtype.
 std::vector<FlagSpec> model_flags();

@@ -293,4 +293,14 @@ void linear(const OpContext& ctx, const float* x, const QuantTensor& w, const fl
   });
 }
 
+void round_acts_token(const OpContext& ctx, const float* x, int64_t M, int64_t K, float* out) {
+  const int64_t Kp = q_padded_k(K), G = q_groups(K);
+  std::vector<uint8_t> q(M * Kp);
+  std::vector<float> s(M * G);
+  ctx.k->quantize_acts_token(x, M, K, q.data(), s.data());
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k)
+      out[m * K + k] = static_cast<float>(static_cast<int>(q[m * Kp + k]) - 128) * s[m * G + k / kQGroup];
+}
+
 }  // namespace blockspec

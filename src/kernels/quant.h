@@ -30,6 +30,10 @@ QuantTensor make_weight_streamed(const OpContext& ctx, int64_t N, int64_t K, Wei
 // scales.
 QuantTensor concat_fp_rows(const std::vector<QuantTensor>& parts);
 
+// x [M, K] -> what the W8A8 kernels multiply for it with per-token activations (QuantTensor::act_per_token):
+// kernel quantize_acts_token's int8 codes times their row scale. GPTQ calibration and PTQR's twin use it.
+void round_acts_token(const OpContext& ctx, const float* x, int64_t M, int64_t K, float* out);
+
 // The exact f32 values the weight stands for: [N, K] (for tests and checks).
 Tensor dequantize_weight(const QuantTensor& w);
 

@@ -20,20 +20,6 @@ void accumulate_hessian(const OpContext& ctx, const float* X, int64_t T, int64_t
   accumulate_xtx(ctx, X, T, K, H);
 }
 
-namespace {
-// x [T, K] -> its W8A8 activation rounding (codes * scales, exactly what the int8 GEMM multiplies for a
-// checkpoint quantize writes: per token, QuantTensor::act_per_token).
-std::vector<float> int8_rounded(const OpContext& ctx, const float* x, int64_t T, int64_t K) {
-  const int64_t Kp = q_padded_k(K), G = q_groups(K);
-  std::vector<uint8_t> q(T * Kp);
-  std::vector<float> s(T * G), out(T * K);
-  ctx.k->quantize_acts_token(x, T, K, q.data(), s.data());  // per token, as the written checkpoint declares
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t k = 0; k < K; ++k)
-      out[t * K + k] = static_cast<float>(static_cast<int>(q[t * Kp + k]) - 128) * s[t * G + k / kQGroup];
-  return out;
-}
-}  // namespace
 
 void finish_hessian(std::vector<double>& H, int64_t K) {
   for (int64_t i = 0; i < K; ++i)
@@ -140,7 +126,7 @@ std::vector<float> embed_windows(const WeightSource& src, const std::vector<std:
 
 void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::vector<std::vector<int32_t>>& windows,
                       const LayerCallback& on_layer, const std::function<bool(const std::string&)>& needs,
-                      KvAbsmax* kv_absmax, bool act_int8_hessians, bool act_cross) {
+                      KvAbsmax* kv_absmax, bool act_int8_hessians, bool act_cross, const CalibrationTap* tap) {
   const ModelConfig& c = src.config();
   const int64_t H = c.hidden_size, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, I = c.intermediate_size;
   int64_t n = 0;
@@ -149,7 +135,8 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
   // h += X_q^T X_q (X_q = X without act_int8_hessians); with act_cross also d += (X - X_q)^T X_q.
   auto hessian = [&](const float* X, int64_t T, int64_t K, std::vector<double>& h, std::vector<double>& d) {
     if (!act_int8_hessians) return accumulate_hessian(ctx, X, T, K, h);
-    std::vector<float> xq = int8_rounded(ctx, X, T, K);
+    std::vector<float> xq(T * K);  // as the W8A8 checkpoint quantize writes runs its inputs: per token
+    round_acts_token(ctx, X, T, K, xq.data());
     accumulate_hessian(ctx, xq.data(), T, K, h);
     if (!act_cross) return;
     std::vector<float> e(T * K);  // [T, K] rounding error
@@ -158,6 +145,7 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
   };
   if (c.is_hybrid()) {
     if (kv_absmax) fail("calibration: FP8 KV cache scales for hybrid models are not supported yet");
+    if (tap) fail("calibration: activation taps (SmoothQuant) for hybrid models are not supported yet");
     std::vector<std::vector<int32_t>> ws;
     for (const auto& w : windows)
       if (!w.empty()) ws.push_back(w);
@@ -207,8 +195,9 @@ void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::
     for (int pass = 0; pass < 2; ++pass) {
       std::vector<double> h_attn, h_o, h_mlp, h_down, d_attn, d_o, d_mlp, d_down;
       if (pass == 1) x = x_in;
-      LayerObserver observe = [&](LayerTap tap, const float* rows, int64_t rn, int64_t cols) {
-        switch (tap) {
+      LayerObserver observe = [&](LayerTap t, const float* rows, int64_t rn, int64_t cols) {
+        if (pass == 0 && tap) (*tap)(li, t, rows, rn, cols);
+        switch (t) {
           case LayerTap::kKeys: if (kv_absmax) kv_absmax->k[li] = absmax(rows, rn * cols); break;  // the last pass wins
           case LayerTap::kValues: if (kv_absmax) kv_absmax->v[li] = absmax(rows, rn * cols); break;
           case LayerTap::kAttnIn: if (pass == 0 && w_attn) hessian(rows, rn, cols, h_attn, d_attn); break;

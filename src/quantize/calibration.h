@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "model/decoder_layer.h"
 #include "model/weight_source.h"
 
 namespace blockspec {
@@ -39,12 +40,18 @@ using LayerCallback = std::function<std::map<std::string, std::vector<float>>(in
 // int8 by the runtime's own dynamic activation quantization of W8A8 checkpoints (kernel quantize_acts_token: per row,
 // absmax / 127, half to even). E[x_q x_q^T] = H + the rounding noise's (near diagonal) covariance, so GPTQ no
 // longer moves error into input channels whose rounding noise the int8 activations add anyway.
+// tap (optional; dense models only, a hybrid one fails): sees every observer call of each layer's first pass
+// (the layer's weights as src serves them, before the callback's replacements) with the layer index, e.g.
+// SmoothQuant's per-channel activation ranges (quantize/smooth.h). With needs() false everywhere and a
+// callback that returns {}, calibrate_layers is one plain forward of the model, layer by layer.
 struct KvAbsmax {
   std::vector<float> k, v;  // [n_layers]
 };
+using CalibrationTap = std::function<void(int64_t layer, LayerTap tap, const float* rows, int64_t n, int64_t cols)>;
 void calibrate_layers(const WeightSource& src, const OpContext& ctx, const std::vector<std::vector<int32_t>>& windows,
                       const LayerCallback& on_layer, const std::function<bool(const std::string&)>& needs,
-                      KvAbsmax* kv_absmax = nullptr, bool act_int8_hessians = false, bool act_cross = false);
+                      KvAbsmax* kv_absmax = nullptr, bool act_int8_hessians = false, bool act_cross = false,
+                      const CalibrationTap* tap = nullptr);
 
 // H [K, K] += X^T X for X [T, K] (lower triangle accumulated, then mirrored by finish_hessian).
 void accumulate_hessian(const OpContext& ctx, const float* X, int64_t T, int64_t K, std::vector<double>& H);

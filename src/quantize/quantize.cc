@@ -26,11 +26,14 @@
 #include "formats/quant_config.h"
 #include "formats/safetensors.h"
 #include "kernels/kernel_table.h"
+#include "model/hf_names.h"
+#include "model/weight_overlay.h"
 #include "quantize/calibration.h"
 #include "quantize/drafter_calibration.h"
 #include "quantize/gptq.h"
 #include "quantize/hf_export.h"
 #include "quantize/linalg.h"
+#include "quantize/smooth.h"
 
 namespace blockspec {
 
@@ -94,10 +97,33 @@ struct Input {
   std::unique_ptr<SafetensorsCheckpoint> ckpt;  // HF
   std::unique_ptr<WeightSource> src;            // GGUF (always), HF target (for calibration)
   std::vector<std::string> names;
+  const TensorOverrides* over = nullptr;  // tensors replaced (QuantizeOptions::overrides, SmoothQuant)
 
   Tensor raw(const std::string& n) const { return gguf ? src->load(n) : ckpt->tensor(n); }
   Shape shape(const std::string& n) const { return gguf ? src->shape(n) : ckpt->entry(n).shape; }
   DType dtype(const std::string& n) const { return gguf ? raw(n).dtype() : ckpt->entry(n).dtype; }
+  const std::vector<float>* replaced(const std::string& n) const {
+    const auto it = over ? over->find(n) : TensorOverrides::const_iterator();
+    return over && it != over->end() ? &it->second : nullptr;
+  }
+  // The values to quantize: the replacement, else the tensor as stored.
+  std::vector<float> values(const std::string& n) const {
+    const std::vector<float>* r = replaced(n);
+    return r ? *r : to_f32(raw(n), n);
+  }
+  // What a tensor not quantized is written as: its replacement in the stored dtype, else the stored bytes.
+  Tensor stored(const std::string& n) const {
+    const std::vector<float>* r = replaced(n);
+    if (!r) return raw(n);
+    Tensor t(dtype(n), shape(n));
+    for (size_t i = 0; i < r->size(); ++i) {
+      if (t.dtype() == DType::kF32) t.mutable_ptr<float>()[i] = (*r)[i];
+      else if (t.dtype() == DType::kBF16) t.mutable_ptr<uint16_t>()[i] = f32_to_bf16((*r)[i]);
+      else if (t.dtype() == DType::kF16) t.mutable_ptr<uint16_t>()[i] = f32_to_f16((*r)[i]);
+      else fail(n, ": stored as ", dtype_name(t.dtype()), "; an override can replace F32, BF16 or F16 tensors only");
+    }
+    return t;
+  }
 };
 
 Input open_input(const std::string& path) {
@@ -180,6 +206,24 @@ double relative_error(const float* w, const std::vector<float>& wq, int64_t N, i
 
 }  // namespace
 
+QuantSpec quant_spec_for(const QuantizeOptions& o, QScheme sch, DType wdt) {
+  QuantSpec s;
+  s.scheme = sch;
+  s.weight_dtype = wdt;
+  s.scale_dtype = o.format == QFormat::kGptq ? DType::kF16
+                  : (wdt == DType::kBF16 || wdt == DType::kF16 || wdt == DType::kF32) ? wdt
+                                                                                        : DType::kF16;
+  switch (sch) {
+    case QScheme::kW4A16: s.bits = 4, s.group = o.group, s.sym = !o.asym; break;
+    case QScheme::kW8A16: s.bits = 8, s.group = o.group, s.sym = !o.asym; break;
+    case QScheme::kW8A8: s.bits = 8, s.group = o.group; break;
+    case QScheme::kFP8: s.bits = 8, s.is_float = true, s.group = o.fp8_strategy == "tensor" ? 0 : -1; break;
+    case QScheme::kNVFP4: s.bits = 4, s.is_float = true, s.group = 16; break;
+    case QScheme::kMXFP4: s.bits = 4, s.is_float = true, s.group = 32; break;
+  }
+  return s;
+}
+
 QuantizeReport quantize_model(const QuantizeOptions& o) {
   const auto t_start = std::chrono::steady_clock::now();
   QuantizeReport rep;
@@ -193,6 +237,8 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
   if (o.fp8_strategy != "tensor" && o.fp8_strategy != "channel")
     fail("--fp8-strategy \"", o.fp8_strategy, "\": expected tensor or channel");
   if (o.fc_bits != 0 && o.fc_bits != 4 && o.fc_bits != 8 && o.fc_bits != 16) fail("--fc-bits ", o.fc_bits, ": expected 4, 8 or 16");
+  if (o.smooth != 0 && !(o.smooth > 0 && o.smooth <= 1))
+    fail("--smooth ", o.smooth, ": expected ALPHA in (0, 1] (typical 0.5; 0 = off)");
 
   Input in = open_input(o.in);
   // Drafter calibration needs the target: checked before any work, so a bad command leaves no output.
@@ -202,6 +248,20 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
     fail("--method gptq on drafter ", o.in, " needs --target TARGET (the model it drafts for: calibration runs "
          "the target over --calib and the drafter on its hidden states)");
   if (in.is_draft && !o.target.empty()) check_drafter_against_target(o.in, o.target);
+  if (o.smooth != 0 && in.is_draft)
+    fail("--smooth on drafter ", o.in, ": SmoothQuant is for target models (Qwen3 / Qwen2 / Llama)");
+  if (o.smooth != 0 && in.hybrid)
+    fail("--smooth on ", o.in, ": hybrid Qwen3.5 (Gated DeltaNet) targets are not supported yet (their (1 + w) norms)");
+  if (o.smooth != 0 && o.calib_ids.empty())
+    fail("--smooth on ", o.in, ": needs calibration text (--calib FILE), the activation ranges come from it");
+  if (in.is_draft && !o.overrides.empty() && !o.calib_ids.empty() && !o.target.empty())
+    fail("overrides on drafter ", o.in, ": not supported with calibration (the drafter's calibration reads its own "
+         "tensors); quantize it with RTN");
+  check_overrides(o.overrides, o.in, [&](const std::string& n) -> std::optional<Shape> {
+    if (!std::binary_search(in.names.begin(), in.names.end(), n)) return std::nullopt;
+    return in.shape(n);
+  });
+  in.over = &o.overrides;
   if (in.hybrid && o.kv_fp8)
     fail("--kv-cache-scheme on ", o.in, ": FP8 KV cache scales for hybrid (Gated DeltaNet) models are not "
          "supported yet");
@@ -209,24 +269,40 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
   const KernelTable kt = select_kernels("");
   const OpContext ctx{&kt, &pool};
   const bool bar = o.progress && tty();
+  const bool calibrate = !o.calib_ids.empty() && (!in.is_draft || !o.target.empty());
+  if (o.kv_fp8 && in.is_draft) fail(o.in, ": --kv-cache-scheme is for a target model (a drafter has no KV cache of its own to serve)");
+  if (o.kv_fp8 && o.format == QFormat::kGptq)
+    fail("--kv-cache-scheme fp8 needs --format compressed-tensors (GPTQ checkpoints have no kv_cache_scheme)");
+  if (o.kv_fp8 && o.calib_ids.empty()) fail("--kv-cache-scheme fp8 needs calibration text (--calib FILE)");
+  if (o.gptq && o.calib_ids.empty()) fail("--method gptq needs calibration text (--calib FILE)");
+  if (calibrate && o.calib_window <= 0) fail("--calib-window ", o.calib_window, ": expected > 0");
+  std::vector<std::vector<int32_t>> windows;
+  for (size_t i = 0; calibrate && i < o.calib_ids.size(); i += o.calib_window)
+    windows.emplace_back(o.calib_ids.begin() + i,
+                         o.calib_ids.begin() + std::min(o.calib_ids.size(), i + static_cast<size_t>(o.calib_window)));
+  if (calibrate) rep.calib_tokens = static_cast<int64_t>(o.calib_ids.size());
 
-  auto spec_for = [&](QScheme sch, DType wdt) {
-    QuantSpec s;
-    s.scheme = sch;
-    s.weight_dtype = wdt;
-    s.scale_dtype = o.format == QFormat::kGptq ? DType::kF16
-                    : (wdt == DType::kBF16 || wdt == DType::kF16 || wdt == DType::kF32) ? wdt
-                                                                                          : DType::kF16;
-    switch (sch) {
-      case QScheme::kW4A16: s.bits = 4, s.group = o.group, s.sym = !o.asym; break;
-      case QScheme::kW8A16: s.bits = 8, s.group = o.group, s.sym = !o.asym; break;
-      case QScheme::kW8A8: s.bits = 8, s.group = o.group; break;
-      case QScheme::kFP8: s.bits = 8, s.is_float = true, s.group = o.fp8_strategy == "tensor" ? 0 : -1; break;
-      case QScheme::kNVFP4: s.bits = 4, s.is_float = true, s.group = 16; break;
-      case QScheme::kMXFP4: s.bits = 4, s.is_float = true, s.group = 32; break;
-    }
-    return s;
-  };
+  // SmoothQuant (quantize/smooth.h) on IN as the overrides leave it; its tensors join the overrides.
+  TensorOverrides smoothed;
+  if (o.smooth != 0) {
+    if (!in.src) in.src = open_weight_source(o.in);
+    const auto t0 = std::chrono::steady_clock::now();
+    smoothed = smooth_model(OverlaySource(*in.src, o.overrides), ctx, windows, o.smooth);
+    const size_t n_smoothed = smoothed.size();
+    for (const auto& [n, v] : o.overrides) smoothed.emplace(n, v);  // the given overrides SmoothQuant left alone
+    in.over = &smoothed;
+    const std::string norm = hf::weight(hf::target_layer(0), hf::kAttnNorm);
+    rep.notes.push_back(str_cat(
+        "smoothquant alpha ", o.smooth, ": ", n_smoothed, " tensors rescaled (input_layernorm -> q/k/v_proj, "
+        "post_attention_layernorm -> gate/up_proj; activation ranges over ", o.calib_ids.size(), " tokens, ",
+        std::round(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 10) / 10, " s)",
+        in.dtype(norm) == DType::kF32 ? ""
+            : str_cat("; the norms are written as ", dtype_name(in.dtype(norm)), ", whose rounding of w / s changes "
+                      "the function slightly")));
+  }
+  for (const auto& [n, v] : *in.over) rep.replaced.push_back(n);
+
+  auto spec_for = [&](QScheme sch, DType wdt) { return quant_spec_for(o, sch, wdt); };
   // The drafter's fc: the scheme itself, or another integer width.
   auto fc_scheme = [&]() -> QScheme {
     const int bits = (o.scheme == QScheme::kW4A16 || o.scheme == QScheme::kNVFP4 || o.scheme == QScheme::kMXFP4) ? 4 : 8;
@@ -285,7 +361,16 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
     const Shape s = in.shape(m + ".weight");
     QuantWeight qw = make_params(specs.at(m), w, s[0], s[1]);
     std::string how = specs.at(m).describe();
-    if (H != nullptr && o.gptq) {
+    if (const auto f = o.fixed.find(m); f != o.fixed.end()) {  // codes decided elsewhere (ptqr), written as given
+      const QuantWeight& fq = f->second;
+      if (fq.N != s[0] || fq.K != s[1] || fq.n_groups != qw.n_groups || fq.group_len != qw.group_len ||
+          fq.spec.bits != qw.spec.bits || fq.spec.sym != qw.spec.sym || fq.spec.scale_dtype != qw.spec.scale_dtype ||
+          fq.q.size() != qw.q.size() || fq.scale.size() != qw.scale.size())
+        fail("quantize: the fixed codes of ", m, " (", fq.spec.describe(), ", ", fq.N, " x ", fq.K,
+             ") do not match the module (", qw.spec.describe(), ", ", s[0], " x ", s[1], ")");
+      qw = fq;
+      how += " fixed (ptqr)";
+    } else if (H != nullptr && o.gptq) {
       GptqOptions g;
       g.percdamp = o.damp;
       g.act_order = o.act_order;
@@ -306,18 +391,6 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
     return deq;
   };
 
-  const bool calibrate = !o.calib_ids.empty() && (!in.is_draft || !o.target.empty());
-  if (o.kv_fp8 && in.is_draft) fail(o.in, ": --kv-cache-scheme is for a target model (a drafter has no KV cache of its own to serve)");
-  if (o.kv_fp8 && o.format == QFormat::kGptq)
-    fail("--kv-cache-scheme fp8 needs --format compressed-tensors (GPTQ checkpoints have no kv_cache_scheme)");
-  if (o.kv_fp8 && o.calib_ids.empty()) fail("--kv-cache-scheme fp8 needs calibration text (--calib FILE)");
-  if (o.gptq && o.calib_ids.empty()) fail("--method gptq needs calibration text (--calib FILE)");
-  if (calibrate && o.calib_window <= 0) fail("--calib-window ", o.calib_window, ": expected > 0");
-  std::vector<std::vector<int32_t>> windows;
-  for (size_t i = 0; calibrate && i < o.calib_ids.size(); i += o.calib_window)
-    windows.emplace_back(o.calib_ids.begin() + i,
-                         o.calib_ids.begin() + std::min(o.calib_ids.size(), i + static_cast<size_t>(o.calib_window)));
-  if (calibrate) rep.calib_tokens = static_cast<int64_t>(o.calib_ids.size());
   if (calibrate && in.is_draft) {
     const auto t0 = std::chrono::steady_clock::now();
     DrafterCalibOptions dco;
@@ -331,16 +404,17 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
     for (const std::string& m : quant_mods) {
       auto it = dc.hessians.find(m);
       if (it == dc.hessians.end()) continue;  // not run by the drafter forward: RTN below
-      const std::vector<float> w = to_f32(in.raw(m + ".weight"), m + ".weight");
+      const std::vector<float> w = in.values(m + ".weight");
       quantize_one(m, w.data(), it->second.get(), dc.rows.at(m));
     }
   } else if (calibrate) {
     if (!in.src) in.src = open_weight_source(o.in);
+    const OverlaySource src(*in.src, *in.over);  // the model with its replaced tensors
     const auto t0 = std::chrono::steady_clock::now();
-    const int64_t n_layers = in.src->config().n_layers;
+    const int64_t n_layers = src.config().n_layers;
     KvAbsmax kv;
     const bool act_cross = o.gptq && o.act_target && o.scheme == QScheme::kW8A8;
-    calibrate_layers(*in.src, ctx, windows, [&](int64_t li, const LayerHessians& hs, const LayerHessians& cross) {
+    calibrate_layers(src, ctx, windows, [&](int64_t li, const LayerHessians& hs, const LayerHessians& cross) {
       // Calibration takes minutes on a real model: one line per layer when stderr is not a progress bar.
       if (o.progress && !bar)
         std::fprintf(stderr, "calibrate: layer %lld/%lld at %.0f s\n", static_cast<long long>(li + 1),
@@ -351,7 +425,7 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
         if (!specs.count(m)) continue;  // ignored: stays dense
         const Shape s = in.shape(m + ".weight");
         std::vector<float> w(s[0] * s[1]);
-        in.src->load_rows(m + ".weight", 0, s[0], w.data());
+        src.load_rows(m + ".weight", 0, s[0], w.data());
         const auto d = cross.find(m);
         repl[m] = quantize_one(m, w.data(), H.get(), rep.calib_tokens, d == cross.end() ? nullptr : d->second.get());
       }
@@ -368,7 +442,7 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
   }
   for (const std::string& m : quant_mods) {
     if (done.count(m)) continue;
-    const std::vector<float> w = to_f32(in.raw(m + ".weight"), m + ".weight");
+    const std::vector<float> w = in.values(m + ".weight");
     quantize_one(m, w.data(), nullptr, 0);
   }
   std::sort(rep.layers.begin(), rep.layers.end(), [](const LayerReport& a, const LayerReport& b) { return a.module < b.module; });
@@ -379,7 +453,7 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
   for (const std::string& n : in.names) {
     const std::string m = ends_with(n, ".weight") ? n.substr(0, n.size() - 7) : "";
     if (!m.empty() && done.count(m)) continue;
-    tensors.emplace_back(n, in.raw(n));
+    tensors.emplace_back(n, in.stored(n));
     ++rep.n_copied;
   }
   for (const std::string& m : quant_mods) {

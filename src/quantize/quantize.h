@@ -17,8 +17,18 @@
 // calibration.h); a drafter's Hessians come from its real inputs: the target
 // (`target`) runs the windows, the drafter runs blocks on its taps as
 // speculative decoding does (quantize/drafter_calibration.h).
+//
+// Overrides and SmoothQuant: `overrides` (HF tensor name -> f32 values, the
+// original's shape) replace tensors of IN for everything quantize does --
+// calibration runs the model with them (model/weight_overlay.h), quantized
+// modules are quantized from them, and a replaced tensor that is not
+// quantized is written from them in the original tensor's dtype (the only
+// tensors not copied byte for byte). `smooth` > 0 first runs SmoothQuant
+// (quantize/smooth.h) on IN (with the overrides) over the calibration windows
+// and adds its rescaled norms and q/k/v/gate/up weights to the overrides.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -46,9 +56,18 @@ struct QuantizeOptions {
   int64_t anchor_stride = 1;         // drafter calibration: every n-th window position is a block anchor
   double damp = 0.01;
   bool kv_fp8 = false;               // write FP8 KV cache scales (compressed-tensors kv_cache_scheme)
+  double smooth = 0;                 // SmoothQuant alpha in (0, 1] (needs calib_ids; dense targets); 0 = off
+  std::map<std::string, std::vector<float>> overrides;  // HF tensor name -> f32 values replacing IN's
+  // Modules whose codes and scales are decided elsewhere (ptqr's trained student): written exactly as given
+  // instead of RTN / GPTQ; each must have the spec quant_spec_for gives the module.
+  std::map<std::string, QuantWeight> fixed;
   int n_threads = 0;
   bool progress = true;              // progress bar on stderr (TTY only)
 };
+
+// The spec of a module of stored dtype wdt under scheme sch: scale dtype (GPTQ: f16; compressed-tensors: the
+// weight's own float dtype), bits, group and symmetry from the options.
+QuantSpec quant_spec_for(const QuantizeOptions& o, QScheme sch, DType wdt);
 
 struct LayerReport {
   std::string module;
@@ -66,6 +85,7 @@ struct QuantizeReport {
   int64_t calib_blocks = 0;                // drafter: blocks the drafter ran during calibration
   double calib_seconds = 0, total_seconds = 0;
   uint64_t out_bytes = 0;
+  std::vector<std::string> replaced;       // tensors taken from overrides / SmoothQuant instead of IN, sorted
   std::vector<std::string> notes;          // e.g. "drafter: RTN"
   std::vector<float> kv_k_scale, kv_v_scale;  // per layer, when kv_fp8
 };

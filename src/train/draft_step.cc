@@ -294,7 +294,7 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
     }
     gemm_backward(ctx, A.att.data(), l.o.data(), nullptr, dattn, Nq, nq, H, datt.data(), gl.o.data());
     masked_attention_backward(A.qr.data(), A.K.data(), A.V.data(), spans_of(li), as, A.probs, datt.data(), dq.data(),
-                              dK.data(), dV.data());
+                              dK.data(), dV.data(), *ctx.pool);
     std::vector<float> dkc(dK.begin(), dK.begin() + S * nk), dkb(dK.begin() + S * nk, dK.end());
     std::vector<float> dvc(dV.begin(), dV.begin() + S * nk), dvb(dV.begin() + S * nk, dV.end());
     rope_bwd(dq, pos_b.data(), Nq, nh);

@@ -129,39 +129,46 @@ void masked_attention_forward(const float* q, const float* k, const float* v, co
 
 void masked_attention_backward(const float* q, const float* k, const float* v, const int32_t* spans,
                                const MaskedAttentionShape& s, const std::vector<float>& probs, const float* dout,
-                               float* dq, float* dk, float* dv) {
+                               float* dq, float* dk, float* dv, ThreadPool& pool) {
   const int64_t D = s.head_dim, H = s.n_heads, group = s.n_heads / s.n_kv_heads, kvs = s.n_kv_heads * D;
-  std::memset(dk, 0, s.nk * kvs * sizeof(float));
-  std::memset(dv, 0, s.nk * kvs * sizeof(float));
-  std::vector<double> dp(s.nk);
-  for (int64_t qi = 0; qi < s.nq * H; ++qi) {  // serial: dk / dv rows are shared between queries
-    const int64_t i = qi / H, h = qi % H, g = h / group;
-    const int32_t* sp = spans + 4 * i;
-    const float* p = probs.data() + qi * s.nk;
-    const float* go = dout + qi * D;
-    // dv_j += p_j do;  dp_j = do . v_j;  ds_j = p_j (dp_j - sum_l p_l dp_l)
-    double pdp = 0;
-    for (int r = 0; r < 2; ++r)
-      for (int32_t j = sp[2 * r]; j < sp[2 * r + 1]; ++j) {
-        double d = 0;
-        for (int64_t t = 0; t < D; ++t) {
-          d += static_cast<double>(go[t]) * v[j * kvs + g * D + t];
-          dv[j * kvs + g * D + t] += p[j] * go[t];
+  // One task per KV head: the dk / dv rows of KV head g only take the queries of its heads, so each task
+  // accumulates them in the serial order (query row, then head) whatever the thread split.
+  pool.parallel_for(s.n_kv_heads, [&](int64_t g0, int64_t g1) {
+    std::vector<double> dp(s.nk), gq(D);
+    for (int64_t g = g0; g < g1; ++g) {
+      for (int64_t j = 0; j < s.nk; ++j)
+        for (int64_t t = 0; t < D; ++t) dk[j * kvs + g * D + t] = 0.f, dv[j * kvs + g * D + t] = 0.f;
+      for (int64_t i = 0; i < s.nq; ++i)
+        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+          const int64_t qi = i * H + h;
+          const int32_t* sp = spans + 4 * i;
+          const float* p = probs.data() + qi * s.nk;
+          const float* go = dout + qi * D;
+          // dv_j += p_j do;  dp_j = do . v_j;  ds_j = p_j (dp_j - sum_l p_l dp_l)
+          double pdp = 0;
+          for (int r = 0; r < 2; ++r)
+            for (int32_t j = sp[2 * r]; j < sp[2 * r + 1]; ++j) {
+              double d = 0;
+              for (int64_t t = 0; t < D; ++t) {
+                d += static_cast<double>(go[t]) * v[j * kvs + g * D + t];
+                dv[j * kvs + g * D + t] += p[j] * go[t];
+              }
+              dp[j] = d;
+              pdp += p[j] * d;
+            }
+          std::fill(gq.begin(), gq.end(), 0.0);
+          for (int r = 0; r < 2; ++r)
+            for (int32_t j = sp[2 * r]; j < sp[2 * r + 1]; ++j) {
+              const double ds = p[j] * (dp[j] - pdp) * s.scale;
+              for (int64_t t = 0; t < D; ++t) {
+                gq[t] += ds * k[j * kvs + g * D + t];
+                dk[j * kvs + g * D + t] += static_cast<float>(ds * q[qi * D + t]);
+              }
+            }
+          for (int64_t t = 0; t < D; ++t) dq[qi * D + t] = static_cast<float>(gq[t]);
         }
-        dp[j] = d;
-        pdp += p[j] * d;
-      }
-    std::vector<double> gq(D, 0.0);
-    for (int r = 0; r < 2; ++r)
-      for (int32_t j = sp[2 * r]; j < sp[2 * r + 1]; ++j) {
-        const double ds = p[j] * (dp[j] - pdp) * s.scale;
-        for (int64_t t = 0; t < D; ++t) {
-          gq[t] += ds * k[j * kvs + g * D + t];
-          dk[j * kvs + g * D + t] += static_cast<float>(ds * q[qi * D + t]);
-        }
-      }
-    for (int64_t t = 0; t < D; ++t) dq[qi * D + t] = static_cast<float>(gq[t]);
-  }
+    }
+  });
 }
 
 double cross_entropy(const float* logits, const int32_t* labels, const float* weight, int64_t n, int64_t V,

@@ -46,10 +46,11 @@ struct MaskedAttentionShape {
 void masked_attention_forward(const float* q, const float* k, const float* v, const int32_t* spans,
                               const MaskedAttentionShape& s, float* out, std::vector<float>& probs,
                               ThreadPool& pool);
-// dq [nq, n_heads, hd] written; dk, dv [nk, n_kv_heads, hd] written.
+// dq [nq, n_heads, hd] written; dk, dv [nk, n_kv_heads, hd] written. Threads take whole KV heads, so the
+// result does not depend on the pool's size.
 void masked_attention_backward(const float* q, const float* k, const float* v, const int32_t* spans,
                                const MaskedAttentionShape& s, const std::vector<float>& probs, const float* dout,
-                               float* dq, float* dk, float* dv);
+                               float* dq, float* dk, float* dv, ThreadPool& pool);
 
 // Backward of DFlash2's grouped_dynamic_conv (kernels/ops.h) over one block
 // of n slots, one side: with out[t, c] = sum_j (base[j, c] + dyn[t, side, j,

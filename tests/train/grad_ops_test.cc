@@ -130,7 +130,7 @@ TEST(GradOps, MaskedAttentionForwardAndBackward) {
   std::vector<float> out(3 * 4 * 5), probs, dq(q.size()), dk(k.size()), dv(v.size());
   masked_attention_forward(q.data(), k.data(), v.data(), spans.data(), s, out.data(), probs, pool);
   masked_attention_backward(q.data(), k.data(), v.data(), spans.data(), s, probs, dout.data(), dq.data(), dk.data(),
-                            dv.data());
+                            dv.data(), pool);
   auto fwd = [&](const std::vector<double>& Q, const std::vector<double>& Kk, const std::vector<double>& V,
                  std::vector<double>* o) {
     double l = 0;

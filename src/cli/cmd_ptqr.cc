@@ -1,0 +1,120 @@
+// blockspec ptqr IN OUT --calib FILE [flags]
+// Quantization-aware retraining of a dense target whose student runs the
+// serving kernels (issue 18, ptqr/ptqr.h); OUT is a compressed-tensors W8A8
+// G128 checkpoint as `blockspec quantize --scheme w8a8` writes it.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/model_files.h"
+#include "ptqr/ptqr.h"
+#include "tokenizer/tokenizer.h"
+
+namespace blockspec {
+
+namespace {
+
+std::vector<FlagSpec> flags() {
+  return {
+      {"--scheme", "", true, "w8a8 (the only one so far: int8 G128 weights, dynamic per-token int8 activations)"},
+      {"--group", "", true, "weight group size (128)"},
+      {"--kv-cache-dtype", "", true,
+       "the KV cache dtype the student trains through: f32 (default), bf16, int8_per_token_head, int8_block_g128"},
+      {"--calib", "", true, "calibration text file (.jsonl: the string fields of each line)"},
+      {"--tokens", "", true, "calibration tokens (default 8192), cut into --window windows"},
+      {"--window", "", true, "tokens per causal window (default 512)"},
+      {"--steps", "", true, "optimizer steps per layer, one window each (default 100)"},
+      {"--lr", "", true, "peak AdamW learning rate of the latent weights (default 1e-5; cosine, 5% warm-up)"},
+      {"--dither-start", "", true, "sigma_0 of the rounding dither (default 1.0; 0: no dither)"},
+      {"--dither-decay", "", true,
+       "sigma_t = sigma_0 r^t, 0 once below 1e-3 (default r: reaches 1e-3 at 80% of --steps)"},
+      {"--max-layers", "", true, "retrain only the first N layers (the rest are RTN)"},
+      {"--seed", "", true, "seed of the dither and the window order (default 0)"},
+      {"--stop-after", "", true, "stop once N layers are retrained (the state is kept; continue with --resume)"},
+      {"--resume", "", false, "continue from OUT.ptqr-state/ (the last finished layer)"},
+      {"--threads", "", true, "worker threads (default: all cores)"},
+      {"--json", "", false, "print the report as JSON on stdout"},
+      {"--help", "-h", false, "show this help"},
+  };
+}
+
+}  // namespace
+
+int cmd_ptqr(const std::vector<std::string>& argv) {
+  Args a("ptqr", flags(), argv);
+  if (a.has("--help")) {
+    std::fputs(Args::usage("ptqr", "IN OUT --calib FILE [--kv-cache-dtype int8_block_g128] [--steps N] ...", flags()).c_str(),
+               stdout);
+    return 0;
+  }
+  if (a.positionals().size() != 2) fail("ptqr: expected IN OUT (a dense model and the output directory)");
+  PtqrOptions o;
+  o.in = a.positionals()[0];
+  o.out = a.positionals()[1];
+  if (a.str("--scheme", "w8a8") != "w8a8")
+    fail("ptqr: --scheme ", a.str("--scheme"), ": only w8a8 trains so far (w4a16 is not supported yet)");
+  o.group = a.integer("--group", 128);
+  if (a.has("--kv-cache-dtype")) {
+    const auto kv = kv_dtype_from_name(a.str("--kv-cache-dtype"));
+    if (!kv) fail("ptqr: --kv-cache-dtype ", a.str("--kv-cache-dtype"), ": expected one of ", kv_dtype_names());
+    o.kv = *kv;
+  }
+  o.window = a.integer("--window", 512);
+  o.steps = a.integer("--steps", 100);
+  o.lr = a.number("--lr", 1e-5);
+  o.dither_start = a.number("--dither-start", 1.0);
+  o.dither_decay = a.number("--dither-decay", 0.0);
+  o.max_layers = a.integer("--max-layers", -1);
+  o.seed = a.u64("--seed", 0);
+  o.resume = a.has("--resume");
+  o.stop_after_layers = a.integer("--stop-after", -1);
+  o.n_threads = static_cast<int>(a.integer("--threads", 0));
+  const int64_t tokens = a.integer("--tokens", 8192);
+  if (!a.has("--calib")) fail("ptqr: --calib FILE is required (the text the layers are retrained on)");
+  if (tokens < o.window) fail("ptqr: --tokens ", tokens, " is less than one --window (", o.window, ")");
+  const Tokenizer tok = load_tokenizer(o.in);
+  std::vector<int32_t> ids = tok.encode(read_calib_text(a.str("--calib"), "ptqr"));
+  if (static_cast<int64_t>(ids.size()) < tokens)
+    std::fprintf(stderr, "ptqr: --calib has only %zu tokens (asked for %lld)\n", ids.size(), static_cast<long long>(tokens));
+  else
+    ids.resize(tokens);
+  o.calib_ids = std::move(ids);
+  const PtqrReport r = run_ptqr(o);
+  if (r.stopped) {
+    std::fprintf(stderr, "ptqr: stopped after %zu layers; continue with the same command and --resume\n", r.layers.size());
+    return 0;
+  }
+  FILE* h = a.has("--json") ? stderr : stdout;
+  std::fprintf(h, "%-6s %-12s %-12s %-8s %s\n", "layer", "loss RTN", "loss PTQR", "ratio", "seconds");
+  for (const PtqrLayerReport& l : r.layers)
+    std::fprintf(h, "%-6lld %-12.6g %-12.6g %-8.3f %.0f\n", static_cast<long long>(l.layer), l.loss_rtn, l.loss_final,
+                 l.loss_final / std::max(1e-30, l.loss_rtn), l.seconds);
+  std::fprintf(h, "ptqr: %zu layers retrained on %lld windows of %lld tokens (resumed after %lld); %.0f s, "
+               "%.0f training tok/s, peak RSS %.0f MB; wrote %s (serve it with --kv-cache-dtype %s)\n",
+               r.layers.size(), static_cast<long long>(r.n_windows), static_cast<long long>(r.window_tokens),
+               static_cast<long long>(r.resumed_from), r.total_seconds, r.train_tokens_per_s, r.peak_rss_mb,
+               o.out.c_str(), kv_dtype_name(o.kv));
+  for (const std::string& n : r.notes) std::fprintf(h, "note: %s\n", n.c_str());
+  if (a.has("--json")) {
+    nlohmann::ordered_json j;
+    j["out"] = o.out;
+    j["kv_cache_dtype"] = kv_dtype_name(o.kv);
+    j["windows"] = r.n_windows;
+    j["window_tokens"] = r.window_tokens;
+    j["total_seconds"] = r.total_seconds;
+    j["train_tokens_per_s"] = r.train_tokens_per_s;
+    j["peak_rss_mb"] = r.peak_rss_mb;
+    for (const PtqrLayerReport& l : r.layers) {
+      nlohmann::ordered_json lj = {{"layer", l.layer}, {"loss_rtn", l.loss_rtn}, {"loss_final", l.loss_final},
+                                   {"seconds", l.seconds}};
+      for (const auto& [m, e] : l.rel_err) lj["rel_err"][m] = e;
+      j["layers"].push_back(lj);
+    }
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
+}  // namespace blockspec

@@ -1,0 +1,279 @@
+// See ptqr.h.
+#include "ptqr/ptqr.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "base/mapped_file.h"
+#include "base/memory_bandwidth.h"
+#include "formats/safetensors.h"
+#include "kernels/quant.h"
+#include "model/decoder_layer.h"
+#include "model/hf_names.h"
+#include "ptqr/ptqr_layer.h"
+#include "quantize/calibration_hybrid.h"
+#include "quantize/quantize.h"
+#include "runtime/sampler.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace blockspec {
+
+double dither_sigma(const PtqrOptions& o, int64_t t) {
+  constexpr double kMin = 1e-3;
+  if (o.dither_start <= 0) return 0.0;
+  if (o.dither_decay > 0) {  // sigma_0 r^t until it falls below 1e-3
+    const double s = o.dither_start * std::pow(o.dither_decay, static_cast<double>(t));
+    return s < kMin ? 0.0 : s;
+  }
+  // Default: from sigma_0 down to 1e-3 at step T_d = round(0.8 steps), exactly 0 from T_d on.
+  const int64_t td = std::llround(0.8 * static_cast<double>(o.steps));
+  if (t >= td) return 0.0;
+  return o.dither_start * std::pow(kMin / o.dither_start, static_cast<double>(t) / static_cast<double>(td));
+}
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+Tensor f32_tensor(const std::vector<float>& v, Shape shape) {
+  Tensor t(DType::kF32, std::move(shape));
+  std::copy(v.begin(), v.end(), t.mutable_ptr<float>());
+  return t;
+}
+
+std::vector<float> f32_values(const Tensor& t) {
+  if (t.dtype() != DType::kF32) fail("ptqr state: expected an F32 tensor");
+  return std::vector<float>(t.ptr<float>(), t.ptr<float>() + t.numel());
+}
+
+// The state after `layers_done` layers: both residual streams and every finished layer's codes and scales.
+struct State {
+  int64_t layers_done = 0;
+  std::vector<float> x_t, x_s;  // [n, H]
+  std::map<std::string, QuantWeight> codes;
+  json reports = json::array();
+};
+
+std::string state_dir(const PtqrOptions& o) { return o.out + ".ptqr-state"; }
+
+// What must match for --resume to continue a run.
+json fingerprint(const PtqrOptions& o) {
+  return {{"in", o.in}, {"group", o.group}, {"kv", kv_dtype_name(o.kv)}, {"window", o.window},
+          {"steps", o.steps}, {"lr", o.lr}, {"dither_start", o.dither_start}, {"dither_decay", o.dither_decay},
+          {"seed", o.seed}, {"calib_tokens", o.calib_ids.size()}, {"max_layers", o.max_layers}};
+}
+
+void save_state(const PtqrOptions& o, const State& st, int64_t H) {
+  const std::string dir = state_dir(o), tmp = dir + "/tmp";
+  fs::create_directories(dir);
+  const int64_t n = static_cast<int64_t>(st.x_t.size()) / H;
+  write_safetensors(tmp + ".streams", {{"x_t", f32_tensor(st.x_t, {n, H})}, {"x_s", f32_tensor(st.x_s, {n, H})}});
+  fs::rename(tmp + ".streams", dir + "/streams.safetensors");
+  // Layer files are written once, when the layer finishes.
+  const int64_t li = st.layers_done - 1;
+  if (li >= 0) {
+    NamedTensors t;
+    const std::string p = hf::target_layer(li);
+    for (const auto& [m, qw] : st.codes) {
+      if (m.rfind(p, 0) != 0) continue;
+      Tensor c(DType::kI8, {qw.N, qw.K});
+      std::copy(qw.q.begin(), qw.q.end(), c.mutable_ptr<int8_t>());
+      t.emplace_back(m + ".codes", c);
+      t.emplace_back(m + ".scales", f32_tensor(qw.scale, {qw.N, qw.n_groups}));
+    }
+    write_safetensors(tmp + ".layer", t);
+    fs::rename(tmp + ".layer", dir + "/layer" + std::to_string(li) + ".safetensors");
+  }
+  json meta = {{"fingerprint", fingerprint(o)}, {"layers_done", st.layers_done}, {"reports", st.reports}};
+  {
+    std::ofstream f(tmp + ".json", std::ios::binary | std::ios::trunc);
+    f << meta.dump(1) << "\n";
+    if (!f.flush()) fail("ptqr: cannot write ", tmp, ".json");
+  }
+  fs::rename(tmp + ".json", dir + "/meta.json");  // last: the layer above and the streams are complete
+}
+
+bool load_state(const PtqrOptions& o, const QuantSpec& spec, State& st) {
+  const std::string dir = state_dir(o);
+  if (!fs::exists(dir + "/meta.json")) return false;
+  const json meta = json::parse(read_text_file(dir + "/meta.json"));
+  if (meta.at("fingerprint") != fingerprint(o))
+    fail("--resume: ", dir, " was made by another ptqr command (", meta.at("fingerprint").dump(),
+         "); delete it or repeat that command");
+  st.layers_done = meta.at("layers_done").get<int64_t>();
+  st.reports = meta.at("reports");
+  const SafetensorsCheckpoint s(dir + "/streams.safetensors");
+  st.x_t = f32_values(s.tensor("x_t"));
+  st.x_s = f32_values(s.tensor("x_s"));
+  for (int64_t li = 0; li < st.layers_done; ++li) {
+    const SafetensorsCheckpoint lf(dir + "/layer" + std::to_string(li) + ".safetensors");
+    for (const std::string& name : lf.names()) {
+      if (name.size() < 6 || name.substr(name.size() - 6) != ".codes") continue;
+      const std::string m = name.substr(0, name.size() - 6);
+      const Tensor c = lf.tensor(name), sc = lf.tensor(m + ".scales");
+      QuantWeight qw;
+      qw.spec = spec;
+      qw.N = c.dim(0), qw.K = c.dim(1);
+      qw.group_len = o.group, qw.n_groups = sc.dim(1);
+      qw.q.assign(c.ptr<int8_t>(), c.ptr<int8_t>() + c.numel());
+      qw.scale = f32_values(sc);
+      st.codes.emplace(m, std::move(qw));
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+PtqrReport run_ptqr(const PtqrOptions& o) {
+  const double t_start = now_s();
+  reset_peak_rss();
+  PtqrReport rep;
+  if (o.group != 128) fail("--group ", o.group, ": ptqr trains the G128 grid (128)");
+  if (o.steps < 1) fail("--steps ", o.steps, ": expected >= 1");
+  if (o.window < 2) fail("--window ", o.window, ": expected >= 2");
+  if (!(o.lr > 0)) fail("--lr ", o.lr, ": expected > 0");
+  if (o.dither_start < 0 || o.dither_start > 4) fail("--dither-start ", o.dither_start, ": expected in [0, 4]");
+  if (o.dither_decay < 0 || o.dither_decay >= 1) fail("--dither-decay ", o.dither_decay, ": expected in (0, 1) (or 0: automatic)");
+  if (o.kv == KvDType::kFP8E4M3) fail("--kv-cache-dtype fp8_e4m3: needs calibrated scales; ptqr trains f32, bf16 and the int8 caches");
+  std::unique_ptr<WeightSource> src = open_weight_source(o.in);
+  const ModelConfig& cfg = src->config();
+  if (cfg.is_hybrid() || cfg.attn_output_gate)
+    fail(o.in, ": ptqr retrains dense Qwen2 / Qwen3 / Llama targets (this model has Gated DeltaNet layers)");
+  if (!fs::exists(fs::path(o.in) / "config.json") && gguf_path_of(o.in).empty())
+    fail(o.in, ": not a model (expected an HF directory or a GGUF file)");
+  std::vector<std::vector<int32_t>> windows;
+  for (size_t i = 0; i + static_cast<size_t>(o.window) <= o.calib_ids.size(); i += o.window)
+    windows.emplace_back(o.calib_ids.begin() + i, o.calib_ids.begin() + i + o.window);
+  if (windows.empty())
+    fail("--calib: ", o.calib_ids.size(), " tokens, fewer than one window of ", o.window, " (--window)");
+  rep.n_windows = static_cast<int64_t>(windows.size());
+  rep.window_tokens = o.window;
+
+  ThreadPool pool(o.n_threads);
+  const KernelTable kt = select_kernels("");
+  const OpContext ctx{&kt, &pool};
+  const int64_t H = cfg.hidden_size, n_tok = rep.n_windows * o.window;
+  const QuantSpec spec = ptqr_spec(*src, o.group);
+  const int64_t L = o.max_layers < 0 ? cfg.n_layers : std::min<int64_t>(o.max_layers, cfg.n_layers);
+
+  State st;
+  if (o.resume && load_state(o, spec, st)) {
+    rep.resumed_from = st.layers_done;
+    std::fprintf(stderr, "ptqr: resuming after layer %lld of %lld (%s)\n", static_cast<long long>(st.layers_done),
+                 static_cast<long long>(L), state_dir(o).c_str());
+  } else {
+    st.x_t = embed_windows(*src, windows);
+    st.x_s = st.x_t;
+  }
+  const RopeTables rope = compute_rope(cfg);
+  double train_tokens = 0, train_seconds = 0;
+  const int64_t stop = o.stop_after_layers >= 0 ? std::min<int64_t>(L, o.stop_after_layers) : L;
+  for (int64_t li = st.layers_done; li < stop; ++li) {
+    const double t0 = now_s();
+    PtqrLayer layer(ctx, cfg, rope, *src, li, spec, o.kv);
+    // Teacher: bf16 weights, f32 activations and KV, on the teacher's stream.
+    std::vector<float> y_t = st.x_t;
+    layer.run_teacher(o.window, y_t.data(), n_tok);
+    PtqrLayerReport lr;
+    lr.layer = li;
+    layer.requantize(0.0, 0);
+    lr.loss_rtn = layer.serving_loss(o.window, st.x_s.data(), y_t.data(), n_tok, nullptr);
+    AdamWOptions ao;
+    ao.weight_decay = o.weight_decay;
+    Rng order(o.seed * 7919 + li);
+    const int64_t warm = static_cast<int64_t>(o.warmup_frac * o.steps);
+    double ema = lr.loss_rtn;
+    for (int64_t t = 0; t < o.steps; ++t) {
+      const double ts = now_s();
+      const int64_t w = static_cast<int64_t>(order.next() % windows.size());
+      const double sigma = dither_sigma(o, t);
+      layer.requantize(sigma, o.seed * 1000003 + li * 65537 + t);
+      const float* xs = st.x_s.data() + w * o.window * H;
+      const float* yt = y_t.data() + w * o.window * H;
+      const double loss = layer.train_step(o.window, xs, yt, lr_at(t, o.steps, warm, o.lr, o.lr_floor, true), t + 1, ao);
+      ema = t == 0 ? loss : 0.9 * ema + 0.1 * loss;
+      train_seconds += now_s() - ts;
+      train_tokens += static_cast<double>(o.window);
+      if (o.progress && (t % 10 == 0 || t + 1 == o.steps)) {
+        const double tps = train_tokens / std::max(1e-9, train_seconds);
+        const double left = (static_cast<double>(L - li - 1) * o.steps + (o.steps - t - 1)) * o.window / tps;
+        std::fprintf(stderr,
+                     "ptqr: layer %lld/%lld step %lld/%lld loss %.6f (ema %.6f, rtn %.6f) sigma %.4g lr %.3g "
+                     "%.0f tok/s ETA %.0f s\n",
+                     static_cast<long long>(li + 1), static_cast<long long>(L), static_cast<long long>(t + 1),
+                     static_cast<long long>(o.steps), loss, ema, lr.loss_rtn, sigma,
+                     lr_at(t, o.steps, warm, o.lr, o.lr_floor, true), tps, left);
+      }
+    }
+    layer.requantize(0.0, 0);
+    std::vector<float> y_s = st.x_s;
+    lr.loss_final = layer.serving_loss(o.window, st.x_s.data(), y_t.data(), n_tok, y_s.data());
+    for (auto& [m, qw, err] : layer.export_codes()) {
+      lr.rel_err.emplace_back(m, err);
+      st.codes[m] = std::move(qw);
+    }
+    lr.seconds = now_s() - t0;
+    st.x_t.swap(y_t);
+    st.x_s.swap(y_s);
+    st.layers_done = li + 1;
+    json jr = {{"layer", li}, {"loss_rtn", lr.loss_rtn}, {"loss_final", lr.loss_final}, {"seconds", lr.seconds}};
+    for (const auto& [m, e] : lr.rel_err) jr["rel_err"][m] = e;
+    st.reports.push_back(jr);
+    save_state(o, st, H);
+    if (o.progress)
+      std::fprintf(stderr, "ptqr: layer %lld/%lld done in %.0f s: loss %.6f -> %.6f (%.1f%% of RTN's)\n",
+                   static_cast<long long>(li + 1), static_cast<long long>(L), lr.seconds, lr.loss_rtn, lr.loss_final,
+                   100.0 * lr.loss_final / std::max(1e-30, lr.loss_rtn));
+  }
+  if (o.stop_after_layers >= 0 && st.layers_done >= std::min<int64_t>(L, o.stop_after_layers) && st.layers_done < L) {
+    rep.notes.push_back(str_cat("stopped after layer ", st.layers_done, " (--stop-after): resume with --resume"));
+    rep.stopped = true;
+  }
+  for (const json& jr : st.reports) {
+    PtqrLayerReport lr;
+    lr.layer = jr.at("layer").get<int64_t>();
+    lr.loss_rtn = jr.at("loss_rtn").get<double>();
+    lr.loss_final = jr.at("loss_final").get<double>();
+    lr.seconds = jr.at("seconds").get<double>();
+    for (const auto& [m, e] : jr.at("rel_err").items()) lr.rel_err.emplace_back(m, e.get<double>());
+    rep.layers.push_back(lr);
+  }
+  if (L < cfg.n_layers)
+    rep.notes.push_back(str_cat("layers ", L, "..", cfg.n_layers - 1, " not retrained (--max-layers): RTN"));
+
+  if (o.keep_outputs) rep.codes = st.codes, rep.stream = st.x_s;
+  if (rep.stopped) {
+    rep.total_seconds = now_s() - t_start;
+    rep.peak_rss_mb = peak_rss_mb();
+    return rep;
+  }
+  // ---- export: the sigma = 0 codes through quantize's writer ----
+  QuantizeOptions qo;
+  qo.in = o.in;
+  qo.out = o.out;
+  qo.scheme = QScheme::kW8A8;
+  qo.group = o.group;
+  qo.n_threads = o.n_threads;
+  qo.progress = false;
+  qo.fixed = std::move(st.codes);
+  quantize_model(qo);
+  fs::remove_all(state_dir(o));
+  rep.total_seconds = now_s() - t_start;
+  rep.train_tokens_per_s = train_seconds > 0 ? train_tokens / train_seconds : 0;
+  rep.peak_rss_mb = peak_rss_mb();
+  return rep;
+}
+
+}  // namespace blockspec

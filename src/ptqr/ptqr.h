@@ -1,0 +1,80 @@
+// `blockspec ptqr`: quantization-aware retraining whose student is the
+// serving kernels (issue 18, ../shared/docs/training.md §10). Block-wise
+// (BRECQ / AutoRound style, §10.4): for each decoder layer in order, the
+// latent f32 weights of its seven linears are trained so that the layer run
+// by the EXACT serving kernels (W8A8: int8 codes on the G128 grid, per-token
+// int8 activations, the chosen KV cache dtype; model/decoder_layer.h on the
+// codes of the current step) on the student's own input -- the output of the
+// layers already retrained and quantized -- matches the teacher layer (bf16
+// weights, f32 activations and KV) on the teacher's input. Gradients: dL/dy
+// of the exact forward pushed through its straight-through twin
+// (ptqr/qat_layer.h). Each rounding decision of the weights is dithered with
+// U(-1/2, 1/2) * sigma_t, sigma_t = sigma_0 r^t annealed geometrically and set
+// to exactly 0 once below 1e-3 (by default for the last 20% of the steps), so
+// the end of training runs the serving rounding. The result is written as
+// `blockspec quantize` writes W8A8 (compressed-tensors, the same writer) from
+// the final sigma = 0 codes, so serving it runs exactly the student.
+//
+// Loss per window of T tokens: (1/T) sum_t ||y_s(t) - y_T(t)||^2 / ||y_T(t)||^2
+// (per-token relative error of the layer output; the residual stream's outlier
+// tokens would otherwise dominate a plain MSE).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <map>
+
+#include "kernels/kv_kernels.h"
+#include "quantize/quantizer.h"
+
+namespace blockspec {
+
+struct PtqrOptions {
+  std::string in, out;
+  int64_t group = 128;                // weight groups of 128 inputs (-1 is not supported by the student)
+  KvDType kv = KvDType::kF32;         // the student's KV cache dtype (training through it)
+  std::vector<int32_t> calib_ids;     // calibration tokens, cut into windows
+  int64_t window = 512;
+  int64_t steps = 100;                // optimizer steps per layer (one window each)
+  double lr = 1e-5, warmup_frac = 0.05, lr_floor = 0.1;
+  double dither_start = 1.0;          // sigma_0
+  double dither_decay = 0;            // r per step; 0: (1e-3 / sigma_0)^(1 / (0.8 steps))
+  double weight_decay = 0;
+  int64_t max_layers = -1;            // retrain only the first n layers (tests); the rest are RTN
+  uint64_t seed = 0;
+  bool resume = false;
+  int64_t stop_after_layers = -1;     // stop (state kept, no export) once this many layers are done
+  bool keep_outputs = false;          // tests: PtqrReport::codes and stream
+  int n_threads = 0;
+  bool progress = true;
+};
+
+struct PtqrLayerReport {
+  int64_t layer = 0;
+  double loss_rtn = 0, loss_final = 0;  // exact serving loss over every window: RTN start, after training
+  double seconds = 0;
+  std::vector<std::pair<std::string, double>> rel_err;  // per module: ||W - deq|| / ||W|| of the trained master
+};
+
+struct PtqrReport {
+  std::vector<PtqrLayerReport> layers;
+  int64_t n_windows = 0, window_tokens = 0, resumed_from = 0;
+  double total_seconds = 0, train_tokens_per_s = 0, peak_rss_mb = 0;
+  std::vector<std::string> notes;
+  bool stopped = false;  // stop_after_layers: the state is kept, nothing exported
+  // keep_outputs: every retrained module's final codes, and the student's residual stream after the last
+  // retrained layer over the calibration windows [n_windows * window, H].
+  std::map<std::string, QuantWeight> codes;
+  std::vector<float> stream;
+};
+
+// The dither of step t of `steps` (t 0-based).
+double dither_sigma(const PtqrOptions& o, int64_t t);
+
+// Trains, then writes OUT (compressed-tensors W8A8, `quantize`'s writer). The
+// state after each layer goes to OUT.ptqr-state/ (removed after the export);
+// resume continues from its last finished layer.
+PtqrReport run_ptqr(const PtqrOptions& o);
+
+}  // namespace blockspec

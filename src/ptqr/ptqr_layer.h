@@ -1,0 +1,64 @@
+// One decoder layer under PTQR (ptqr.h): its teacher (bf16 weights, f32
+// activations and KV), its student groups, the exact serving forward of the
+// student's current codes (model/decoder_layer.h, the layer `serve` runs) and
+// a training step. Windows are causal sequences of T tokens at positions 0..T-1.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "formats/hf_config.h"
+#include "kernels/kv_kernels.h"
+#include "kernels/ops.h"
+#include "model/weight_source.h"
+#include "model/weights.h"
+#include "ptqr/qat_layer.h"
+#include "ptqr/student.h"
+#include "quantize/quantizer.h"
+#include "train/optim.h"
+
+namespace blockspec {
+
+// The W8A8 G128 spec `blockspec quantize --scheme w8a8` would use for this source's weights.
+QuantSpec ptqr_spec(const WeightSource& src, int64_t group);
+
+// Per-token relative error of y_s against y_t, both [T, H]: (1/T) sum_t ||y_s - y_t||^2 / ||y_t||^2;
+// dy (nullable) [T, H] gets its gradient with respect to y_s.
+double layer_loss(const float* y_s, const float* y_t, int64_t T, int64_t H, float* dy);
+
+class PtqrLayer {
+ public:
+  PtqrLayer(const OpContext& ctx, const ModelConfig& c, const RopeTables& rope, const WeightSource& src, int64_t layer,
+            const QuantSpec& spec, KvDType kv);
+  PtqrLayer(const PtqrLayer&) = delete;  // the layer weights view its members
+  PtqrLayer& operator=(const PtqrLayer&) = delete;
+  // The teacher layer over n rows (windows of `window` rows), in place.
+  void run_teacher(int64_t window, float* x, int64_t n) const;
+  // New codes of every group from the masters (student.h requantize) and the serving weights of them.
+  void requantize(double sigma, uint64_t seed);
+  // The student's serving forward over windows of x_s [n, H]: the mean layer_loss against y_t; y_out
+  // (nullable) [n, H] gets the outputs.
+  double serving_loss(int64_t window, const float* x_s, const float* y_t, int64_t n, float* y_out) const;
+  // One optimizer step on one window x_s, y_t [T, H]: loss and dL/dy from the serving forward of the current
+  // codes, gradients through the straight-through twin, AdamW (t: 1-based step count) on every master.
+  double train_step(int64_t T, const float* x_s, const float* y_t, double lr, int64_t t, const AdamWOptions& ao);
+  // Every part's module, current codes and ||W - deq|| / ||W||.
+  std::vector<std::tuple<std::string, QuantWeight, double>> export_codes() const;
+  // For tests.
+  const LayerWeights& student_weights() const { return student_; }
+  QatLayer twin();
+
+ private:
+  void run(const LayerWeights& lw, KvDType kv, int64_t window, float* x, int64_t n) const;
+  const OpContext& ctx_;
+  const ModelConfig& c_;
+  const RopeTables& rope_;
+  QuantSpec spec_;
+  KvDType kv_;
+  std::vector<float> attn_norm_, ffn_norm_, q_norm_, k_norm_;
+  StudentGroup qkv_, o_, gu_, down_;
+  LayerWeights teacher_, student_;
+};
+
+}  // namespace blockspec

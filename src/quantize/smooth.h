@@ -1,0 +1,52 @@
+// SmoothQuant (Xiao et al. 2022, arXiv:2211.10438): migrates the activation
+// outliers of the linears' inputs into their weights, as llm-compressor's
+// SmoothQuantModifier does with its default mappings for dense Llama / Qwen2 /
+// Qwen3 targets (llmcompressor/modifiers/smoothquant/utils.py,
+// DEFAULT_SMOOTHQUANT_MAPPINGS), per decoder layer:
+//   input_layernorm          -> self_attn.q_proj, k_proj, v_proj
+//   post_attention_layernorm -> mlp.gate_proj, up_proj
+// For each mapping and input channel j (llmcompressor/modifiers/smoothquant/
+// base.py, _apply_smoothing and _calculate_smoothing_scales):
+//   r_j = max_t x_tj - min_t x_tj   over every calibration token t of the
+//         ORIGINAL model's forward (x = the norm's output = the linears' input);
+//   w_j = 2 max over the rows of all the mapping's linears of |W[:, j]|;
+//   s_j = r_j^alpha / w_j^(1 - alpha), or r_j where w_j = 0; then max(s_j, 1e-5);
+//   norm[j] /= s_j and W[:, j] *= s_j for every linear of the mapping.
+// In exact arithmetic the model's function is unchanged (Qwen3's q_norm /
+// k_norm act after q / k_proj and the biases after the product, so neither
+// moves). The "2 max |W|" matches the weight's dynamic range to the
+// activation's max - min: for symmetric activations s_j is the paper's
+// max|x_j|^alpha / max|W_j|^(1 - alpha).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "model/weight_overlay.h"
+#include "model/weight_source.h"
+
+namespace blockspec {
+
+// llm-compressor's MINIMUM_SMOOTHING_SCALE.
+inline constexpr float kMinSmoothScale = 1e-5f;
+
+// s [K] from the activation ranges r [K] and the weight absmaxes m [K] (max |W[:, j]|, without the 2).
+std::vector<float> smooth_scales(const std::vector<float>& act_range, const std::vector<float>& w_absmax, double alpha);
+
+// Per-channel min / max of each smoothed input over the calibration tokens.
+struct ChannelRange {
+  std::vector<float> lo, hi;  // [H]
+};
+struct LayerRanges {
+  ChannelRange attn_in, mlp_in;  // input of q/k/v_proj, input of gate/up_proj
+};
+// One forward of the model as src serves it over windows (each a fresh causal sequence; calibrate_layers' loop).
+std::vector<LayerRanges> activation_ranges(const WeightSource& src, const OpContext& ctx,
+                                           const std::vector<std::vector<int32_t>>& windows);
+
+// The smoothed tensors of every layer (2 norms and 5 linears per layer), HF name -> f32 values, computed in f32
+// from src's tensors. alpha in (0, 1]. A hybrid (Gated DeltaNet) model fails: its (1 + w) norms need another rule.
+TensorOverrides smooth_model(const WeightSource& src, const OpContext& ctx,
+                             const std::vector<std::vector<int32_t>>& windows, double alpha);
+
+}  // namespace blockspec

@@ -1,0 +1,298 @@
+// PTQR (issue 18): the student's rounding and dither, the straight-through
+// twin against the serving layer, learning, and the proof that the student
+// IS the serving model: after `run_ptqr` on a tiny Qwen2 (q/k/v biases) with
+// an int8_block_g128 KV cache, the checkpoint it wrote holds the student's
+// final codes and scales byte for byte, and `generate`'s model loaded from it
+// (Transformer::load) reproduces the student's residual stream and logits bit
+// for bit on the calibration windows. Resume after a stop gives the same
+// checkpoint as an uninterrupted run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "base/error.h"
+#include "kernels/kernel_table.h"
+#include "kernels/quant.h"
+#include "kernels/quant_import.h"
+#include "model/transformer.h"
+#include "ptqr/ptqr.h"
+#include "ptqr/ptqr_layer.h"
+#include "runtime/sampler.h"
+
+namespace fs = std::filesystem;
+
+namespace blockspec {
+namespace {
+
+const std::string kQwen2 = std::string(BS_SOURCE_DIR) + "/tests/fixtures/golden/qwen2-tiny-f32";
+const std::string kQwen3 = std::string(BS_SOURCE_DIR) + "/tests/fixtures/golden/qwen3-tiny-f32";
+
+QuantSpec w8_spec() {
+  QuantSpec s;
+  s.scheme = QScheme::kW8A8, s.bits = 8, s.group = 128, s.scale_dtype = DType::kF32;
+  return s;
+}
+
+StudentGroup random_group(int64_t N, int64_t K, uint64_t seed) {
+  StudentGroup g;
+  g.K = K, g.N = N;
+  StudentPart p;
+  p.module = "m";
+  p.N = N;
+  Rng r(seed);
+  p.w.resize(N * K);
+  for (float& v : p.w) v = static_cast<float>(r.uniform() - 0.5);
+  g.parts.push_back(std::move(p));
+  return g;
+}
+
+TEST(PtqrDither, ScheduleIsGeometricAndEndsAtExactlyZero) {
+  PtqrOptions o;
+  o.steps = 100, o.dither_start = 1.0;
+  EXPECT_EQ(dither_sigma(o, 0), 1.0);
+  EXPECT_NEAR(dither_sigma(o, 40), std::sqrt(1e-3), 1e-9);  // halfway to 1e-3 on a log scale
+  EXPECT_NEAR(dither_sigma(o, 79) / dither_sigma(o, 78), std::pow(1e-3, 1.0 / 80), 1e-12);
+  for (int64_t t = 80; t < 100; ++t) EXPECT_EQ(dither_sigma(o, t), 0.0) << t;
+  o.dither_decay = 0.5;
+  EXPECT_EQ(dither_sigma(o, 3), 0.125);
+  EXPECT_EQ(dither_sigma(o, 10), 0.0);  // 2^-10 < 1e-3
+  o.dither_start = 0;
+  EXPECT_EQ(dither_sigma(o, 0), 0.0);
+}
+
+TEST(PtqrStudent, SigmaZeroIsTheWritersRoundingAndServingDequantizesToIt) {
+  StudentGroup g = random_group(70, 300, 1);  // partial last group, rows not a multiple of the tile
+  ThreadPool pool(2);
+  requantize(g, w8_spec(), 0.0, 7, pool);
+  QuantWeight ref = make_params(w8_spec(), g.parts[0].w.data(), 70, 300);
+  quantize_rtn(ref, g.parts[0].w.data());
+  EXPECT_EQ(g.parts[0].qw.q, ref.q);
+  EXPECT_EQ(g.parts[0].qw.scale, ref.scale);
+  const KernelTable kt = select_kernels("");
+  const OpContext ctx{&kt, &pool};
+  const Tensor d = dequantize_weight(serving_weight(ctx, g));
+  ASSERT_EQ(d.numel(), 70 * 300);
+  for (int64_t i = 0; i < 70 * 300; ++i) ASSERT_EQ(d.ptr<float>()[i], g.deq[i]) << i;
+}
+
+TEST(PtqrStudent, DitherMovesOnlyDecisionsNearTheMidpointAndIgnoresThreads) {
+  StudentGroup g = random_group(64, 256, 2), g1 = random_group(64, 256, 2);
+  ThreadPool pool(2), one(1);
+  const double sigma = 0.3;
+  requantize(g, w8_spec(), sigma, 99, pool);
+  requantize(g1, w8_spec(), sigma, 99, one);
+  EXPECT_EQ(g.parts[0].qw.q, g1.parts[0].qw.q);
+  QuantWeight rne = make_params(w8_spec(), g.parts[0].w.data(), 64, 256);
+  quantize_rtn(rne, g.parts[0].w.data());
+  int64_t moved = 0;
+  for (int64_t n = 0; n < 64; ++n)
+    for (int64_t k = 0; k < 256; ++k) {
+      const int8_t a = g.parts[0].qw.q[n * 256 + k], b = rne.q[n * 256 + k];
+      if (a == b) continue;
+      ++moved;
+      const double u = g.parts[0].w[n * 256 + k] / rne.group_scale(n, k / 128);
+      const double frac = u - std::floor(u);
+      EXPECT_LT(std::fabs(frac - 0.5), sigma / 2 + 1e-6) << n << "," << k << " u " << u;
+      EXPECT_EQ(std::abs(a - b), 1);
+    }
+  // A decision at distance d < sigma / 2 from the midpoint moves with probability (sigma / 2 - d) / sigma:
+  // a fraction sigma / 4 of uniformly spread decisions move (here 0.075 of 16384, ~1229).
+  EXPECT_GT(moved, 64 * 256 * sigma / 4 * 0.8);
+  EXPECT_LT(moved, 64 * 256 * sigma / 4 * 1.2);
+}
+
+struct Tiny {
+  std::unique_ptr<WeightSource> src = nullptr;
+  RopeTables rope;
+  ThreadPool pool{2};
+  KernelTable kt = select_kernels("");
+  OpContext ctx{&kt, &pool};
+  explicit Tiny(const std::string& path) : src(open_weight_source(path)), rope(compute_rope(src->config())) {}
+  std::vector<float> embed(int64_t T, uint64_t seed) {
+    const int64_t H = src->config().hidden_size;
+    std::vector<float> x(T * H);
+    Rng r(seed);
+    for (float& v : x) v = static_cast<float>(2 * r.uniform() - 1);
+    return x;
+  }
+};
+
+// The twin and the serving layer compute the same function (f32 summation order apart).
+TEST(PtqrLayer, TwinFollowsTheServingLayer) {
+  for (const std::string& path : {kQwen2, kQwen3})
+    for (KvDType kv : {KvDType::kF32, KvDType::kInt8BlockG128}) {
+      Tiny t(path);
+      const QuantSpec spec = ptqr_spec(*t.src, 128);
+      PtqrLayer l(t.ctx, t.src->config(), t.rope, *t.src, 1, spec, kv);
+      l.requantize(0.0, 0);
+      const int64_t T = 24, H = t.src->config().hidden_size;
+      const std::vector<float> x = t.embed(T, 5);
+      std::vector<float> y(T * H), y2(T * H);
+      l.serving_loss(T, x.data(), x.data(), T, y.data());
+      QatSaved s;
+      qat_forward(t.ctx, l.twin(), x.data(), T, y2.data(), s);
+      double d = 0, m = 0;
+      for (int64_t i = 0; i < T * H; ++i) d = std::max(d, double(std::fabs(y[i] - y2[i]))), m = std::max(m, double(std::fabs(y[i])));
+      EXPECT_LT(d / m, 1e-4) << path << " " << kv_dtype_name(kv);
+    }
+}
+
+TEST(PtqrLayer, TrainingLowersTheServingLoss) {
+  Tiny t(kQwen2);
+  const ModelConfig& c = t.src->config();
+  PtqrLayer l(t.ctx, c, t.rope, *t.src, 0, ptqr_spec(*t.src, 128), KvDType::kInt8BlockG128);
+  const int64_t T = 32, H = c.hidden_size;
+  std::vector<float> x = t.embed(2 * T, 11), y = x;
+  l.run_teacher(T, y.data(), 2 * T);
+  l.requantize(0.0, 0);
+  const double before = l.serving_loss(T, x.data(), y.data(), 2 * T, nullptr);
+  AdamWOptions ao;
+  ao.weight_decay = 0;
+  for (int64_t s = 0; s < 40; ++s) {
+    l.requantize(0.0, 0);
+    l.train_step(T, x.data() + (s % 2) * T * H, y.data() + (s % 2) * T * H, 2e-4, s + 1, ao);
+  }
+  l.requantize(0.0, 0);
+  const double after = l.serving_loss(T, x.data(), y.data(), 2 * T, nullptr);
+  std::printf("[ measured ] layer loss RTN %.4g -> %.4g after 40 steps\n", before, after);
+  EXPECT_GT(before, 0);
+  EXPECT_LT(after, 0.7 * before);
+}
+
+std::vector<int32_t> calib_ids(int64_t n, int64_t vocab) {
+  std::vector<int32_t> ids(n);
+  Rng r(3);
+  for (int32_t& v : ids) v = static_cast<int32_t>(r.next() % vocab);
+  return ids;
+}
+
+PtqrOptions tiny_options(const std::string& out) {
+  PtqrOptions o;
+  o.in = kQwen2;
+  o.out = out;
+  o.kv = KvDType::kInt8BlockG128;
+  o.window = 16;
+  o.calib_ids = calib_ids(4 * 16, 500);
+  o.steps = 12;
+  o.lr = 2e-4;
+  o.dither_start = 0.5;
+  o.n_threads = 2;
+  o.progress = false;
+  o.keep_outputs = true;
+  return o;
+}
+
+// The written checkpoint is the student: codes byte for byte, and the engine's forward on it equals the student's.
+TEST(PtqrRun, CheckpointIsTheStudentBitForBit) {
+  const std::string out = testing::TempDir() + "/ptqr_bit";
+  fs::remove_all(out);
+  const PtqrOptions o = tiny_options(out);
+  const PtqrReport r = run_ptqr(o);
+  ASSERT_EQ(r.layers.size(), 2u);
+  ASSERT_EQ(r.codes.size(), 14u);
+  EXPECT_FALSE(fs::exists(out + ".ptqr-state"));
+  const std::unique_ptr<WeightSource> ck = open_weight_source(out);
+  for (const auto& [m, qw] : r.codes) {
+    ASSERT_TRUE(ck->has_native(m + ".weight")) << m;
+    EXPECT_TRUE(ck->native_act_int8(m + ".weight")) << m;
+    std::vector<int8_t> codes(qw.N * qw.K);
+    std::vector<float> scales(qw.N * qw.n_groups);
+    ck->load_native(m + ".weight", 0, qw.N, codes.data(), scales.data());
+    EXPECT_EQ(codes, qw.q) << m;
+    EXPECT_EQ(scales, qw.scale) << m;
+  }
+  // The engine on the checkpoint, each window a fresh sequence with the same KV dtype.
+  ModelOptions mo;
+  mo.n_threads = 2;
+  mo.kv_cache_dtype = KvDType::kInt8BlockG128;
+  auto tf = Transformer::load(out, mo);
+  const ModelConfig& c = tf->config();
+  const int64_t H = c.hidden_size, V = c.vocab_size, T = o.window;
+  tf->set_tap_layers({c.n_layers - 1});  // the final-normed state after the last layer
+  ThreadPool pool(2);
+  const KernelTable kt = select_kernels(tf->isa());
+  const OpContext ctx{&kt, &pool};
+  int64_t mismatched_stream = 0, mismatched_logits = 0;
+  for (int64_t w = 0; w < 4; ++w) {
+    KvCache cache = tf->new_cache(T);
+    std::vector<float> logits, taps;
+    std::vector<Transformer::SeqChunk> chunk = {{o.calib_ids.data() + w * T, T, &cache, true, &taps}};
+    tf->forward_batch(chunk, logits);
+    ASSERT_EQ(taps.size(), static_cast<size_t>(T * H));
+    std::vector<float> normed(T * H), lg(T * V);
+    rmsnorm(r.stream.data() + w * T * H, tf->weights().out_norm.ptr<float>(), static_cast<float>(c.rms_norm_eps), T, H,
+            normed.data());
+    linear(ctx, normed.data(), tf->weights().lm_head, nullptr, lg.data(), T);
+    for (int64_t i = 0; i < T * H; ++i) mismatched_stream += normed[i] != taps[i];
+    for (int64_t i = 0; i < T * V; ++i) mismatched_logits += lg[i] != logits[i];
+  }
+  EXPECT_EQ(mismatched_stream, 0);
+  EXPECT_EQ(mismatched_logits, 0);
+  // Training changed codes: not an RTN export in disguise.
+  const PtqrReport& rr = r;
+  double gain = 0;
+  for (const PtqrLayerReport& l : rr.layers) gain += l.loss_rtn - l.loss_final;
+  EXPECT_GT(gain, 0);
+  fs::remove_all(out);
+}
+
+TEST(PtqrRun, ResumeAfterAStopGivesTheSameCheckpoint) {
+  const std::string a = testing::TempDir() + "/ptqr_a", b = testing::TempDir() + "/ptqr_b";
+  fs::remove_all(a), fs::remove_all(b), fs::remove_all(b + ".ptqr-state");
+  const PtqrReport ra = run_ptqr(tiny_options(a));
+  PtqrOptions ob = tiny_options(b);
+  ob.stop_after_layers = 1;
+  const PtqrReport r1 = run_ptqr(ob);
+  EXPECT_TRUE(r1.stopped);
+  EXPECT_TRUE(fs::exists(b + ".ptqr-state/meta.json"));
+  EXPECT_FALSE(fs::exists(b + "/model.safetensors"));
+  ob.stop_after_layers = -1;
+  ob.resume = true;
+  const PtqrReport r2 = run_ptqr(ob);
+  EXPECT_EQ(r2.resumed_from, 1);
+  EXPECT_EQ(r2.codes.size(), ra.codes.size());
+  for (const auto& [m, qw] : ra.codes) {
+    EXPECT_EQ(r2.codes.at(m).q, qw.q) << m;
+    EXPECT_EQ(r2.codes.at(m).scale, qw.scale) << m;
+  }
+  EXPECT_EQ(r2.stream, ra.stream);
+  // A resume with other settings is refused, naming the state.
+  PtqrOptions oc = tiny_options(b);
+  oc.stop_after_layers = 1;
+  fs::remove_all(b);
+  run_ptqr(oc);
+  oc.resume = true, oc.stop_after_layers = -1, oc.steps = 13;
+  try {
+    run_ptqr(oc);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("another ptqr command"), std::string::npos) << e.what();
+  }
+  fs::remove_all(a), fs::remove_all(b), fs::remove_all(b + ".ptqr-state");
+}
+
+TEST(PtqrRun, BadOptionsAreOneLineErrors) {
+  PtqrOptions o = tiny_options(testing::TempDir() + "/ptqr_bad");
+  auto msg = [&](const PtqrOptions& x) -> std::string {
+    try {
+      run_ptqr(x);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  PtqrOptions b = o;
+  b.group = 64;
+  EXPECT_NE(msg(b).find("--group 64"), std::string::npos);
+  b = o, b.calib_ids.resize(5);
+  EXPECT_NE(msg(b).find("fewer than one window"), std::string::npos);
+  b = o, b.kv = KvDType::kFP8E4M3;
+  EXPECT_NE(msg(b).find("fp8_e4m3"), std::string::npos);
+  b = o, b.in = std::string(BS_SOURCE_DIR) + "/tests/fixtures/hybrid";
+  EXPECT_FALSE(msg(b).empty());
+}
+
+}  // namespace
+}  // namespace blockspec

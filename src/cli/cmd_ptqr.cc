@@ -30,6 +30,7 @@ std::vector<FlagSpec> flags() {
       {"--dither-start", "", true, "sigma_0 of the rounding dither (default 1.0; 0: no dither)"},
       {"--dither-decay", "", true,
        "sigma_t = sigma_0 r^t, 0 once below 1e-3 (default r: reaches 1e-3 at 80% of --steps)"},
+      {"--smooth", "", true, "SmoothQuant alpha in (0, 1]: the student starts from the smoothed model (the teacher stays the original)"},
       {"--max-layers", "", true, "retrain only the first N layers (the rest are RTN)"},
       {"--seed", "", true, "seed of the dither and the window order (default 0)"},
       {"--stop-after", "", true, "stop once N layers are retrained (the state is kept; continue with --resume)"},
@@ -67,6 +68,7 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
   o.dither_start = a.number("--dither-start", 1.0);
   o.dither_decay = a.number("--dither-decay", 0.0);
   o.max_layers = a.integer("--max-layers", -1);
+  o.smooth = a.number("--smooth", 0.0);
   o.seed = a.u64("--seed", 0);
   o.resume = a.has("--resume");
   o.stop_after_layers = a.integer("--stop-after", -1);

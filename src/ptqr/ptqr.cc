@@ -19,7 +19,9 @@
 #include "model/hf_names.h"
 #include "ptqr/ptqr_layer.h"
 #include "quantize/calibration_hybrid.h"
+#include "model/weight_overlay.h"
 #include "quantize/quantize.h"
+#include "quantize/smooth.h"
 #include "runtime/sampler.h"
 
 namespace fs = std::filesystem;
@@ -71,7 +73,7 @@ std::string state_dir(const PtqrOptions& o) { return o.out + ".ptqr-state"; }
 json fingerprint(const PtqrOptions& o) {
   return {{"in", o.in}, {"group", o.group}, {"kv", kv_dtype_name(o.kv)}, {"window", o.window},
           {"steps", o.steps}, {"lr", o.lr}, {"dither_start", o.dither_start}, {"dither_decay", o.dither_decay},
-          {"seed", o.seed}, {"calib_tokens", o.calib_ids.size()}, {"max_layers", o.max_layers}};
+          {"seed", o.seed}, {"calib_tokens", o.calib_ids.size()}, {"max_layers", o.max_layers}, {"smooth", o.smooth}};
 }
 
 void save_state(const PtqrOptions& o, const State& st, int64_t H) {
@@ -146,6 +148,7 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
   if (!(o.lr > 0)) fail("--lr ", o.lr, ": expected > 0");
   if (o.dither_start < 0 || o.dither_start > 4) fail("--dither-start ", o.dither_start, ": expected in [0, 4]");
   if (o.dither_decay < 0 || o.dither_decay >= 1) fail("--dither-decay ", o.dither_decay, ": expected in (0, 1) (or 0: automatic)");
+  if (o.smooth < 0 || o.smooth > 1 || std::isnan(o.smooth)) fail("--smooth ", o.smooth, ": expected alpha in (0, 1] (0: off)");
   if (o.kv == KvDType::kFP8E4M3) fail("--kv-cache-dtype fp8_e4m3: needs calibrated scales; ptqr trains f32, bf16 and the int8 caches");
   std::unique_ptr<WeightSource> src = open_weight_source(o.in);
   const ModelConfig& cfg = src->config();
@@ -178,11 +181,21 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     st.x_s = st.x_t;
   }
   const RopeTables rope = compute_rope(cfg);
+  // SmoothQuant first (--smooth): the student starts from the smoothed model, the teacher stays the original.
+  TensorOverrides smoothed;
+  if (o.smooth > 0) {
+    const double ts = now_s();
+    smoothed = smooth_model(*src, ctx, windows, o.smooth);
+    if (o.progress)
+      std::fprintf(stderr, "ptqr: SmoothQuant alpha %.3g over %lld windows: %zu tensors rescaled in %.0f s\n", o.smooth,
+                   static_cast<long long>(windows.size()), smoothed.size(), now_s() - ts);
+  }
+  const OverlaySource student_src(*src, smoothed);
   double train_tokens = 0, train_seconds = 0;
   const int64_t stop = o.stop_after_layers >= 0 ? std::min<int64_t>(L, o.stop_after_layers) : L;
   for (int64_t li = st.layers_done; li < stop; ++li) {
     const double t0 = now_s();
-    PtqrLayer layer(ctx, cfg, rope, *src, li, spec, o.kv);
+    PtqrLayer layer(ctx, cfg, rope, *src, student_src, li, spec, o.kv);
     // Teacher: bf16 weights, f32 activations and KV, on the teacher's stream.
     std::vector<float> y_t = st.x_t;
     layer.run_teacher(o.window, y_t.data(), n_tok);
@@ -268,6 +281,7 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
   qo.n_threads = o.n_threads;
   qo.progress = false;
   qo.fixed = std::move(st.codes);
+  qo.overrides = std::move(smoothed);  // the smoothed norms (and the smoothed weights of layers not retrained)
   quantize_model(qo);
   fs::remove_all(state_dir(o));
   rep.total_seconds = now_s() - t_start;

@@ -41,6 +41,7 @@ struct PtqrOptions {
   double dither_start = 1.0;          // sigma_0
   double dither_decay = 0;            // r per step; 0: (1e-3 / sigma_0)^(1 / (0.8 steps))
   double weight_decay = 0;
+  double smooth = 0;                  // SmoothQuant alpha applied to the student's start (quantize/smooth.h); 0: off
   int64_t max_layers = -1;            // retrain only the first n layers (tests); the rest are RTN
   uint64_t seed = 0;
   bool resume = false;

@@ -54,7 +54,9 @@ std::vector<float> load_f32(const WeightSource& src, const std::string& name) {
   return v;
 }
 
-StudentGroup load_group(const WeightSource& src, const std::string& p, std::initializer_list<const char*> mods) {
+// trainable: with AdamW state and a gradient buffer (the student's groups; the teacher's are only read).
+StudentGroup load_group(const WeightSource& src, const std::string& p, std::initializer_list<const char*> mods,
+                        bool trainable) {
   StudentGroup g;
   bool any_bias = false;
   for (const char* m : mods) any_bias |= src.has(p + m + std::string(".bias"));
@@ -68,7 +70,7 @@ StudentGroup load_group(const WeightSource& src, const std::string& p, std::init
     part.module = p + m;
     part.N = s[0];
     part.w = load_f32(src, w);
-    part.opt = std::make_unique<AdamW>(part.N * g.K);
+    if (trainable) part.opt = std::make_unique<AdamW>(part.N * g.K);
     if (any_bias) {
       const std::string b = p + m + std::string(".bias");
       if (src.has(b)) {
@@ -81,7 +83,7 @@ StudentGroup load_group(const WeightSource& src, const std::string& p, std::init
     g.N += part.N;
     g.parts.push_back(std::move(part));
   }
-  g.grad.assign(g.N * g.K, 0.f);
+  if (trainable) g.grad.assign(g.N * g.K, 0.f);
   return g;
 }
 
@@ -122,24 +124,37 @@ LayerWeights layer_linears(const OpContext& ctx, StudentGroup* const* groups, co
 
 }  // namespace
 
-PtqrLayer::PtqrLayer(const OpContext& ctx, const ModelConfig& c, const RopeTables& rope, const WeightSource& src,
-                     int64_t layer, const QuantSpec& spec, KvDType kv)
+PtqrLayer::PtqrLayer(const OpContext& ctx, const ModelConfig& c, const RopeTables& rope, const WeightSource& teacher,
+                     const WeightSource& student, int64_t layer, const QuantSpec& spec, KvDType kv)
     : ctx_(ctx), c_(c), rope_(rope), spec_(spec), kv_(kv) {
   const std::string p = hf::under(c.weight_prefix, hf::target_layer(layer));
-  attn_norm_ = load_f32(src, hf::weight(p, hf::kAttnNorm));
-  ffn_norm_ = load_f32(src, hf::weight(p, hf::kFfnNorm));
+  attn_norm_ = load_f32(student, hf::weight(p, hf::kAttnNorm));
+  ffn_norm_ = load_f32(student, hf::weight(p, hf::kFfnNorm));
+  t_attn_norm_ = load_f32(teacher, hf::weight(p, hf::kAttnNorm));
+  t_ffn_norm_ = load_f32(teacher, hf::weight(p, hf::kFfnNorm));
   if (c.arch == Arch::kQwen3) {
-    q_norm_ = load_f32(src, hf::weight(p, hf::kQNorm));
-    k_norm_ = load_f32(src, hf::weight(p, hf::kKNorm));
+    q_norm_ = load_f32(student, hf::weight(p, hf::kQNorm));
+    k_norm_ = load_f32(student, hf::weight(p, hf::kKNorm));
   }
-  qkv_ = load_group(src, p, {hf::kQ, hf::kK, hf::kV});
-  o_ = load_group(src, p, {hf::kO});
-  gu_ = load_group(src, p, {hf::kGate, hf::kUp});
-  down_ = load_group(src, p, {hf::kDown});
-  StudentGroup* groups[4] = {&qkv_, &o_, &gu_, &down_};
-  teacher_ = layer_linears(ctx_, groups, nullptr);
-  teacher_.attn_norm = view(attn_norm_), teacher_.ffn_norm = view(ffn_norm_);
+  // The teacher's bf16 matrices are made from its own values first; then the groups hold the student's masters.
+  {
+    StudentGroup tq = load_group(teacher, p, {hf::kQ, hf::kK, hf::kV}, false),
+                 to = load_group(teacher, p, {hf::kO}, false), tg = load_group(teacher, p, {hf::kGate, hf::kUp}, false),
+                 td = load_group(teacher, p, {hf::kDown}, false);
+    StudentGroup* groups[4] = {&tq, &to, &tg, &td};
+    teacher_ = layer_linears(ctx_, groups, nullptr);
+    teacher_bias_ = {tq.bias, to.bias, tg.bias, td.bias};
+    teacher_.attn_qkv.bias = view(teacher_bias_[0]);
+    teacher_.attn_o_bias = view(teacher_bias_[1]);
+    teacher_.ffn_gate_up.bias = view(teacher_bias_[2]);
+    teacher_.ffn_down_bias = view(teacher_bias_[3]);
+  }
+  teacher_.attn_norm = view(t_attn_norm_), teacher_.ffn_norm = view(t_ffn_norm_);
   teacher_.attn_q_norm = view(q_norm_), teacher_.attn_k_norm = view(k_norm_);
+  qkv_ = load_group(student, p, {hf::kQ, hf::kK, hf::kV}, true);
+  o_ = load_group(student, p, {hf::kO}, true);
+  gu_ = load_group(student, p, {hf::kGate, hf::kUp}, true);
+  down_ = load_group(student, p, {hf::kDown}, true);
 }
 
 void PtqrLayer::run(const LayerWeights& lw, KvDType kv, int64_t window, float* x, int64_t n) const {

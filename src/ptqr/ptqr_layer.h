@@ -29,8 +29,10 @@ double layer_loss(const float* y_s, const float* y_t, int64_t T, int64_t H, floa
 
 class PtqrLayer {
  public:
-  PtqrLayer(const OpContext& ctx, const ModelConfig& c, const RopeTables& rope, const WeightSource& src, int64_t layer,
-            const QuantSpec& spec, KvDType kv);
+  // The teacher's weights come from `teacher`, the student's initial masters and norms from `student` (the same
+  // source, or the model after SmoothQuant's migration: quantize/smooth.h).
+  PtqrLayer(const OpContext& ctx, const ModelConfig& c, const RopeTables& rope, const WeightSource& teacher,
+            const WeightSource& student, int64_t layer, const QuantSpec& spec, KvDType kv);
   PtqrLayer(const PtqrLayer&) = delete;  // the layer weights view its members
   PtqrLayer& operator=(const PtqrLayer&) = delete;
   // The teacher layer over n rows (windows of `window` rows), in place.
@@ -56,8 +58,10 @@ class PtqrLayer {
   const RopeTables& rope_;
   QuantSpec spec_;
   KvDType kv_;
-  std::vector<float> attn_norm_, ffn_norm_, q_norm_, k_norm_;
+  std::vector<float> attn_norm_, ffn_norm_, q_norm_, k_norm_;  // the student's
+  std::vector<float> t_attn_norm_, t_ffn_norm_;                 // the teacher's (q / k norms are shared)
   StudentGroup qkv_, o_, gu_, down_;
+  std::vector<std::vector<float>> teacher_bias_;  // the teacher's biases (its layer weights view them)
   LayerWeights teacher_, student_;
 };
 

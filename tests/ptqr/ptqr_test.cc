@@ -125,7 +125,7 @@ TEST(PtqrLayer, TwinFollowsTheServingLayer) {
     for (KvDType kv : {KvDType::kF32, KvDType::kInt8BlockG128}) {
       Tiny t(path);
       const QuantSpec spec = ptqr_spec(*t.src, 128);
-      PtqrLayer l(t.ctx, t.src->config(), t.rope, *t.src, 1, spec, kv);
+      PtqrLayer l(t.ctx, t.src->config(), t.rope, *t.src, *t.src, 1, spec, kv);
       l.requantize(0.0, 0);
       const int64_t T = 24, H = t.src->config().hidden_size;
       const std::vector<float> x = t.embed(T, 5);
@@ -142,7 +142,7 @@ TEST(PtqrLayer, TwinFollowsTheServingLayer) {
 TEST(PtqrLayer, TrainingLowersTheServingLoss) {
   Tiny t(kQwen2);
   const ModelConfig& c = t.src->config();
-  PtqrLayer l(t.ctx, c, t.rope, *t.src, 0, ptqr_spec(*t.src, 128), KvDType::kInt8BlockG128);
+  PtqrLayer l(t.ctx, c, t.rope, *t.src, *t.src, 0, ptqr_spec(*t.src, 128), KvDType::kInt8BlockG128);
   const int64_t T = 32, H = c.hidden_size;
   std::vector<float> x = t.embed(2 * T, 11), y = x;
   l.run_teacher(T, y.data(), 2 * T);
@@ -184,11 +184,15 @@ PtqrOptions tiny_options(const std::string& out) {
   return o;
 }
 
-// The written checkpoint is the student: codes byte for byte, and the engine's forward on it equals the student's.
-TEST(PtqrRun, CheckpointIsTheStudentBitForBit) {
+// The written checkpoint is the student: codes byte for byte, and the engine's forward on it equals the student's;
+// with SmoothQuant (--smooth) too, whose smoothed norms the checkpoint then carries.
+class PtqrRunSmooth : public ::testing::TestWithParam<double> {};
+
+TEST_P(PtqrRunSmooth, CheckpointIsTheStudentBitForBit) {
   const std::string out = testing::TempDir() + "/ptqr_bit";
   fs::remove_all(out);
-  const PtqrOptions o = tiny_options(out);
+  PtqrOptions o = tiny_options(out);
+  o.smooth = GetParam();
   const PtqrReport r = run_ptqr(o);
   ASSERT_EQ(r.layers.size(), 2u);
   ASSERT_EQ(r.codes.size(), 14u);
@@ -235,8 +239,15 @@ TEST(PtqrRun, CheckpointIsTheStudentBitForBit) {
   double gain = 0;
   for (const PtqrLayerReport& l : rr.layers) gain += l.loss_rtn - l.loss_final;
   EXPECT_GT(gain, 0);
+  if (o.smooth > 0) {  // the checkpoint's norms are not the input's
+    const std::unique_ptr<WeightSource> in = open_weight_source(o.in);
+    const Tensor a = in->load("model.layers.0.input_layernorm.weight"), b = ck->load("model.layers.0.input_layernorm.weight");
+    EXPECT_NE(std::memcmp(a.data(), b.data(), a.nbytes()), 0);
+  }
   fs::remove_all(out);
 }
+
+INSTANTIATE_TEST_SUITE_P(Smooth, PtqrRunSmooth, ::testing::Values(0.0, 0.5));
 
 TEST(PtqrRun, ResumeAfterAStopGivesTheSameCheckpoint) {
   const std::string a = testing::TempDir() + "/ptqr_a", b = testing::TempDir() + "/ptqr_b";

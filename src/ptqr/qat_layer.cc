@@ -68,15 +68,9 @@ void qat_forward(const OpContext& ctx, const QatLayer& l, const float* x, int64_
   s.kq.resize(T * wk), s.vq.resize(T * wk);
   kv_round(l.kv, kr.data(), T * nkv, hd, s.kq.data());
   kv_round(l.kv, v.data(), T * nkv, hd, s.vq.data());
-  s.spans.resize(4 * T);
-  for (int64_t t = 0; t < T; ++t) {
-    s.spans[4 * t] = 0, s.spans[4 * t + 1] = static_cast<int32_t>(t + 1);
-    s.spans[4 * t + 2] = s.spans[4 * t + 3] = 0;
-  }
-  const MaskedAttentionShape as{T, T, nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
   s.att.resize(T * wq);
-  masked_attention_forward(s.qr.data(), s.kq.data(), s.vq.data(), s.spans.data(), as, s.att.data(), s.probs,
-                           *ctx.pool);
+  causal_attention_forward(ctx, s.qr.data(), s.kq.data(), s.vq.data(), T, nh, nkv, hd,
+                           1.0f / std::sqrt(static_cast<float>(hd)), s.att.data(), s.probs);
   s.a2.resize(T * wq);
   round_acts_token(ctx, s.att.data(), T, wq, s.a2.data());
   std::vector<float> tmp(T * H);
@@ -112,9 +106,8 @@ void qat_backward(const OpContext& ctx, const QatLayer& l, const QatSaved& s, co
   // ---- attention ----  x2 = x + o(rnd(attn(rope(q), kv(rope(k)), kv(v))))
   std::vector<float> datt(T * wq), dq(T * wq), dk(T * wk), dv(T * wk);
   gemm_backward(ctx, s.a2.data(), l.o->deq.data(), nullptr, dx2.data(), T, wq, H, datt.data(), l.o->grad.data());
-  const MaskedAttentionShape as{T, T, nh, nkv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
-  masked_attention_backward(s.qr.data(), s.kq.data(), s.vq.data(), s.spans.data(), as, s.probs, datt.data(), dq.data(),
-                            dk.data(), dv.data(), *ctx.pool);
+  causal_attention_backward(ctx, s.qr.data(), s.kq.data(), s.vq.data(), s.att.data(), s.probs, datt.data(), T, nh, nkv,
+                            hd, 1.0f / std::sqrt(static_cast<float>(hd)), dq.data(), dk.data(), dv.data());
   std::vector<int64_t> pos(T);
   for (int64_t t = 0; t < T; ++t) pos[t] = t;
   const RopeTables& rp = *l.rope;

@@ -38,7 +38,6 @@ struct QatLayer {
 struct QatSaved {
   int64_t T = 0;
   std::vector<float> x, a1, q_pre, k_pre, qr, kq, vq, probs, att, a2, x2, a3, gu, a4;
-  std::vector<int32_t> spans;
 };
 
 // y [T, H] = layer(x [T, H]) at positions 0 .. T - 1.

@@ -101,4 +101,94 @@ double cross_entropy_rows(const OpContext& c, const float* logits, const int32_t
   return loss;
 }
 
+namespace {
+// rows [T, heads, hd] of head h -> [T, hd] contiguous
+void head_rows(const float* x, int64_t T, int64_t heads, int64_t hd, int64_t h, float* out) {
+  for (int64_t t = 0; t < T; ++t) std::copy_n(x + (t * heads + h) * hd, hd, out + t * hd);
+}
+void put_head_rows(const float* in, int64_t T, int64_t heads, int64_t hd, int64_t h, float* x, bool add) {
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t d = 0; d < hd; ++d) {
+      float& o = x[(t * heads + h) * hd + d];
+      o = add ? o + in[t * hd + d] : in[t * hd + d];
+    }
+}
+}  // namespace
+
+void causal_attention_forward(const OpContext& c, const float* q, const float* k, const float* v, int64_t T,
+                              int64_t n_heads, int64_t n_kv_heads, int64_t hd, float scale, float* out,
+                              std::vector<float>& probs) {
+  const int64_t group = n_heads / n_kv_heads;
+  probs.assign(n_heads * T * T, 0.f);
+  std::vector<float> qh(T * hd), kh(T * hd), vt(hd * T), vh(T * hd), oh(T * hd);
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const int64_t g = h / group;
+    if (h % group == 0) {
+      head_rows(k, T, n_kv_heads, hd, g, kh.data());
+      head_rows(v, T, n_kv_heads, hd, g, vh.data());
+      transpose(c, vh.data(), T, hd, vt.data());
+    }
+    head_rows(q, T, n_heads, hd, h, qh.data());
+    float* p = probs.data() + h * T * T;  // [T, T]
+    gemm_nt(c, qh.data(), kh.data(), T, hd, T, p);
+    c.pool->parallel_for(T, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        float* r = p + i * T;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, r[j] * scale);
+        double sum = 0;
+        for (int64_t j = 0; j <= i; ++j) sum += std::exp(static_cast<double>(r[j] * scale - mx));
+        for (int64_t j = 0; j <= i; ++j) r[j] = static_cast<float>(std::exp(static_cast<double>(r[j] * scale - mx)) / sum);
+        std::fill(r + i + 1, r + T, 0.f);
+      }
+    });
+    gemm_nt(c, p, vt.data(), T, T, hd, oh.data());
+    put_head_rows(oh.data(), T, n_heads, hd, h, out, false);
+  }
+}
+
+void causal_attention_backward(const OpContext& c, const float* q, const float* k, const float* v, const float* out,
+                               const std::vector<float>& probs, const float* dout, int64_t T, int64_t n_heads,
+                               int64_t n_kv_heads, int64_t hd, float scale, float* dq, float* dk, float* dv) {
+  const int64_t group = n_heads / n_kv_heads;
+  std::fill(dk, dk + T * n_kv_heads * hd, 0.f);
+  std::fill(dv, dv + T * n_kv_heads * hd, 0.f);
+  std::vector<float> qt(hd * T), kh(T * hd), kt(hd * T), vh(T * hd), doh(T * hd), dot(hd * T), oh(T * hd);
+  std::vector<float> dp(T * T), pt(T * T), dst(T * T), tmp(T * hd);
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const int64_t g = h / group;
+    if (h % group == 0) {
+      head_rows(k, T, n_kv_heads, hd, g, kh.data());
+      head_rows(v, T, n_kv_heads, hd, g, vh.data());
+      transpose(c, kh.data(), T, hd, kt.data());
+    }
+    const float* p = probs.data() + h * T * T;
+    head_rows(dout, T, n_heads, hd, h, doh.data());
+    head_rows(out, T, n_heads, hd, h, oh.data());
+    // dP = dO V^T;  dS = P (dP - rowsum(dO . O)) * scale
+    gemm_nt(c, doh.data(), vh.data(), T, hd, T, dp.data());
+    c.pool->parallel_for(T, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        double dd = 0;
+        for (int64_t d = 0; d < hd; ++d) dd += static_cast<double>(doh[i * hd + d]) * oh[i * hd + d];
+        for (int64_t j = 0; j < T; ++j)
+          dp[i * T + j] = j <= i ? static_cast<float>(p[i * T + j] * (dp[i * T + j] - dd) * scale) : 0.f;
+      }
+    });
+    // dQ = dS K
+    gemm_nt(c, dp.data(), kt.data(), T, T, hd, tmp.data());
+    put_head_rows(tmp.data(), T, n_heads, hd, h, dq, false);
+    // dK += dS^T Q;  dV += P^T dO
+    transpose(c, dp.data(), T, T, dst.data());
+    head_rows(q, T, n_heads, hd, h, tmp.data());
+    transpose(c, tmp.data(), T, hd, qt.data());
+    gemm_nt(c, dst.data(), qt.data(), T, T, hd, tmp.data());
+    put_head_rows(tmp.data(), T, n_kv_heads, hd, g, dk, true);
+    transpose(c, p, T, T, pt.data());
+    transpose(c, doh.data(), T, hd, dot.data());
+    gemm_nt(c, pt.data(), dot.data(), T, T, hd, tmp.data());
+    put_head_rows(tmp.data(), T, n_kv_heads, hd, g, dv, true);
+  }
+}
+
 }  // namespace blockspec

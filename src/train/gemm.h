@@ -31,6 +31,18 @@ void gemm_backward(const OpContext& c, const float* x, const float* w, const flo
 // bf16 autocast runs them (training.md §4).
 void gemm_nt_bf16(const OpContext& c, const float* x, const uint16_t* w, int64_t M, int64_t K, int64_t N, float* y);
 
+// Causal GQA attention of one window of T tokens (query i sees keys 0..i) as per-head GEMMs on the same kernel;
+// grad_ops.h masked_attention_forward / _backward with spans (0, i + 1, 0, 0) are its reference twins (f64 sums).
+//   q: [T, n_heads, hd]  k, v: [T, n_kv_heads, hd]  out: [T, n_heads, hd]
+//   probs (saved for the backward): [n_heads, T, T], 0 above the diagonal
+void causal_attention_forward(const OpContext& c, const float* q, const float* k, const float* v, int64_t T,
+                              int64_t n_heads, int64_t n_kv_heads, int64_t hd, float scale, float* out,
+                              std::vector<float>& probs);
+// dq [T, n_heads, hd], dk, dv [T, n_kv_heads, hd] written.
+void causal_attention_backward(const OpContext& c, const float* q, const float* k, const float* v, const float* out,
+                               const std::vector<float>& probs, const float* dout, int64_t T, int64_t n_heads,
+                               int64_t n_kv_heads, int64_t hd, float scale, float* dq, float* dk, float* dv);
+
 // grad_ops.h cross_entropy, threaded over rows, f32 exp with double sums;
 // also correct[i] = (argmax z_i == label_i) for every row (weight 0
 // included). dlogits may alias logits (written row by row after reading).

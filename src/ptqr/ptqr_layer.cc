@@ -224,7 +224,7 @@ double PtqrLayer::train_step(int64_t T, const float* x_s, const float* y_t, doub
   for (StudentGroup* g : {&qkv_, &o_, &gu_, &down_}) {
     int64_t row0 = 0;
     for (StudentPart& p : g->parts) {
-      p.opt->step(p.w.data(), g->grad.data() + row0 * g->K, t, lr, ao);
+      p.opt->step(p.w.data(), g->grad.data() + row0 * g->K, t, lr, ao, *ctx_.pool);
       row0 += p.N;
     }
   }

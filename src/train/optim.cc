@@ -7,18 +7,26 @@
 
 namespace blockspec {
 
-void AdamW::step(float* p, const float* g, int64_t t, double lr, const AdamWOptions& o) {
-  if (t < 1) fail("AdamW: step count must be >= 1, found ", t);
+void AdamW::update(float* p, const float* g, int64_t i0, int64_t i1, int64_t t, double lr, const AdamWOptions& o) {
   const double c1 = 1.0 - std::pow(o.beta1, static_cast<double>(t));
   const double c2 = 1.0 - std::pow(o.beta2, static_cast<double>(t));
-  const int64_t n = static_cast<int64_t>(m_.size());
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = i0; i < i1; ++i) {
     double pi = p[i] * (1.0 - lr * o.weight_decay);
     m_[i] = o.beta1 * m_[i] + (1.0 - o.beta1) * g[i];
     v_[i] = o.beta2 * v_[i] + (1.0 - o.beta2) * static_cast<double>(g[i]) * g[i];
     pi -= lr * (m_[i] / c1) / (std::sqrt(v_[i] / c2) + o.eps);
     p[i] = static_cast<float>(pi);
   }
+}
+
+void AdamW::step(float* p, const float* g, int64_t t, double lr, const AdamWOptions& o) {
+  if (t < 1) fail("AdamW: step count must be >= 1, found ", t);
+  update(p, g, 0, static_cast<int64_t>(m_.size()), t, lr, o);
+}
+
+void AdamW::step(float* p, const float* g, int64_t t, double lr, const AdamWOptions& o, ThreadPool& pool) {
+  if (t < 1) fail("AdamW: step count must be >= 1, found ", t);
+  pool.parallel_for(static_cast<int64_t>(m_.size()), [&](int64_t i0, int64_t i1) { update(p, g, i0, i1, t, lr, o); });
 }
 
 double clip_grad_norm(const std::vector<std::pair<float*, int64_t>>& grads, double max_norm) {

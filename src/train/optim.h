@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/thread_pool.h"
+
 namespace blockspec {
 
 struct AdamWOptions {
@@ -21,6 +23,8 @@ class AdamW {
   //   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
   // p, g: [n]; lr is the scheduled rate of this step (o.lr is ignored).
   void step(float* p, const float* g, int64_t t, double lr, const AdamWOptions& o);
+  // The same update split over the pool's threads (each element's arithmetic is unchanged).
+  void step(float* p, const float* g, int64_t t, double lr, const AdamWOptions& o, ThreadPool& pool);
   const std::vector<double>& m() const { return m_; }
   const std::vector<double>& v() const { return v_; }
   // For checkpoints: the moments, restored as saved.
@@ -28,6 +32,7 @@ class AdamW {
   std::vector<double>& v() { return v_; }
 
  private:
+  void update(float* p, const float* g, int64_t i0, int64_t i1, int64_t t, double lr, const AdamWOptions& o);
   std::vector<double> m_, v_;
 };
 

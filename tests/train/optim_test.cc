@@ -38,6 +38,23 @@ TEST(AdamW, TwoStepsFollowTheTorchAlgorithm) {
   EXPECT_THROW(opt.step(p.data(), g1.data(), 0, 1e-3, o), Error);
 }
 
+TEST(AdamW, ThreadedStepIsTheSerialOne) {
+  const int64_t n = 10007;
+  std::vector<float> p(n), g(n);
+  for (int64_t i = 0; i < n; ++i) p[i] = std::sin(0.1 * i), g[i] = std::cos(0.37 * i);
+  std::vector<float> q = p;
+  AdamW a(n), b(n);
+  ThreadPool pool(2);
+  const AdamWOptions o;
+  for (int64_t t = 1; t <= 3; ++t) {
+    a.step(p.data(), g.data(), t, 1e-3, o);
+    b.step(q.data(), g.data(), t, 1e-3, o, pool);
+  }
+  EXPECT_EQ(p, q);
+  EXPECT_EQ(a.m(), b.m());
+  EXPECT_EQ(a.v(), b.v());
+}
+
 TEST(ClipGradNorm, ScalesAllTogetherOnlyAboveTheLimit) {
   std::vector<float> a = {3.f, 0.f}, b = {4.f};  // norm 5
   EXPECT_NEAR(clip_grad_norm({{a.data(), 2}, {b.data(), 1}}, 10.0), 5.0, 1e-12);

@@ -23,9 +23,12 @@
 
 #include "base/error.h"
 #include "base/timer.h"
+#include "chat/chat_template.h"
 #include "cli/args.h"
+#include "cli/bench_spec.h"
 #include "cli/commands.h"
 #include "cli/model_files.h"
+#include "model/chat_files.h"
 #include "model/transformer.h"
 #include "runtime/fidelity.h"
 #include "runtime/fidelity_run.h"
@@ -54,6 +57,12 @@ std::vector<FlagSpec> flags() {
     {"--text", "", true, "text file to score (UTF-8)"},
     {"--ctx", "", true, "tokens per window; each window is a fresh sequence (default 512)"},
     {"--max-tokens", "", true, "scored tokens in total (default: the whole text)"},
+    {"--greedy-prompts", "", true,
+     "JSONL prompts (\"prompt\", \"turns\"[0] or \"question\"; --prompt-template) for greedy agreement: each is "
+     "rendered with the reference's chat template and continued greedily by the reference and every candidate"},
+    {"--greedy-num-prompts", "", true, "prompts of --greedy-prompts used (default 52)"},
+    {"--greedy-tokens", "", true, "greedy tokens per prompt (default 64; a sequence also ends at EOS)"},
+    {"--prompt-template", "", true, "build each greedy prompt from the line's fields, e.g. \"{question}\""},
     {"--json", "", false, "print one JSON object on stdout, human output on stderr"},
     {"--help", "-h", false, "show this help"},
   };
@@ -232,6 +241,39 @@ int cmd_eval(const std::vector<std::string>& argv) {
         for (const FidelityStats& s : st) std::fprintf(stderr, " | ppl %.4f kld_mean %.6f", s.ppl(), s.kld_mean());
         std::fprintf(stderr, "\n");
       });
+  // Greedy agreement on prompts: the reference's continuations against each candidate's, batched per model.
+  std::vector<GreedyAgreement> greedy;
+  int64_t greedy_tokens = 0;
+  if (a.has("--greedy-prompts")) {
+    greedy_tokens = a.integer("--greedy-tokens", 64);
+    if (greedy_tokens < 1) fail("eval: --greedy-tokens must be >= 1, found ", greedy_tokens);
+    const int64_t np = a.integer("--greedy-num-prompts", 52);
+    if (np < 1) fail("eval: --greedy-num-prompts must be >= 1, found ", np);
+    const ChatAssets assets = read_chat_assets(ref_path);
+    std::vector<std::vector<int32_t>> prompts;
+    for (const std::string& t : load_prompts(a.str("--greedy-prompts"), a.str("--prompt-template"), np)) {
+      if (assets.template_source.empty()) {
+        prompts.push_back(tok.encode(t));
+      } else {
+        const ChatTemplate ct(assets.template_source, assets.template_what);
+        ChatTemplateOptions co;
+        co.bos_token = assets.bos_token, co.eos_token = assets.eos_token;
+        prompts.push_back(tok.encode(ct.apply({{"user", t, ""}}, co)));
+      }
+      if (static_cast<int64_t>(prompts.back().size()) + greedy_tokens > ref->config().max_position_embeddings)
+        fail("eval: greedy prompt ", prompts.size(), " (", prompts.back().size(), " tokens) + --greedy-tokens exceeds "
+             "max_position_embeddings");
+    }
+    Timer gt;
+    const auto ref_out = greedy_continuations(*ref, ref->kv_cache_dtype(), prompts, greedy_tokens);
+    for (size_t c = 0; c < cands.size(); ++c) {
+      greedy.push_back(greedy_agreement(ref_out, greedy_continuations(*models[model_of[c]], kv_of[c], prompts,
+                                                                      greedy_tokens)));
+      std::fprintf(stderr, "greedy: candidate %zu/%zu: %lld/%lld prompts identical (%.1f s)\n", c + 1, cands.size(),
+                   static_cast<long long>(greedy.back().identical), static_cast<long long>(greedy.back().n_prompts),
+                   gt.seconds());
+    }
+  }
   const double seconds = timer.seconds();
 
   auto result = [&](size_t c) {
@@ -243,7 +285,15 @@ int cmd_eval(const std::vector<std::string>& argv) {
                           {"kld_mean", st.kld_mean()}, {"kld_p99", st.kld_p99()}, {"kld_max", st.kld_max()},
                           {"top1_agreement", st.top1_agreement()}};
   };
-  nlohmann::json j = sweep ? nlohmann::json::object() : result(0);
+  auto with_greedy = [&](size_t c) {
+    nlohmann::json r = result(c);
+    if (c < greedy.size())
+      r["greedy"] = {{"prompts", greedy[c].n_prompts}, {"identical", greedy[c].identical},
+                     {"mean_common_prefix", greedy[c].mean_common_prefix},
+                     {"mean_reference_length", greedy[c].mean_length}, {"tokens", greedy_tokens}};
+    return r;
+  };
+  nlohmann::json j = sweep ? nlohmann::json::object() : with_greedy(0);
   j["model"] = model_path;
   j["reference"] = ref_path;
   j["reference_weights"] = ref->weights().format_summary;
@@ -258,7 +308,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
   j["seconds"] = seconds;
   if (sweep) {
     j["results"] = nlohmann::json::array();
-    for (size_t c = 0; c < cands.size(); ++c) j["results"].push_back(result(c));
+    for (size_t c = 0; c < cands.size(); ++c) j["results"].push_back(with_greedy(c));
   }
   std::fprintf(stderr, "\n%s vs reference %s (weights %s, kv %s, activations %s)\n"
                "  %lld tokens scored in %zu windows of <= %lld | %d threads (%s) | %.1f s | ppl reference %.4f\n",
@@ -266,14 +316,15 @@ int cmd_eval(const std::vector<std::string>& argv) {
                kv_dtype_name(ref->kv_cache_dtype()), ref_act.c_str(), static_cast<long long>(stats[0].n_tokens()),
                windows.size(), static_cast<long long>(ctx), ref->n_threads(), ref->isa(), seconds,
                stats[0].ppl_reference());
-  std::fprintf(stderr, "  %-28s %-20s %12s %12s %12s %12s %10s\n", "weights", "kv", "ppl", "KL mean", "KL p99",
-               "KL max", "top-1");
+  std::fprintf(stderr, "  %-28s %-20s %12s %12s %12s %12s %10s%s\n", "weights", "kv", "ppl", "KL mean", "KL p99",
+               "KL max", "top-1", greedy.empty() ? "" : "  greedy same");
   for (size_t c = 0; c < cands.size(); ++c) {
     const nlohmann::json r = result(c);
-    std::fprintf(stderr, "  %-28s %-20s %12.4f %12.6f %12.6f %12.6f %10.4f%s%s\n",
+    const std::string g = c < greedy.size() ? str_cat("  ", greedy[c].identical, "/", greedy[c].n_prompts) : "";
+    std::fprintf(stderr, "  %-28s %-20s %12.4f %12.6f %12.6f %12.6f %10.4f%s%s%s\n",
                  r["weights"].get<std::string>().c_str(), r["kv_cache_dtype"].get<std::string>().c_str(),
                  stats[c].ppl(), stats[c].kld_mean(), stats[c].kld_p99(), stats[c].kld_max(),
-                 stats[c].top1_agreement(), cands[c].path == model_path ? "" : "  ",
+                 stats[c].top1_agreement(), g.c_str(), cands[c].path == model_path ? "" : "  ",
                  cands[c].path == model_path ? "" : cands[c].path.c_str());
   }
   if (json_out) std::printf("%s\n", j.dump().c_str());

@@ -32,4 +32,20 @@ std::vector<FidelityStats> score_fidelity(
     const std::vector<TokenWindow>& windows,
     const std::function<void(size_t, const std::vector<FidelityStats>&)>& on_window = {});
 
+// Greedy continuations of up to n_new tokens for every prompt, every prompt in one batched forward per step
+// (prefill chunks of at most `batch_tokens` rows); a sequence stops after one of the model's EOS tokens.
+//   prompts: token ids each; returns the generated ids of each prompt.
+std::vector<std::vector<int32_t>> greedy_continuations(Transformer& m, KvDType kv,
+                                                       const std::vector<std::vector<int32_t>>& prompts, int64_t n_new,
+                                                       int64_t batch_tokens = 2048);
+
+// How a candidate's greedy continuations agree with the reference's: prompts whose continuation is identical,
+// and the mean length of the common prefix.
+struct GreedyAgreement {
+  int64_t n_prompts = 0, identical = 0;
+  double mean_common_prefix = 0, mean_length = 0;  // tokens
+};
+GreedyAgreement greedy_agreement(const std::vector<std::vector<int32_t>>& ref,
+                                 const std::vector<std::vector<int32_t>>& cand);
+
 }  // namespace blockspec

@@ -98,6 +98,16 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
                r.layers.size(), static_cast<long long>(r.n_windows), static_cast<long long>(r.window_tokens),
                static_cast<long long>(r.resumed_from), r.total_seconds, r.train_tokens_per_s, r.peak_rss_mb,
                o.out.c_str(), kv_dtype_name(o.kv));
+  std::fprintf(h, "audit: %lld tensors copied from IN byte for byte, %zu written from new values (smoothed norms), "
+               "%.1f MB written\n", static_cast<long long>(r.n_copied), r.replaced.size(), r.out_bytes / 1e6);
+  double worst = 0;
+  std::string worst_m;
+  for (const PtqrLayerReport& l : r.layers)
+    for (const auto& [m, e] : l.rel_err)
+      if (e > worst) worst = e, worst_m = m;
+  if (!worst_m.empty())
+    std::fprintf(h, "audit: largest relative dequantization error against the trained masters %.5f (%s)\n", worst,
+                 worst_m.c_str());
   for (const std::string& n : r.notes) std::fprintf(h, "note: %s\n", n.c_str());
   if (a.has("--json")) {
     nlohmann::ordered_json j;
@@ -108,6 +118,9 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
     j["total_seconds"] = r.total_seconds;
     j["train_tokens_per_s"] = r.train_tokens_per_s;
     j["peak_rss_mb"] = r.peak_rss_mb;
+    j["copied"] = r.n_copied;
+    j["replaced"] = r.replaced;
+    j["out_bytes"] = r.out_bytes;
     for (const PtqrLayerReport& l : r.layers) {
       nlohmann::ordered_json lj = {{"layer", l.layer}, {"loss_rtn", l.loss_rtn}, {"loss_final", l.loss_final},
                                    {"seconds", l.seconds}};

@@ -282,7 +282,10 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
   qo.progress = false;
   qo.fixed = std::move(st.codes);
   qo.overrides = std::move(smoothed);  // the smoothed norms (and the smoothed weights of layers not retrained)
-  quantize_model(qo);
+  const QuantizeReport qr = quantize_model(qo);
+  rep.n_copied = qr.n_copied;
+  rep.replaced = qr.replaced;
+  rep.out_bytes = qr.out_bytes;
   fs::remove_all(state_dir(o));
   rep.total_seconds = now_s() - t_start;
   rep.train_tokens_per_s = train_seconds > 0 ? train_tokens / train_seconds : 0;

@@ -63,6 +63,11 @@ struct PtqrReport {
   int64_t n_windows = 0, window_tokens = 0, resumed_from = 0;
   double total_seconds = 0, train_tokens_per_s = 0, peak_rss_mb = 0;
   std::vector<std::string> notes;
+  // The export's audit: tensors copied from IN byte for byte, tensors written from new values (smoothed norms;
+  // quantized modules are not counted in either), bytes written.
+  int64_t n_copied = 0;
+  std::vector<std::string> replaced;
+  uint64_t out_bytes = 0;
   bool stopped = false;  // stop_after_layers: the state is kept, nothing exported
   // keep_outputs: every retrained module's final codes, and the student's residual stream after the last
   // retrained layer over the calibration windows [n_windows * window, H].

@@ -239,6 +239,17 @@ TEST_P(PtqrRunSmooth, CheckpointIsTheStudentBitForBit) {
   double gain = 0;
   for (const PtqrLayerReport& l : rr.layers) gain += l.loss_rtn - l.loss_final;
   EXPECT_GT(gain, 0);
+  // Audit: what is neither retrained nor smoothed is the input's, byte for byte.
+  {
+    const std::unique_ptr<WeightSource> in = open_weight_source(o.in);
+    for (const char* n : {"model.embed_tokens.weight", "model.norm.weight", "model.layers.1.self_attn.q_proj.bias"}) {
+      const Tensor a = in->load(n), b = ck->load(n);
+      ASSERT_EQ(a.nbytes(), b.nbytes()) << n;
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << n;
+    }
+    EXPECT_GT(r.n_copied, 0);
+    EXPECT_EQ(r.replaced.empty(), o.smooth == 0);
+  }
   if (o.smooth > 0) {  // the checkpoint's norms are not the input's
     const std::unique_ptr<WeightSource> in = open_weight_source(o.in);
     const Tensor a = in->load("model.layers.0.input_layernorm.weight"), b = ck->load("model.layers.0.input_layernorm.weight");

@@ -15,7 +15,8 @@ a straight-through estimator, x + (round(x) - x).detach():
   - K (after RoPE) and V, per token and KV head, per 128 channels (int8_block_g128): s = amax / 127,
     code = round_half_even(x / s) clamped to [-127, 127], value code * s (or no rounding for an f32 cache).
 Loss: (1/T) sum_t ||y_t - target_t||^2 / ||target_t||^2. Gradients by autograd, with respect to the latent
-weights (equal to those with respect to the dequantized ones under the straight-through estimator).
+weights (equal to those with respect to the dequantized ones under the straight-through estimator), the q/k/v
+biases and the two layer norms (ptqr --train-vectors).
 
 Arithmetic is float32, as the engine's kernels run it (the rounding decisions then agree with the C++ except for
 values within an ulp of a rounding boundary); CPU, one thread, deterministic.
@@ -131,6 +132,9 @@ def run_case(name, cfg, out):
     cos, sin = torch.cos(ang)[:, None, :], torch.sin(ang)[:, None, :]
 
     params = {m: w.clone().requires_grad_(True) for m, w in W.items()}
+    B = {m: b.clone().requires_grad_(True) for m, b in B.items()}
+    for m in ("input_layernorm", "post_attention_layernorm"):
+        norms[m] = norms[m].clone().requires_grad_(True)
     deq = {m: fq_weight(p) for m, p in params.items()}
     lin = lambda a, m: a @ deq[m].T + (B[m] if m in B else 0.0)
     a1 = fq_acts(rmsnorm(x, norms["input_layernorm"]))
@@ -164,8 +168,11 @@ def run_case(name, cfg, out):
         out[f"{name}.{m}.grad"] = n(params[m].grad)
     for m, b in B.items():
         out[f"{name}.{m}.bias"] = n(b)
+        out[f"{name}.{m}.bias_grad"] = n(b.grad)
     for m, w in norms.items():
         out[f"{name}.{m}"] = n(w)
+        if w.grad is not None:
+            out[f"{name}.{m}.grad"] = n(w.grad)
     out[f"{name}.y"] = n(y)
     out[f"{name}.loss"] = np.array([loss.item()], dtype=np.float64)
 

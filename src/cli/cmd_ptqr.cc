@@ -30,6 +30,8 @@ std::vector<FlagSpec> flags() {
       {"--dither-start", "", true, "sigma_0 of the rounding dither (default 1.0; 0: no dither)"},
       {"--dither-decay", "", true,
        "sigma_t = sigma_0 r^t, 0 once below 1e-3 (default r: reaches 1e-3 at 80% of --steps)"},
+      {"--train-vectors", "", false, "train the layer norms and biases too (written as replaced tensors)"},
+      {"--lr-vectors", "", true, "peak AdamW rate of the norms and biases (default 1e-4)"},
       {"--smooth", "", true, "SmoothQuant alpha in (0, 1]: the student starts from the smoothed model (the teacher stays the original)"},
       {"--max-layers", "", true, "retrain only the first N layers (the rest are RTN)"},
       {"--seed", "", true, "seed of the dither and the window order (default 0)"},
@@ -69,6 +71,9 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
   o.dither_decay = a.number("--dither-decay", 0.0);
   o.max_layers = a.integer("--max-layers", -1);
   o.smooth = a.number("--smooth", 0.0);
+  o.train_vectors = a.has("--train-vectors");
+  o.lr_vectors = a.number("--lr-vectors", 1e-4);
+  if (!(o.lr_vectors > 0)) fail("ptqr: --lr-vectors ", o.lr_vectors, ": expected > 0");
   o.seed = a.u64("--seed", 0);
   o.resume = a.has("--resume");
   o.stop_after_layers = a.integer("--stop-after", -1);

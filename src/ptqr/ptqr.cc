@@ -64,6 +64,7 @@ struct State {
   int64_t layers_done = 0;
   std::vector<float> x_t, x_s;  // [n, H]
   std::map<std::string, QuantWeight> codes;
+  TensorOverrides vectors;  // trained norms and biases (--train-vectors)
   json reports = json::array();
 };
 
@@ -73,7 +74,8 @@ std::string state_dir(const PtqrOptions& o) { return o.out + ".ptqr-state"; }
 json fingerprint(const PtqrOptions& o) {
   return {{"in", o.in}, {"group", o.group}, {"kv", kv_dtype_name(o.kv)}, {"window", o.window},
           {"steps", o.steps}, {"lr", o.lr}, {"dither_start", o.dither_start}, {"dither_decay", o.dither_decay},
-          {"seed", o.seed}, {"calib_tokens", o.calib_ids.size()}, {"max_layers", o.max_layers}, {"smooth", o.smooth}};
+          {"seed", o.seed}, {"calib_tokens", o.calib_ids.size()}, {"max_layers", o.max_layers}, {"smooth", o.smooth},
+          {"train_vectors", o.train_vectors}, {"lr_vectors", o.train_vectors ? o.lr_vectors : 0.0}};
 }
 
 void save_state(const PtqrOptions& o, const State& st, int64_t H) {
@@ -94,6 +96,8 @@ void save_state(const PtqrOptions& o, const State& st, int64_t H) {
       t.emplace_back(m + ".codes", c);
       t.emplace_back(m + ".scales", f32_tensor(qw.scale, {qw.N, qw.n_groups}));
     }
+    for (const auto& [n, v] : st.vectors)
+      if (n.rfind(p, 0) == 0) t.emplace_back(n + ".trained", f32_tensor(v, {static_cast<int64_t>(v.size())}));
     write_safetensors(tmp + ".layer", t);
     fs::rename(tmp + ".layer", dir + "/layer" + std::to_string(li) + ".safetensors");
   }
@@ -121,6 +125,10 @@ bool load_state(const PtqrOptions& o, const QuantSpec& spec, State& st) {
   for (int64_t li = 0; li < st.layers_done; ++li) {
     const SafetensorsCheckpoint lf(dir + "/layer" + std::to_string(li) + ".safetensors");
     for (const std::string& name : lf.names()) {
+      if (name.size() > 8 && name.substr(name.size() - 8) == ".trained") {
+        st.vectors[name.substr(0, name.size() - 8)] = f32_values(lf.tensor(name));
+        continue;
+      }
       if (name.size() < 6 || name.substr(name.size() - 6) != ".codes") continue;
       const std::string m = name.substr(0, name.size() - 6);
       const Tensor c = lf.tensor(name), sc = lf.tensor(m + ".scales");
@@ -195,7 +203,7 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
   const int64_t stop = o.stop_after_layers >= 0 ? std::min<int64_t>(L, o.stop_after_layers) : L;
   for (int64_t li = st.layers_done; li < stop; ++li) {
     const double t0 = now_s();
-    PtqrLayer layer(ctx, cfg, rope, *src, student_src, li, spec, o.kv);
+    PtqrLayer layer(ctx, cfg, rope, *src, student_src, li, spec, o.kv, o.train_vectors);
     // Teacher: bf16 weights, f32 activations and KV, on the teacher's stream.
     std::vector<float> y_t = st.x_t;
     layer.run_teacher(o.window, y_t.data(), n_tok);
@@ -215,7 +223,8 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
       layer.requantize(sigma, o.seed * 1000003 + li * 65537 + t);
       const float* xs = st.x_s.data() + w * o.window * H;
       const float* yt = y_t.data() + w * o.window * H;
-      const double loss = layer.train_step(o.window, xs, yt, lr_at(t, o.steps, warm, o.lr, o.lr_floor, true), t + 1, ao);
+      const double lr_t = lr_at(t, o.steps, warm, o.lr, o.lr_floor, true);
+      const double loss = layer.train_step(o.window, xs, yt, lr_t, t + 1, ao, lr_t * o.lr_vectors / o.lr);
       ema = t == 0 ? loss : 0.9 * ema + 0.1 * loss;
       train_seconds += now_s() - ts;
       train_tokens += static_cast<double>(o.window);
@@ -233,6 +242,7 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     layer.requantize(0.0, 0);
     std::vector<float> y_s = st.x_s;
     lr.loss_final = layer.serving_loss(o.window, st.x_s.data(), y_t.data(), n_tok, y_s.data());
+    for (auto& [n, v] : layer.export_vectors()) st.vectors[n] = std::move(v);
     for (auto& [m, qw, err] : layer.export_codes()) {
       lr.rel_err.emplace_back(m, err);
       st.codes[m] = std::move(qw);
@@ -282,6 +292,7 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
   qo.progress = false;
   qo.fixed = std::move(st.codes);
   qo.overrides = std::move(smoothed);  // the smoothed norms (and the smoothed weights of layers not retrained)
+  for (auto& [n, v] : st.vectors) qo.overrides[n] = std::move(v);  // trained norms and biases win
   const QuantizeReport qr = quantize_model(qo);
   rep.n_copied = qr.n_copied;
   rep.replaced = qr.replaced;

@@ -41,6 +41,8 @@ struct PtqrOptions {
   double dither_start = 1.0;          // sigma_0
   double dither_decay = 0;            // r per step; 0: (1e-3 / sigma_0)^(1 / (0.8 steps))
   double weight_decay = 0;
+  bool train_vectors = false;         // the norms and biases train too (exported as replaced tensors)
+  double lr_vectors = 1e-4;           // their peak AdamW rate (same schedule)
   double smooth = 0;                  // SmoothQuant alpha applied to the student's start (quantize/smooth.h); 0: off
   int64_t max_layers = -1;            // retrain only the first n layers (tests); the rest are RTN
   uint64_t seed = 0;

@@ -125,7 +125,8 @@ LayerWeights layer_linears(const OpContext& ctx, StudentGroup* const* groups, co
 }  // namespace
 
 PtqrLayer::PtqrLayer(const OpContext& ctx, const ModelConfig& c, const RopeTables& rope, const WeightSource& teacher,
-                     const WeightSource& student, int64_t layer, const QuantSpec& spec, KvDType kv)
+                     const WeightSource& student, int64_t layer, const QuantSpec& spec, KvDType kv,
+                     bool train_vectors)
     : ctx_(ctx), c_(c), rope_(rope), spec_(spec), kv_(kv) {
   const std::string p = hf::under(c.weight_prefix, hf::target_layer(layer));
   attn_norm_ = load_f32(student, hf::weight(p, hf::kAttnNorm));
@@ -155,6 +156,33 @@ PtqrLayer::PtqrLayer(const OpContext& ctx, const ModelConfig& c, const RopeTable
   o_ = load_group(student, p, {hf::kO}, true);
   gu_ = load_group(student, p, {hf::kGate, hf::kUp}, true);
   down_ = load_group(student, p, {hf::kDown}, true);
+  if (!train_vectors) return;
+  auto add = [&](const std::string& name, float* live, const float* grad, int64_t n) {
+    TrainedVector v;
+    v.name = name;
+    v.master.assign(live, live + n);
+    v.dtype = teacher.load(name).dtype();  // what quantize writes a replaced tensor as: the original's dtype
+    v.live = live;
+    v.grad = grad;
+    v.opt = std::make_unique<AdamW>(n);
+    for (int64_t i = 0; i < n; ++i) live[i] = round_to_dtype(v.master[i], v.dtype);
+    vecs_.push_back(std::move(v));
+  };
+  const int64_t H = c.hidden_size;
+  attn_norm_grad_.assign(H, 0.f);
+  ffn_norm_grad_.assign(H, 0.f);
+  add(hf::weight(p, hf::kAttnNorm), attn_norm_.data(), attn_norm_grad_.data(), H);
+  add(hf::weight(p, hf::kFfnNorm), ffn_norm_.data(), ffn_norm_grad_.data(), H);
+  for (StudentGroup* g : {&qkv_, &o_, &gu_, &down_}) {
+    if (g->bias.empty()) continue;
+    g->bias_grad.assign(g->N, 0.f);
+    int64_t row0 = 0;
+    for (const StudentPart& part : g->parts) {
+      const std::string b = part.module + ".bias";
+      if (student.has(b)) add(b, g->bias.data() + row0, g->bias_grad.data() + row0, part.N);
+      row0 += part.N;
+    }
+  }
 }
 
 void PtqrLayer::run(const LayerWeights& lw, KvDType kv, int64_t window, float* x, int64_t n) const {
@@ -207,11 +235,12 @@ QatLayer PtqrLayer::twin() {
   q.q_norm = q_norm_.empty() ? nullptr : q_norm_.data();
   q.k_norm = k_norm_.empty() ? nullptr : k_norm_.data();
   q.qkv = &qkv_, q.o = &o_, q.gu = &gu_, q.down = &down_;
+  if (!vecs_.empty()) q.attn_norm_grad = attn_norm_grad_.data(), q.ffn_norm_grad = ffn_norm_grad_.data();
   return q;
 }
 
 double PtqrLayer::train_step(int64_t T, const float* x_s, const float* y_t, double lr, int64_t t,
-                             const AdamWOptions& ao) {
+                             const AdamWOptions& ao, double lr_vectors) {
   const int64_t H = c_.hidden_size;
   std::vector<float> y(x_s, x_s + T * H), dy(T * H), y_twin(T * H);
   run(student_, kv_, T, y.data(), T);
@@ -219,8 +248,17 @@ double PtqrLayer::train_step(int64_t T, const float* x_s, const float* y_t, doub
   QatLayer q = twin();
   QatSaved saved;
   qat_forward(ctx_, q, x_s, T, y_twin.data(), saved);
-  for (StudentGroup* g : {&qkv_, &o_, &gu_, &down_}) std::fill(g->grad.begin(), g->grad.end(), 0.f);
+  for (StudentGroup* g : {&qkv_, &o_, &gu_, &down_}) {
+    std::fill(g->grad.begin(), g->grad.end(), 0.f);
+    std::fill(g->bias_grad.begin(), g->bias_grad.end(), 0.f);
+  }
+  std::fill(attn_norm_grad_.begin(), attn_norm_grad_.end(), 0.f);
+  std::fill(ffn_norm_grad_.begin(), ffn_norm_grad_.end(), 0.f);
   qat_backward(ctx_, q, saved, dy.data(), nullptr);
+  for (TrainedVector& v : vecs_) {
+    v.opt->step(v.master.data(), v.grad, t, lr_vectors, ao);
+    for (size_t i = 0; i < v.master.size(); ++i) v.live[i] = round_to_dtype(v.master[i], v.dtype);
+  }
   for (StudentGroup* g : {&qkv_, &o_, &gu_, &down_}) {
     int64_t row0 = 0;
     for (StudentPart& p : g->parts) {
@@ -229,6 +267,12 @@ double PtqrLayer::train_step(int64_t T, const float* x_s, const float* y_t, doub
     }
   }
   return loss;
+}
+
+std::vector<std::pair<std::string, std::vector<float>>> PtqrLayer::export_vectors() const {
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  for (const TrainedVector& v : vecs_) out.emplace_back(v.name, std::vector<float>(v.live, v.live + v.master.size()));
+  return out;
 }
 
 std::vector<std::tuple<std::string, QuantWeight, double>> PtqrLayer::export_codes() const {

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <memory>
 #include <tuple>
 #include <vector>
 
@@ -31,8 +32,10 @@ class PtqrLayer {
  public:
   // The teacher's weights come from `teacher`, the student's initial masters and norms from `student` (the same
   // source, or the model after SmoothQuant's migration: quantize/smooth.h).
+  // train_vectors: the student's two norms and its biases train too (AdamW at their own rate; the forward runs
+  // the masters rounded to the stored dtype, which is what the export writes).
   PtqrLayer(const OpContext& ctx, const ModelConfig& c, const RopeTables& rope, const WeightSource& teacher,
-            const WeightSource& student, int64_t layer, const QuantSpec& spec, KvDType kv);
+            const WeightSource& student, int64_t layer, const QuantSpec& spec, KvDType kv, bool train_vectors = false);
   PtqrLayer(const PtqrLayer&) = delete;  // the layer weights view its members
   PtqrLayer& operator=(const PtqrLayer&) = delete;
   // The teacher layer over n rows (windows of `window` rows), in place.
@@ -44,7 +47,10 @@ class PtqrLayer {
   double serving_loss(int64_t window, const float* x_s, const float* y_t, int64_t n, float* y_out) const;
   // One optimizer step on one window x_s, y_t [T, H]: loss and dL/dy from the serving forward of the current
   // codes, gradients through the straight-through twin, AdamW (t: 1-based step count) on every master.
-  double train_step(int64_t T, const float* x_s, const float* y_t, double lr, int64_t t, const AdamWOptions& ao);
+  double train_step(int64_t T, const float* x_s, const float* y_t, double lr, int64_t t, const AdamWOptions& ao,
+                    double lr_vectors = 0);
+  // The trained norms and biases (HF name, values as the forward ran them); empty without train_vectors.
+  std::vector<std::pair<std::string, std::vector<float>>> export_vectors() const;
   // Every part's module, current codes and ||W - deq|| / ||W||.
   std::vector<std::tuple<std::string, QuantWeight, double>> export_codes() const;
   // For tests.
@@ -61,6 +67,16 @@ class PtqrLayer {
   std::vector<float> attn_norm_, ffn_norm_, q_norm_, k_norm_;  // the student's
   std::vector<float> t_attn_norm_, t_ffn_norm_;                 // the teacher's (q / k norms are shared)
   StudentGroup qkv_, o_, gu_, down_;
+  struct TrainedVector {
+    std::string name;           // HF tensor name
+    std::vector<float> master;  // latent f32 values
+    DType dtype;                // stored dtype: the forward runs master rounded to it
+    float* live;                // where the forward reads them (a norm, or a part's rows of a group's bias)
+    const float* grad;          // their gradient
+    std::unique_ptr<AdamW> opt;
+  };
+  std::vector<TrainedVector> vecs_;
+  std::vector<float> attn_norm_grad_, ffn_norm_grad_;
   std::vector<std::vector<float>> teacher_bias_;  // the teacher's biases (its layer weights view them)
   LayerWeights teacher_, student_;
 };

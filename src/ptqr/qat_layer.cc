@@ -91,6 +91,15 @@ void qat_forward(const OpContext& ctx, const QatLayer& l, const float* x, int64_
   for (int64_t i = 0; i < T * H; ++i) y[i] = s.x2[i] + tmp[i];
 }
 
+namespace {
+// g.bias_grad[n] += sum over rows of d[t, n]   (d: [T, g.N])
+void add_bias_grad(StudentGroup& g, const float* d, int64_t T) {
+  if (g.bias_grad.empty()) return;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < g.N; ++n) g.bias_grad[n] += d[t * g.N + n];
+}
+}  // namespace
+
 void qat_backward(const OpContext& ctx, const QatLayer& l, const QatSaved& s, const float* dy, float* dx) {
   const ModelConfig& c = *l.c;
   const int64_t T = s.T, H = c.hidden_size, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, I = c.intermediate_size;
@@ -99,13 +108,16 @@ void qat_backward(const OpContext& ctx, const QatLayer& l, const QatSaved& s, co
   // ---- MLP ----  y = x2 + down(rnd(swiglu(gu(rnd(norm(x2))))))
   std::vector<float> dh(T * I), dgu(T * 2 * I), da(T * H), dx2(dy, dy + T * H), dn(T * H);
   gemm_backward(ctx, s.a4.data(), l.down->deq.data(), nullptr, dy, T, I, H, dh.data(), l.down->grad.data());
+  add_bias_grad(*l.down, dy, T);
   swiglu_backward(s.gu.data(), dh.data(), T, I, dgu.data());
   gemm_backward(ctx, s.a3.data(), l.gu->deq.data(), nullptr, dgu.data(), T, H, 2 * I, da.data(), l.gu->grad.data());
-  rmsnorm_backward(s.x2.data(), l.ffn_norm, eps, da.data(), T, H, dn.data(), nullptr);
+  add_bias_grad(*l.gu, dgu.data(), T);
+  rmsnorm_backward(s.x2.data(), l.ffn_norm, eps, da.data(), T, H, dn.data(), l.ffn_norm_grad);
   for (int64_t i = 0; i < T * H; ++i) dx2[i] += dn[i];
   // ---- attention ----  x2 = x + o(rnd(attn(rope(q), kv(rope(k)), kv(v))))
   std::vector<float> datt(T * wq), dq(T * wq), dk(T * wk), dv(T * wk);
   gemm_backward(ctx, s.a2.data(), l.o->deq.data(), nullptr, dx2.data(), T, wq, H, datt.data(), l.o->grad.data());
+  add_bias_grad(*l.o, dx2.data(), T);
   causal_attention_backward(ctx, s.qr.data(), s.kq.data(), s.vq.data(), s.att.data(), s.probs, datt.data(), T, nh, nkv,
                             hd, 1.0f / std::sqrt(static_cast<float>(hd)), dq.data(), dk.data(), dv.data());
   std::vector<int64_t> pos(T);
@@ -127,10 +139,13 @@ void qat_backward(const OpContext& ctx, const QatLayer& l, const QatSaved& s, co
     std::copy_n(dk.data() + t * wk, wk, dqkv.data() + t * wr + wq);
     std::copy_n(dv.data() + t * wk, wk, dqkv.data() + t * wr + wq + wk);
   }
-  gemm_backward(ctx, s.a1.data(), l.qkv->deq.data(), nullptr, dqkv.data(), T, H, wr, dx ? da.data() : nullptr,
+  const bool need_da = dx != nullptr || l.attn_norm_grad != nullptr;
+  gemm_backward(ctx, s.a1.data(), l.qkv->deq.data(), nullptr, dqkv.data(), T, H, wr, need_da ? da.data() : nullptr,
                 l.qkv->grad.data());
+  add_bias_grad(*l.qkv, dqkv.data(), T);
+  if (!need_da) return;
+  rmsnorm_backward(s.x.data(), l.attn_norm, eps, da.data(), T, H, dn.data(), l.attn_norm_grad);
   if (!dx) return;
-  rmsnorm_backward(s.x.data(), l.attn_norm, eps, da.data(), T, H, dn.data(), nullptr);
   for (int64_t i = 0; i < T * H; ++i) dx[i] = dx2[i] + dn[i];
 }
 

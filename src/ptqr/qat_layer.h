@@ -32,6 +32,9 @@ struct QatLayer {
   StudentGroup* o = nullptr;    // [H, nh hd]
   StudentGroup* gu = nullptr;   // [2 I, H]
   StudentGroup* down = nullptr; // [H, I]
+  // When the norms train: dL/d(attn_norm), dL/d(ffn_norm) [H] are added here (nullptr: frozen).
+  float* attn_norm_grad = nullptr;
+  float* ffn_norm_grad = nullptr;
 };
 
 // What the backward needs, per window of T tokens.
@@ -43,8 +46,10 @@ struct QatSaved {
 // y [T, H] = layer(x [T, H]) at positions 0 .. T - 1.
 void qat_forward(const OpContext& ctx, const QatLayer& l, const float* x, int64_t T, float* y, QatSaved& s);
 
-// Adds dL/d(deq) of every group (StudentGroup::grad, sized by the caller)
-// given dy = dL/dy [T, H]; dx [T, H] = dL/dx written unless nullptr.
+// Adds dL/d(deq) of every group (StudentGroup::grad, sized by the caller), of
+// its biases (StudentGroup::bias_grad when not empty) and of the norms (when
+// QatLayer has their gradient buffers) given dy = dL/dy [T, H]; dx [T, H] =
+// dL/dx written unless nullptr.
 void qat_backward(const OpContext& ctx, const QatLayer& l, const QatSaved& s, const float* dy, float* dx);
 
 }  // namespace blockspec

@@ -32,7 +32,8 @@ struct StudentGroup {
   std::vector<StudentPart> parts;
   std::vector<float> deq;        // [N, K] what the current codes stand for (code * scale)
   std::vector<float> grad;       // [N, K] dL/d(deq) = dL/dw by the straight-through estimator
-  std::vector<float> bias;       // [N] frozen (0 for parts without one); empty when no part has one
+  std::vector<float> bias;       // [N] (0 for parts without one); empty when no part has one
+  std::vector<float> bias_grad;  // [N] dL/d(bias) when the biases train (ptqr --train-vectors), else empty
 };
 
 // Quantizes every part's master w on spec's grid into its codes (qw) and the

@@ -102,6 +102,9 @@ TEST_P(PtqrGradGolden, TwinMatchesTorch) {
   l.attn_norm = an.data(), l.ffn_norm = fn.data();
   l.q_norm = qn.empty() ? nullptr : qn.data(), l.k_norm = kn.empty() ? nullptr : kn.data();
   l.qkv = &qkv, l.o = &o, l.gu = &gu, l.down = &down;
+  std::vector<float> an_grad(H, 0.f), fn_grad(H, 0.f);  // the norms and biases train too (--train-vectors)
+  l.attn_norm_grad = an_grad.data(), l.ffn_norm_grad = fn_grad.data();
+  if (!qkv.bias.empty()) qkv.bias_grad.assign(qkv.N, 0.f);
   const std::vector<float> x = f32(f, c + ".x"), target = f32(f, c + ".target"), y_ref = f32(f, c + ".y");
   std::vector<float> y(T * H), dy(T * H);
   QatSaved s;
@@ -127,6 +130,25 @@ TEST_P(PtqrGradGolden, TwinMatchesTorch) {
       row0 += p.N;
     }
   }
+  auto check_vec = [&](const std::vector<float>& got, const std::string& name) {
+    std::vector<float> ref;
+    if (name == c + ".qkv_bias_grad") {  // the fused group's rows: q, k, v
+      for (const char* m : {"q_proj", "k_proj", "v_proj"}) {
+        const std::vector<float> part = f32(f, c + "." + m + ".bias_grad");
+        ref.insert(ref.end(), part.begin(), part.end());
+      }
+    } else {
+      ref = f32(f, name);
+    }
+    ASSERT_EQ(got.size(), ref.size()) << name;
+    double d = 0;
+    for (size_t i = 0; i < ref.size(); ++i) d = std::max(d, static_cast<double>(std::fabs(got[i] - ref[i])));
+    EXPECT_LE(d / max_abs(ref), kGradTol) << c << " " << isa << " " << name;
+    std::printf("[ measured ] %s %s %s rel %.3g\n", c.c_str(), isa.c_str(), name.c_str(), d / max_abs(ref));
+  };
+  check_vec(an_grad, c + ".input_layernorm.grad");
+  check_vec(fn_grad, c + ".post_attention_layernorm.grad");
+  if (!qkv.bias.empty()) check_vec(qkv.bias_grad, c + ".qkv_bias_grad");
   std::printf("[ measured ] %s %s y %.3g loss %.3g\n", c.c_str(), isa.c_str(), dmax / max_abs(y_ref),
               std::fabs(loss - loss_ref) / loss_ref);
 }

@@ -57,6 +57,10 @@ std::vector<FlagSpec> flags() {
     {"--text", "", true, "text file to score (UTF-8)"},
     {"--ctx", "", true, "tokens per window; each window is a fresh sequence (default 512)"},
     {"--max-tokens", "", true, "scored tokens in total (default: the whole text)"},
+    {"--state", "", true,
+     "save the scores after every window to FILE (JSON) and, when FILE exists from the same command, continue "
+     "after its last window (a long eval can stop and resume)"},
+    {"--stop-after-windows", "", true, "with --state: stop after window N (the state is saved; run again to continue)"},
     {"--greedy-prompts", "", true,
      "JSONL prompts (\"prompt\", \"turns\"[0] or \"question\"; --prompt-template) for greedy agreement: each is "
      "rendered with the reference's chat template and continued greedily by the reference and every candidate"},
@@ -234,13 +238,66 @@ int cmd_eval(const std::vector<std::string>& argv) {
   const std::vector<TokenWindow> windows = fidelity_windows(n_ids, ctx, has_max ? max_tokens : n_ids);
   std::vector<FidelityCandidate> fc;
   for (size_t c = 0; c < cands.size(); ++c) fc.push_back({models[model_of[c]].get(), kv_of[c]});
-  const std::vector<FidelityStats> stats =
-      score_fidelity(*ref, fc, ids, windows, [&](size_t wi, const std::vector<FidelityStats>& st) {
+  // --state: what identifies this eval, the windows done and every candidate's accumulated scores.
+  const std::string state_path = a.str("--state");
+  const nlohmann::json fingerprint = {
+      {"model", model_path}, {"reference", ref_path}, {"reference_weights", a.str("--reference-weights")},
+      {"reference_kv", kv_dtype_name(ref->kv_cache_dtype())}, {"reference_activations", ref_act},
+      {"candidates", a.str("--candidates")}, {"weights", a.str("--weights")}, {"kv", a.str("--kv-cache-dtype")},
+      {"text", text_path}, {"text_tokens", ids.size()}, {"ctx", ctx}, {"windows", windows.size()}};
+  size_t first_window = 0;
+  std::vector<FidelityStats> resumed;
+  if (!state_path.empty() && std::ifstream(state_path).good()) {
+    nlohmann::json st;
+    try {
+      st = nlohmann::json::parse(read_text(state_path));
+    } catch (const std::exception& e) {
+      fail("eval: --state ", state_path, ": not a state file of eval (", e.what(), ")");
+    }
+    if (!st.contains("fingerprint") || st["fingerprint"] != fingerprint)
+      fail("eval: --state ", state_path, " was written by another eval command; delete it or repeat that command");
+    first_window = st.at("windows_done").get<size_t>();
+    for (const auto& c : st.at("stats"))
+      resumed.emplace_back(FidelityState{c.at("sum_nll_a").get<double>(), c.at("sum_nll_b").get<double>(),
+                                         c.at("n_agree").get<int64_t>(), c.at("kl").get<std::vector<double>>()});
+    std::fprintf(stderr, "eval: resuming after window %zu of %zu (%s)\n", first_window, windows.size(),
+                 state_path.c_str());
+  }
+  auto save_state = [&](size_t done, const std::vector<FidelityStats>& st) {
+    nlohmann::json j = {{"fingerprint", fingerprint}, {"windows_done", done}, {"stats", nlohmann::json::array()}};
+    for (const FidelityStats& f : st) {
+      const FidelityState s = f.state();
+      j["stats"].push_back({{"sum_nll_a", s.sum_nll_a}, {"sum_nll_b", s.sum_nll_b}, {"n_agree", s.n_agree}, {"kl", s.kl}});
+    }
+    const std::string tmp = state_path + ".tmp";
+    {
+      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+      f << j.dump();
+      if (!f.flush()) fail("eval: --state ", state_path, ": cannot write ", tmp);
+    }
+    if (std::rename(tmp.c_str(), state_path.c_str()) != 0) fail("eval: --state ", state_path, ": cannot replace it");
+  };
+  std::vector<TokenWindow> run_windows = windows;
+  if (a.has("--stop-after-windows")) {
+    if (state_path.empty()) fail("eval: --stop-after-windows needs --state FILE (where the scores so far are kept)");
+    const int64_t n = a.integer("--stop-after-windows", 0);
+    if (n < 1) fail("eval: --stop-after-windows must be >= 1, found ", n);
+    run_windows.resize(std::min<size_t>(windows.size(), static_cast<size_t>(n)));
+    if (first_window > run_windows.size()) first_window = run_windows.size(), resumed.clear();
+  }
+  if (first_window >= run_windows.size() && first_window > 0 && run_windows.size() < windows.size())
+    fail("eval: --state ", state_path, " already holds ", first_window, " windows (--stop-after-windows ",
+         run_windows.size(), ")");
+  const std::vector<FidelityStats> stats = score_fidelity(
+      *ref, fc, ids, run_windows,
+      [&](size_t wi, const std::vector<FidelityStats>& st) {
         std::fprintf(stderr, "window %zu/%zu: %lld tokens scored, ppl_reference %.4f", wi + 1, windows.size(),
                      static_cast<long long>(st[0].n_tokens()), st[0].ppl_reference());
         for (const FidelityStats& s : st) std::fprintf(stderr, " | ppl %.4f kld_mean %.6f", s.ppl(), s.kld_mean());
         std::fprintf(stderr, "\n");
-      });
+        if (!state_path.empty()) save_state(wi + 1, st);
+      },
+      first_window, std::move(resumed));
   // Greedy agreement on prompts: the reference's continuations against each candidate's, batched per model.
   std::vector<GreedyAgreement> greedy;
   int64_t greedy_tokens = 0;

@@ -23,9 +23,19 @@ double kl_divergence(const std::vector<double>& log_p, const std::vector<double>
 // the smallest for pct == 0. values need not be sorted; empty -> 0.
 double percentile_nearest_rank(std::vector<double> values, double pct);
 
+// What FidelityStats has accumulated, to save and restore a long eval (cli/cmd_eval.cc --state).
+struct FidelityState {
+  double sum_nll_a = 0, sum_nll_b = 0;
+  int64_t n_agree = 0;
+  std::vector<double> kl;  // [n_tokens]
+};
+
 // Accumulates per-position statistics of model A against reference B.
 class FidelityStats {
  public:
+  FidelityStats() = default;
+  explicit FidelityStats(const FidelityState& s) : sum_nll_a_(s.sum_nll_a), sum_nll_b_(s.sum_nll_b), n_agree_(s.n_agree), kl_(s.kl) {}
+  FidelityState state() const { return {sum_nll_a_, sum_nll_b_, n_agree_, kl_}; }
   // One scored position: both models' logits for the same context, and the
   // token that actually follows. Throws Error on non-finite logits or a
   // target outside [0, vocab).

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "base/error.h"
+
 namespace blockspec {
 
 std::vector<TokenWindow> fidelity_windows(int64_t n_ids, int64_t ctx, int64_t max_scored) {
@@ -19,11 +21,13 @@ std::vector<TokenWindow> fidelity_windows(int64_t n_ids, int64_t ctx, int64_t ma
 std::vector<FidelityStats> score_fidelity(
     Transformer& ref, const std::vector<FidelityCandidate>& cands, const std::vector<int32_t>& ids,
     const std::vector<TokenWindow>& windows,
-    const std::function<void(size_t, const std::vector<FidelityStats>&)>& on_window) {
+    const std::function<void(size_t, const std::vector<FidelityStats>&)>& on_window, size_t first_window,
+    std::vector<FidelityStats> resumed) {
   const int64_t vocab = ref.config().vocab_size;
-  std::vector<FidelityStats> stats(cands.size());
+  std::vector<FidelityStats> stats = first_window > 0 ? std::move(resumed) : std::vector<FidelityStats>(cands.size());
+  if (stats.size() != cands.size()) fail("score_fidelity: ", stats.size(), " resumed stats for ", cands.size(), " candidates");
   std::vector<float> logits_a, logits_b;  // [n, vocab] each
-  for (size_t wi = 0; wi < windows.size(); ++wi) {
+  for (size_t wi = first_window; wi < windows.size(); ++wi) {
     const TokenWindow& w = windows[wi];
     KvCache cache_b = ref.new_cache(w.n);
     ref.prefill(ids.data() + w.start, w.n, cache_b, logits_b, /*all_logits=*/true);

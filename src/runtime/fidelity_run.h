@@ -25,12 +25,15 @@ struct FidelityCandidate {
 };
 
 // Each window is a fresh sequence for every model; position t > 0 is scored on
-// ids[start + t]. on_window(i, stats) runs after window i (progress lines).
+// ids[start + t]. on_window(i, stats) runs after window i (progress lines,
+// saving the state). A resumed run passes the stats after the first
+// `first_window` windows (one per candidate) and continues from there.
 //   ids: [n_ids]; returns one FidelityStats per candidate.
 std::vector<FidelityStats> score_fidelity(
     Transformer& ref, const std::vector<FidelityCandidate>& cands, const std::vector<int32_t>& ids,
     const std::vector<TokenWindow>& windows,
-    const std::function<void(size_t, const std::vector<FidelityStats>&)>& on_window = {});
+    const std::function<void(size_t, const std::vector<FidelityStats>&)>& on_window = {}, size_t first_window = 0,
+    std::vector<FidelityStats> resumed = {});
 
 // Greedy continuations of up to n_new tokens for every prompt, every prompt in one batched forward per step
 // (prefill chunks of at most `batch_tokens` rows); a sequence stops after one of the model's EOS tokens.

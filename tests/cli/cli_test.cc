@@ -246,6 +246,31 @@ TEST(Cli, EvalCandidatesEqualSeparateRuns) {
   }
 }
 
+// --state: an eval stopped after 2 windows and resumed gives exactly the uninterrupted result; a state of
+// another command is refused in one line.
+TEST(Cli, EvalStateResumesToTheSameResult) {
+  const std::string st = ::testing::TempDir() + "/eval_state.json";
+  std::filesystem::remove(st);
+  const std::string common = "--ctx 32 --max-tokens 160 --candidates q8,q4 --json";
+  CmdResult full = run(eval_args(kModel, kModel, common));
+  ASSERT_EQ(full.code, 0) << full.err;
+  CmdResult part = run(eval_args(kModel, kModel, common + " --state " + st + " --stop-after-windows 2"));
+  ASSERT_EQ(part.code, 0) << part.err;
+  EXPECT_LT(nlohmann::json::parse(part.out)["n_tokens"].get<int>(), 160);
+  CmdResult rest = run(eval_args(kModel, kModel, common + " --state " + st));
+  ASSERT_EQ(rest.code, 0) << rest.err;
+  EXPECT_NE(rest.err.find("resuming after window 2"), std::string::npos) << rest.err;
+  const auto a = nlohmann::json::parse(full.out), b = nlohmann::json::parse(rest.out);
+  for (int i = 0; i < 2; ++i)
+    for (const char* key : {"ppl", "ppl_reference", "kld_mean", "kld_p99", "kld_max", "top1_agreement", "n_tokens"})
+      EXPECT_EQ(a["results"][i][key], b["results"][i][key]) << i << " " << key;
+  CmdResult other = run(eval_args(kModel, kModel, "--ctx 32 --max-tokens 160 --candidates q8 --json --state " + st));
+  EXPECT_NE(other.code, 0);
+  EXPECT_EQ(count_lines(other.err), 1) << other.err;
+  EXPECT_NE(other.err.find("another eval command"), std::string::npos) << other.err;
+  std::filesystem::remove(st);
+}
+
 // PATH=WEIGHTS candidates: another checkpoint scored in the same reference
 // pass equals its own single run; a missing path is a one-line error.
 TEST(Cli, EvalCandidatesOtherCheckpoints) {

@@ -1,31 +1,92 @@
 #include "base/thread_pool.h"
 
 #include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
 
 #include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
 
 namespace blockspec {
 
 namespace {
-// Chunk t of n items split over k threads in units of grain.
-void chunk_range(int64_t n, int64_t grain, int k, int t, int64_t* b, int64_t* e) {
-  int64_t units = (n + grain - 1) / grain;
-  int64_t per = units / k, rem = units % k;
-  int64_t ub = t * per + std::min<int64_t>(t, rem);
-  int64_t ue = ub + per + (t < rem ? 1 : 0);
-  *b = std::min(n, ub * grain);
-  *e = std::min(n, ue * grain);
-}
+// State word: generation in bits 63..32, "closed" in bit 31, workers in the job in bits 30..0.
+constexpr uint64_t kClosed = uint64_t(1) << 31;
+constexpr uint64_t kActiveMask = kClosed - 1;
+uint32_t gen_of(uint64_t s) { return static_cast<uint32_t>(s >> 32); }
 
 // About 50-100 us of polling before sleeping: long enough to bridge the gaps
 // between the kernels of one forward, short enough not to burn a core idle.
+// The last kYieldIters polls yield the core, so a thread of ours (or another
+// process) that the kernel descheduled gets it back first.
 constexpr int kSpinIters = 20000;
+constexpr int kYieldIters = 64;
+
+// Polls `ready` with pause, then with sched_yield; true once ready.
+template <class F>
+bool spin_until(F ready) {
+  for (int i = 0; i < kSpinIters; ++i) {
+    if (ready()) return true;
+    _mm_pause();
+  }
+  for (int i = 0; i < kYieldIters; ++i) {
+    if (ready()) return true;
+    sched_yield();
+  }
+  return ready();
+}
+
+double thread_cpu_seconds(clockid_t id) {
+  timespec ts{};
+  if (clock_gettime(id, &ts) != 0) return 0.0;
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// The first line of a small file, or "".
+std::string first_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  if (f) std::getline(f, line);
+  return line;
+}
 }  // namespace
 
-int ThreadPool::hardware_threads() {
-  unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(n);
+CpuBudget available_cpus() {
+  CpuBudget b;
+  const unsigned hw = std::thread::hardware_concurrency();
+  b.threads = hw == 0 ? 1 : static_cast<int>(hw);
+  b.why = std::to_string(b.threads) + " online CPUs";
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0 && n < b.threads) b.threads = n, b.why = std::to_string(n) + " CPUs in the affinity mask";
+  }
+  // cgroup v2 "cpu.max": "<quota> <period>" or "max <period>"; v1: cfs_quota_us / cfs_period_us (-1: none).
+  double quota = -1, period = 0;
+  std::istringstream v2(first_line("/sys/fs/cgroup/cpu.max"));
+  std::string q;
+  if (v2 >> q >> period && q != "max") quota = std::atof(q.c_str());
+  if (quota <= 0) {
+    const std::string q1 = first_line("/sys/fs/cgroup/cpu/cpu.cfs_quota_us");
+    const std::string p1 = first_line("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+    if (!q1.empty() && !p1.empty()) quota = std::atof(q1.c_str()), period = std::atof(p1.c_str());
+  }
+  if (quota > 0 && period > 0) {
+    const int n = std::max(1, static_cast<int>(std::ceil(quota / period)));
+    if (n < b.threads) {
+      std::ostringstream w;
+      w << n << " CPUs of cgroup quota (" << quota / period << ")";
+      b.threads = n, b.why = w.str();
+    }
+  }
+  return b;
 }
+
+int ThreadPool::hardware_threads() { return available_cpus().threads; }
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads <= 0 ? hardware_threads() : n_threads) {
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
@@ -40,39 +101,61 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
-void ThreadPool::worker(int index) {
-  uint64_t seen = 0;
+std::vector<double> ThreadPool::worker_cpu_seconds() const {
+  std::vector<double> out;
+  for (const std::thread& t : threads_) {
+    clockid_t id;
+    out.push_back(pthread_getcpuclockid(const_cast<std::thread&>(t).native_handle(), &id) == 0
+                      ? thread_cpu_seconds(id)
+                      : 0.0);
+  }
+  return out;
+}
+
+double ThreadPool::this_thread_cpu_seconds() { return thread_cpu_seconds(CLOCK_THREAD_CPUTIME_ID); }
+
+void ThreadPool::worker(int) {
+  uint32_t seen = 0;
   for (;;) {
-    uint64_t g = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; g == seen && spin < kSpinIters && !stop_.load(std::memory_order_relaxed); ++spin) {
-      _mm_pause();
-      g = generation_.load(std::memory_order_acquire);
-    }
-    if (g == seen) {
+    auto fresh = [&] { return gen_of(state_.load(std::memory_order_acquire)) != seen || stop_.load(std::memory_order_relaxed); };
+    if (!spin_until(fresh)) {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_start_.wait(lk, [&] { return stop_.load() || generation_.load() != seen; });
-      g = generation_.load(std::memory_order_acquire);
+      cv_start_.wait(lk, fresh);
     }
     if (stop_.load()) return;
+    // Join the job unless the caller closed it already (it then never waits for this thread).
+    uint64_t s = state_.load(std::memory_order_acquire);
+    const uint32_t g = gen_of(s);
     seen = g;
-    run_share(index);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    bool joined = false;
+    while (gen_of(s) == g && (s & kClosed) == 0) {
+      if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        joined = true;
+        break;
+      }
+    }
+    if (!joined) continue;
+    run_tiles();
+    s = state_.fetch_sub(1, std::memory_order_acq_rel);
+    if ((s & kActiveMask) == 1 && (s & kClosed) != 0) {
       std::lock_guard<std::mutex> lk(mu_);
       cv_done_.notify_one();
     }
   }
 }
 
-void ThreadPool::run_share(int index) {
-  if (job_dynamic_) {
-    for (int64_t i = next_.fetch_add(1, std::memory_order_relaxed); i < job_n_;
-         i = next_.fetch_add(1, std::memory_order_relaxed))
-      (*job_)(i, i + 1);
-    return;
+void ThreadPool::run_tiles() {
+  const int64_t units = (job_n_ + job_grain_ - 1) / job_grain_;
+  for (int64_t t = next_.fetch_add(1, std::memory_order_relaxed); t < job_tiles_;
+       t = next_.fetch_add(1, std::memory_order_relaxed)) {
+    const int64_t u0 = t * units / job_tiles_, u1 = (t + 1) * units / job_tiles_;
+    const int64_t b = std::min(job_n_, u0 * job_grain_), e = std::min(job_n_, u1 * job_grain_);
+    if (job_dynamic_) {
+      for (int64_t i = b; i < e; ++i) (*job_)(i, i + 1);
+    } else if (b < e) {
+      (*job_)(b, e);
+    }
   }
-  int64_t b, e;
-  chunk_range(job_n_, job_grain_, n_threads_, index, &b, &e);
-  if (b < e) (*job_)(b, e);
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
@@ -95,24 +178,31 @@ void ThreadPool::run_job(int64_t n, int64_t grain, bool dynamic, const std::func
     if (!dynamic) fn(0, n);
     return;
   }
+  const int64_t units = (n + grain - 1) / grain;
   job_ = &fn;
   job_n_ = n;
   job_grain_ = grain;
   job_dynamic_ = dynamic;
+  // Dynamic jobs hand out single items; others kTilesPerThread tiles per thread, so a thread that runs takes
+  // the tiles of one the kernel descheduled.
+  job_tiles_ = dynamic ? n : std::min<int64_t>(units, kTilesPerThread * n_threads_);
   next_.store(0, std::memory_order_relaxed);
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   {
-    // Under the mutex so a worker between its predicate check and its wait
-    // cannot miss the bump.
+    // Under the mutex so a worker between its predicate check and its wait cannot miss the new generation.
     std::lock_guard<std::mutex> lk(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
+    const uint64_t g = gen_of(state_.load(std::memory_order_relaxed)) + uint64_t(1);
+    state_.store((g & 0xFFFFFFFFu) << 32, std::memory_order_release);
   }
   cv_start_.notify_all();
-  run_share(0);
-  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0 && spin < kSpinIters; ++spin) _mm_pause();
-  if (pending_.load(std::memory_order_acquire) != 0) {
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_done_.wait(lk, [&] { return pending_.load() == 0; });
+  run_tiles();
+  // Every tile is claimed: close the job; only workers that joined before are waited for.
+  const uint64_t s = state_.fetch_or(kClosed, std::memory_order_acq_rel);
+  if ((s & kActiveMask) != 0) {
+    auto done = [&] { return (state_.load(std::memory_order_acquire) & kActiveMask) == 0; };
+    if (!spin_until(done)) {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_done_.wait(lk, done);
+    }
   }
   job_ = nullptr;
 }

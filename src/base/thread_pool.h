@@ -5,16 +5,35 @@
 // a condition variable: measured on a 2-core EPYC VM, condvar wake-ups alone
 // ate the whole gain of the second thread (Qwen2.5-1.5B q4 decode 20.2 tok/s
 // with 1 thread, 20.4 with 2).
+//
+// Contention (issue 22): when another process takes a core, the kernel
+// deschedules one of our threads for milliseconds. So a job is cut into
+// kTilesPerThread tiles per thread handed out by an atomic counter (a thread
+// that runs takes the tiles of one that does not), and the caller waits only
+// for the workers that actually joined the job: once every tile is claimed it
+// closes the job, and a worker that wakes later skips it. The last polls of
+// every spin yield the core. Results never depend on the split: every caller
+// computes each index range the same way whoever runs it.
 #pragma once
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 namespace blockspec {
+
+// The CPUs this process may use: online CPUs, cut to the affinity mask and to
+// the cgroup CPU quota (v2 cpu.max or v1 cfs_quota_us / cfs_period_us,
+// rounded up) as a container sets them; `why` says which limit decided.
+struct CpuBudget {
+  int threads = 1;
+  std::string why;
+};
+CpuBudget available_cpus();
 
 class ThreadPool {
  public:
@@ -25,8 +44,9 @@ class ThreadPool {
 
   int n_threads() const { return n_threads_; }
 
-  // Calls fn(begin, end) on disjoint contiguous chunks covering [0, n), one
-  // chunk per thread (thread t gets chunk t), and waits for all of them.
+  // Calls fn(begin, end) on disjoint contiguous tiles covering [0, n) (up to
+  // kTilesPerThread per thread, taken by whichever thread is free), and
+  // waits for all of them.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
   // Like parallel_for but chunks are multiples of `grain` (except the last).
@@ -38,24 +58,33 @@ class ThreadPool {
   // e.g. causal attention rows, whose cost grows with the position.
   void parallel_for_dynamic(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
+  // The default thread count: available_cpus().threads.
   static int hardware_threads();
+
+  // CPU seconds each worker thread has run (threads 1..n-1; the caller's own: this_thread_cpu_seconds()).
+  std::vector<double> worker_cpu_seconds() const;
+  static double this_thread_cpu_seconds();
+
+  static constexpr int64_t kTilesPerThread = 4;
 
  private:
   void worker(int index);
   void run_job(int64_t n, int64_t grain, bool dynamic, const std::function<void(int64_t, int64_t)>& fn);
-  void run_share(int index);  // this thread's part of the current job
+  void run_tiles();  // claims and runs tiles of the current job until none is left
   int n_threads_;
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::condition_variable cv_start_, cv_done_;
-  // Job fields are written before generation_ is bumped (release) and read
-  // after a worker sees the new generation (acquire).
+  // Job fields are written before the generation in state_ is bumped
+  // (release) and read by a worker after it joined the job (acquire); the
+  // caller rewrites them only after every joined worker left.
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
-  int64_t job_n_ = 0, job_grain_ = 1;
+  int64_t job_n_ = 0, job_grain_ = 1, job_tiles_ = 0;
   bool job_dynamic_ = false;
-  std::atomic<int64_t> next_{0};  // next item of a dynamic job
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<int64_t> next_{0};  // next tile of the current job
+  // Generation (bits 63..32), closed (bit 31), workers in the job (bits 30..0): one word, so joining and closing
+  // are atomic with respect to each other.
+  std::atomic<uint64_t> state_{0};
   std::atomic<bool> stop_{false};
 };
 

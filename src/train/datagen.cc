@@ -21,6 +21,7 @@ struct Pending {
   std::vector<float> taps;      // [rows, width]
   const std::vector<int32_t>* forced = nullptr;  // a known response, prefilled for its taps
   bool finished = false, in_order = true;
+  int64_t finish_seq = 0;  // 1, 2, ... in the order the engine finished the requests
   std::string reason, error;
 };
 
@@ -71,7 +72,7 @@ int64_t generate_draft_data(Engine& eng, const std::vector<std::vector<int32_t>>
   pr.total = static_cast<int64_t>(prompts.size()) - skipped;
   pr.done = static_cast<int64_t>(done.size());
   Timer timer;
-  int64_t in_flight = 0;
+  int64_t in_flight = 0, n_finished = 0;  // n_finished: guarded by mu
   while (!todo.empty() || in_flight > 0) {
     while (!todo.empty() && in_flight < o.in_flight) {
       const int64_t i = todo.front();
@@ -95,11 +96,11 @@ int64_t generate_draft_data(Engine& eng, const std::vector<std::vector<int32_t>>
         pp->taps.insert(pp->taps.end(), t, t + n * width);
         pp->rows += n;
       };
-      eng.submit(rp, [&mu, &cv, pp](const TokenEvent& e) {
+      eng.submit(rp, [&mu, &cv, &n_finished, pp](const TokenEvent& e) {
         std::lock_guard<std::mutex> g(mu);
         pp->tokens.insert(pp->tokens.end(), e.tokens.begin(), e.tokens.end());
         if (e.finished) {
-          pp->finished = true, pp->reason = e.finish_reason, pp->error = e.error;
+          pp->finished = true, pp->reason = e.finish_reason, pp->error = e.error, pp->finish_seq = ++n_finished;
           cv.notify_all();
         }
       });
@@ -122,6 +123,9 @@ int64_t generate_draft_data(Engine& eng, const std::vector<std::vector<int32_t>>
         }
       }
     }
+    // Records go out in the order the engine finished them (not by prompt index), so a run's record order
+    // follows its schedule: known responses, submitted first, come first.
+    std::sort(ready.begin(), ready.end(), [](const auto& a, const auto& b) { return a->finish_seq < b->finish_seq; });
     for (const auto& p : ready) {
       --in_flight;
       if (p->reason == "error") fail("data generation: prompt ", p->index, ": ", p->error);

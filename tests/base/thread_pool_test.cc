@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <thread>
 #include <vector>
 
@@ -69,6 +71,65 @@ TEST(ThreadPool, ReusableManyTimes) {
   for (int r = 0; r < 2000; ++r)
     pool.parallel_for(10, [&](int64_t b, int64_t e) { sum += e - b; });
   EXPECT_EQ(sum.load(), 20000);
+}
+
+// A worker the kernel does not run (here: one stuck in a slow tile, and one
+// that never wakes for a job because every tile was taken) never blocks the
+// caller beyond the tile it holds, and every region still completes exactly.
+TEST(ThreadPool, DelayedWorkerStillCompletesEveryRegion) {
+  ThreadPool pool(3);
+  for (int r = 0; r < 300; ++r) {
+    const int64_t n = 1 + r % 97;
+    std::vector<std::atomic<int>> hits(n);
+    std::atomic<int> slow{0};
+    pool.parallel_for_grain(n, 1 + r % 3, [&](int64_t b, int64_t e) {
+      if (r % 10 == 0 && slow.fetch_add(1) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      for (int64_t i = b; i < e; ++i) hits[i]++;
+    });
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << r << " " << i;
+  }
+  // While one tile sleeps 20 ms, the other threads take every other tile.
+  std::atomic<int> others{0};
+  const int64_t n = 3 * ThreadPool::kTilesPerThread;
+  pool.parallel_for(n, [&](int64_t b, int64_t) {
+    if (b == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    else others++;
+  });
+  EXPECT_EQ(others.load(), n - 1);
+}
+
+// Tiles split the range finer than one chunk per thread, in order, and a kernel that writes each index from
+// its own inputs gives the same result whatever the thread count.
+TEST(ThreadPool, ResultsIndependentOfThreadsAndTiles) {
+  std::vector<double> ref;
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadPool pool(threads);
+    std::vector<double> out(1000);
+    std::atomic<int> calls{0};
+    pool.parallel_for_grain(1000, 8, [&](int64_t b, int64_t e) {
+      calls++;
+      EXPECT_EQ(b % 8, 0);
+      for (int64_t i = b; i < e; ++i) out[i] = std::sin(0.01 * i) * i;
+    });
+    if (threads > 1) EXPECT_EQ(calls.load(), threads * ThreadPool::kTilesPerThread);
+    if (ref.empty()) ref = out;
+    EXPECT_EQ(out, ref) << threads;
+  }
+}
+
+TEST(ThreadPool, AvailableCpusIsPositiveAndSaysWhy) {
+  const CpuBudget b = available_cpus();
+  EXPECT_GE(b.threads, 1);
+  EXPECT_FALSE(b.why.empty());
+  EXPECT_EQ(ThreadPool::hardware_threads(), b.threads);
+  ThreadPool pool(2);
+  pool.parallel_for(1 << 20, [&](int64_t b, int64_t e) {
+    volatile double x = 0;
+    for (int64_t i = b; i < e; ++i) x = x + std::sqrt(static_cast<double>(i));
+  });
+  ASSERT_EQ(pool.worker_cpu_seconds().size(), 1u);
+  EXPECT_GE(pool.worker_cpu_seconds()[0], 0.0);
+  EXPECT_GT(ThreadPool::this_thread_cpu_seconds(), 0.0);
 }
 
 TEST(Error, StrCatAndFail) {

@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/memory_bandwidth.h"
+#include "base/thread_pool.h"
 #include "base/timer.h"
 #include "cli/args.h"
 #include "cli/bench_serving.h"
@@ -139,12 +140,26 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const BandwidthResult bw_before = model->measure_read_bandwidth(probe_bytes);
   const bool rss_reset = reset_peak_rss();
   std::vector<RepeatStats> reps;
+  const std::vector<double> cpu0 = model->thread_cpu_seconds();
+  Timer wall;
   for (int64_t r = 0; r < R; ++r) {
     reps.push_back(run_once(*model, P, G, C, rng));
     const auto& s = reps.back();
     std::fprintf(stderr, "repeat %lld: prefill %.1f tok/s, decode %.2f tok/s, TTFT %.1f ms, TPOT %.1f ms, %.2f GB/s\n",
                  static_cast<long long>(r + 1), s.prefill_tok_s, s.decode_tok_s, s.ttft_ms, s.tpot_ms,
                  s.achieved_gb_s);
+  }
+  // CPU time of each of our threads over the timed repeats against their wall time: a thread the kernel
+  // descheduled (another process on its core) shows up as CPU time well below the wall time.
+  const double wall_s = wall.seconds();
+  std::vector<double> cpu_s = model->thread_cpu_seconds();
+  for (size_t i = 0; i < cpu_s.size() && i < cpu0.size(); ++i) cpu_s[i] -= cpu0[i];
+  {
+    std::string line;
+    for (double c : cpu_s) line += str_cat(line.empty() ? "" : ", ", std::round(c * 100) / 100, " s");
+    std::fprintf(stderr, "threads: %d (%s); CPU time %s over %.2f s wall (the caller, then each worker)\n",
+                 model->n_threads(), a.has("--threads") ? "--threads" : available_cpus().why.c_str(), line.c_str(),
+                 wall_s);
   }
   // Speculative decoding: verification cost per K, and spec vs plain decode
   // on real prompts (each checked lossless) at concurrency 1.
@@ -206,6 +221,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
   j["model"] = dir;
   j["weights"] = model->weights().format_summary;
   j["threads"] = model->n_threads();
+  j["thread_cpu_s"] = cpu_s;
+  j["wall_s"] = wall_s;
   j["isa"] = model->isa();
   j["activations"] = model->bf16_activations() ? "bf16" : "f32";
   j["concurrency"] = C;

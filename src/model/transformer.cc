@@ -69,6 +69,12 @@ BandwidthResult Transformer::measure_read_bandwidth(size_t bytes, int repeats) {
   return blockspec::measure_read_bandwidth(pool_, kt_.read_stream, bytes, repeats);
 }
 
+std::vector<double> Transformer::thread_cpu_seconds() const {
+  std::vector<double> out = {ThreadPool::this_thread_cpu_seconds()};
+  for (double s : pool_.worker_cpu_seconds()) out.push_back(s);
+  return out;
+}
+
 KvCache Transformer::new_cache(int64_t capacity) const { return new_cache(capacity, kv_dtype_); }
 
 KvCache Transformer::new_cache(int64_t capacity, KvDType dtype) const {

@@ -52,6 +52,8 @@ class Transformer {
   const char* isa() const { return kt_.isa; }  // the kernels chosen at load ("avx512", "ref", ...)
   bool bf16_activations() const { return opts_.emulate_bf16_activations; }
   int n_threads() const { return pool_.n_threads(); }
+  // CPU seconds of the calling thread, then of each pool worker (contention shows as CPU time < wall time).
+  std::vector<double> thread_cpu_seconds() const;
   uint64_t weight_bytes() const;  // bytes of all weights read per decode step
   // This machine's read bandwidth as decode sees it: this model's threads stream a `bytes` buffer with this
   // model's ISA (KernelTable::read_stream), `repeats` times (base/memory_bandwidth.h).

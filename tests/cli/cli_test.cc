@@ -104,9 +104,13 @@ TEST(Cli, BenchJsonHasRooflineKeys) {
   for (const char* key : {"model", "weights", "threads", "concurrency", "prompt_tokens", "gen_tokens",
                           "prefill_tok_s", "decode_tok_s", "ttft_ms_p50", "tpot_ms_p50", "achieved_gb_s",
                           "read_bw_gb_s", "read_bw_before_gb_s", "read_bw_after_gb_s", "bw_fraction", "bw_flag",
-                          "llc_bytes", "peak_rss_mb"})
+                          "llc_bytes", "peak_rss_mb", "thread_cpu_s", "wall_s"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_EQ(j["concurrency"], 2);
+  // CPU time of the caller and each worker over the timed repeats (issue 22), never more than the wall time.
+  ASSERT_EQ(j["thread_cpu_s"].size(), static_cast<size_t>(j["threads"].get<int>()));
+  for (const auto& c : j["thread_cpu_s"]) EXPECT_LE(c.get<double>(), j["wall_s"].get<double>() + 0.05);
+  EXPECT_NE(r.err.find("threads: "), std::string::npos);
   EXPECT_GT(j["read_bw_before_gb_s"].get<double>(), 0.0);
   EXPECT_GT(j["read_bw_after_gb_s"].get<double>(), 0.0);
   EXPECT_EQ(j["read_bw_gb_s"].get<double>(),

@@ -89,7 +89,12 @@ double Args::number(const std::string& name, double def) const {
 std::string Args::usage(const std::string& command, const std::string& synopsis,
                         const std::vector<FlagSpec>& specs) {
   std::string u = "usage: blockspec " + command + " " + synopsis + "\n";
+  std::string group;
   for (const auto& s : specs) {
+    if (s.group != group) {
+      group = s.group;
+      u += "\n" + group + ":\n";
+    }
     std::string lhs = "  " + (s.alias.empty() ? "" : s.alias + ", ") + s.name + (s.takes_value ? " VALUE" : "");
     if (lhs.size() < 28) lhs.resize(28, ' ');
     u += lhs + " " + s.help + "\n";

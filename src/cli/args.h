@@ -15,6 +15,7 @@ struct FlagSpec {
   std::string alias;  // "-t" or ""
   bool takes_value;
   std::string help;
+  std::string group = "";  // --help heading (vLLM's config groups for serve); "" = none
 };
 
 class Args {

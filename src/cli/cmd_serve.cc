@@ -9,11 +9,14 @@
 #include <thread>
 
 #include "base/error.h"
+#include "base/thread_pool.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_files.h"
 #include "cli/spec_cli.h"
 #include "runtime/engine.h"
+#include "runtime/speculative.h"
+#include "cli/serve_flags.h"
 #include "cli/spec_config.h"
 #include "model/chat_files.h"
 #include "server/generation_config.h"
@@ -21,78 +24,21 @@
 
 namespace blockspec {
 
-namespace {
-
-std::vector<FlagSpec> flags() {
-  std::vector<FlagSpec> f = {
-      {"--host", "", true, "address to listen on (default 127.0.0.1)"},
-      {"--port", "", true, "port to listen on; 0 = any free port (default 8000)"},
-      {"--served-model-name", "", true, "model name clients pass as \"model\" (default: the model path's basename)"},
-      {"--max-num-seqs", "", true, "sequences batched per step (default 8)"},
-      {"--max-model-len", "", true, "longest prompt + completion in tokens (default: the model's max_position_embeddings)"},
-      {"--max-num-batched-tokens", "", true, "tokens one engine step forwards (default 256)"},
-      {"--kv-cache-memory", "", true, "KV cache budget in MiB (default: room for max-num-seqs x max-model-len tokens)"},
-      {"--api-key", "", true, "require \"Authorization: Bearer KEY\" on every endpoint but /health"},
-      {"--chat-template", "", true, "Jinja chat template file (default: the model's own)"},
-      {"--generation-config", "", true,
-       "auto: the model's generation_config.json sets the defaults of temperature, top_p, top_k, max_tokens and "
-       "adds its eos_token_id as stop tokens; vllm: built-in defaults; or a directory holding one (default auto)"},
-      {"--log-requests", "", false, "one line per HTTP request on stderr"},
-      {"--help", "-h", false, "show this help"},
-  };
-  f.push_back(spec_flag());
-  std::vector<FlagSpec> m = model_flags();
-  f.insert(f.end(), m.begin(), m.end());
-  return f;
-}
-
-int64_t positive(const Args& a, const std::string& flag, int64_t def, int64_t hi) {
-  const int64_t v = a.integer(flag, def);
-  if (v < 0 || v > hi || (v == 0 && def != 0)) fail(flag, " must be in [1, ", hi, "], found ", v);
-  return v;
-}
-
-std::string basename_of(const std::string& path) {
-  std::filesystem::path p(path);
-  while (!p.empty() && p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
-  return p.filename().string();
-}
-
-}  // namespace
-
 int cmd_serve(const std::vector<std::string>& argv) {
-  Args a("serve", flags(), argv);
+  Args a("serve", serve_flags(), argv);
   if (a.has("--help")) {
-    std::fputs(Args::usage("serve", "MODEL [--host H] [--port P] [flags]", flags()).c_str(), stdout);
+    std::fputs(Args::usage("serve", "MODEL [--host H] [--port P] [flags]   (flags as `vllm serve` spells them)",
+                           serve_flags())
+                   .c_str(),
+               stdout);
     return 0;
   }
-  if (a.positionals().size() != 1)
-    fail("serve: expected one MODEL (an HF directory or a .gguf file), found ", a.positionals().size(), " arguments");
-  const std::string path = a.positionals()[0];
-
-  ServerOptions so;
-  so.host = a.str("--host", "127.0.0.1");
-  so.port = static_cast<int>(a.integer("--port", 8000));
-  if (so.port < 0 || so.port > 65535) fail("--port must be in [0, 65535], found ", so.port);
-  so.served_model_name = a.str("--served-model-name", basename_of(path));
-  so.api_key = a.str("--api-key", "");
-  so.log_requests = a.has("--log-requests");
-
-  EngineOptions eo;
-  eo.max_num_seqs = positive(a, "--max-num-seqs", 8, 4096);
-  eo.max_model_len = positive(a, "--max-model-len", 0, int64_t{1} << 24);
-  eo.max_step_tokens = positive(a, "--max-num-batched-tokens", 256, int64_t{1} << 20);
-  eo.kv_cache_mb = positive(a, "--kv-cache-memory", 0, int64_t{1} << 24);
-  if (a.has("--speculative-config")) eo.spec = parse_spec_config(a.str("--speculative-config"));
-  so.n_http_threads = static_cast<int>(std::max<int64_t>(64, 4 * eo.max_num_seqs + 16));
-  ModelOptions mo = model_options(a);
-  const std::string chat_template_file = a.str("--chat-template", "");
-  if (!chat_template_file.empty() && !std::filesystem::exists(chat_template_file))
-    fail("--chat-template: ", chat_template_file, " does not exist");
-  const std::string gen_config = a.str("--generation-config", "auto");
-  if (gen_config != "auto" && gen_config != "vllm" && !std::filesystem::is_directory(gen_config))
-    fail("--generation-config must be auto, vllm or a directory holding generation_config.json, found ",
-         quote_for_message(gen_config));
+  ServeSettings ss = read_serve_flags(a);
+  const std::string& path = ss.model;
+  ServerOptions& so = ss.server;
+  EngineOptions& eo = ss.engine;
+  const ModelOptions& mo = ss.model_opts;
+  for (const std::string& n : ss.notes) std::fprintf(stderr, "blockspec serve: %s\n", n.c_str());
 
   // SIGINT / SIGTERM go to one waiting thread (blocked everywhere else, so
   // the server's threads inherit the mask).
@@ -122,21 +68,64 @@ int cmd_serve(const std::vector<std::string>& argv) {
 
   Tokenizer tok = load_tokenizer(path);
   // Before the weights, so a bad file fails fast; its eos ids must be tokens.
-  RequestDefaults defaults = load_request_defaults(gen_config, path, tok.vocab_size());
+  RequestDefaults defaults =
+      load_request_defaults(ss.generation_config, path, tok.vocab_size(), ss.override_generation_config);
   std::fprintf(stderr, "blockspec serve: generation config: %s\n", defaults.describe().c_str());
-  ChatAssets assets = read_chat_assets(path, chat_template_file);
+  ChatAssets assets = read_chat_assets(path, ss.chat_template_file);
   auto model = Transformer::load(path, mo);
   if (tok.vocab_size() > model->config().vocab_size)
     fail(path, ": the tokenizer has ", tok.vocab_size(), " tokens but the model's vocab_size is ",
          model->config().vocab_size);
-  if (eo.spec) eo.drafter = load_spec_drafter(*eo.spec, *model);
+  const CpuBudget cpus = available_cpus();
+  std::fprintf(stderr, "blockspec serve: threads: %d (%s)\n", model->n_threads(),
+               mo.n_threads > 0 ? "--threads" : cpus.why.c_str());
+  bool draft_kv_given = false;
+  if (eo.spec) {
+    eo.drafter = load_spec_drafter(*eo.spec, *model);
+    draft_kv_given = eo.spec->draft_kv_dtype.has_value();
+    configure_spec(*eo.spec, eo.drafter.get(), *model);  // K, adaptive K and the drafter's KV dtype, for the log
+  }
+  const int64_t kv_token_bytes = model->kv_bytes_per_token();
+  const KvDType kv_dtype = model->kv_cache_dtype();
+  if (ss.memory_fraction > 0) {
+    const int64_t weights = static_cast<int64_t>(model->weight_bytes() + (eo.drafter ? eo.drafter->weight_bytes() : 0));
+    const int64_t state = model->state_floats_per_sequence() * static_cast<int64_t>(sizeof(float)) * eo.max_num_seqs;
+    const int64_t mem = usable_memory_bytes();
+    eo.kv_cache_mb = std::max<int64_t>(1, kv_budget_bytes(ss.memory_fraction, mem, weights, state) >> 20);
+    std::fprintf(stderr, "blockspec serve: --gpu-memory-utilization %.3g of %lld MiB: weights %lld MiB, state %lld "
+                 "MiB, KV cache %lld MiB\n", ss.memory_fraction, static_cast<long long>(mem >> 20),
+                 static_cast<long long>(weights >> 20), static_cast<long long>(state >> 20),
+                 static_cast<long long>(eo.kv_cache_mb));
+  }
+  if (eo.spec && eo.spec->uses_drafter()) {  // the drafter's context KV (vLLM's speculative kv_cache_dtype)
+    const KvDType d = eo.spec->draft_kv_dtype.value_or(kv_dtype);
+    std::fprintf(stderr, "blockspec serve: drafter context KV cache dtype %s (%s), %lld bytes per token\n",
+                 kv_dtype_name(d), draft_kv_given ? "speculative-config kv_cache_dtype" : "as the target's",
+                 static_cast<long long>(DraftCache(*eo.spec->draft, 1, d).bytes_per_token()));
+  }
   auto engine = std::make_unique<Engine>(std::move(model), eo);
   const int64_t max_len = engine->max_model_len();
+  {
+    const EngineMetrics m = engine->metrics();
+    const int64_t tokens = m.kv_pages_total * m.kv_page_tokens;
+    std::fprintf(stderr, "blockspec serve: KV cache: %s, %lld tokens (%lld MiB); maximum concurrency for %lld "
+                 "tokens per request: %.2fx\n", kv_dtype_name(kv_dtype), static_cast<long long>(tokens),
+                 static_cast<long long>(tokens * kv_token_bytes >> 20), static_cast<long long>(max_len),
+                 static_cast<double>(tokens) / static_cast<double>(max_len));
+  }
   server.set_model(make_served_model(std::move(engine), std::move(tok), assets, path, std::move(defaults)));
-  std::fprintf(stderr, "blockspec serve: ready: model \"%s\", max_model_len %lld, max_num_seqs %lld%s%s\n",
+  std::string spec_line;
+  if (eo.spec) {
+    spec_line = str_cat(", speculative ", eo.spec->method_name());
+    if (eo.spec->adaptive_k) spec_line += " (adaptive K)";
+    else spec_line += str_cat(" K=", eo.spec->num_speculative_tokens);
+    for (const SpecConfig::BatchK& r : eo.spec->k_by_batch)
+      spec_line += str_cat(r.lo == eo.spec->k_by_batch.front().lo ? ", K by batch size:" : ",", " ", r.lo, "-", r.hi,
+                           ": ", std::min(r.k, eo.spec->num_speculative_tokens));
+  }
+  std::fprintf(stderr, "blockspec serve: ready: model \"%s\", max_model_len %lld, max_num_seqs %lld%s\n",
                so.served_model_name.c_str(), static_cast<long long>(max_len),
-               static_cast<long long>(eo.max_num_seqs), eo.spec ? ", speculative " : "",
-               eo.spec ? eo.spec->method_name() : "");
+               static_cast<long long>(eo.max_num_seqs), spec_line.c_str());
   if (assets.template_source.empty())
     std::fprintf(stderr, "blockspec serve: warning: no chat template; /v1/chat/completions answers 400 (pass --chat-template)\n");
   server.wait();

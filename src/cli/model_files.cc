@@ -37,14 +37,20 @@ Tokenizer load_tokenizer(const std::string& model_path) {
 
 std::optional<KvDType> parse_kv_cache_dtype(const std::string& flag, const std::string& value) {
   if (value == "auto") return std::nullopt;
-  auto t = kv_dtype_from_name(value);
-  if (!t) fail(flag, ": unknown KV cache dtype \"", value, "\" (expected auto, ", kv_dtype_names(), ")");
+  // vLLM's spellings of dtypes blockspec stores (vLLM's fp8 is e4m3).
+  const std::string name = value == "bfloat16" ? "bf16" : value == "fp8" ? "fp8_e4m3" : value == "float32" ? "f32" : value;
+  auto t = kv_dtype_from_name(name);
+  if (!t && (value == "float16" || value == "half"))
+    fail(flag, ": \"", value, "\" is not supported: blockspec has no fp16 KV cache on the CPU (use bfloat16)");
+  if (!t)
+    fail(flag, ": unknown KV cache dtype \"", value, "\" (expected auto, ", kv_dtype_names(),
+         "; vLLM's bfloat16 and fp8 (= fp8_e4m3) too)");
   return t;
 }
 
 std::vector<FlagSpec> model_flags() {
   return {
-      {"--threads", "-t", true, "worker threads (default: all cores)"},
+      {"--threads", "-t", true, "worker threads (default: the CPUs this process may use: affinity mask and cgroup quota)"},
       {"--isa", "", true, "kernel ISA: auto, ref, avx2, avx512 (default: $BLOCKSPEC_ISA or auto)"},
       {"--weights", "", true, "weight format: f32, bf16, q8, q4, fp8, nvfp4, mxfp4 (default: each tensor's stored format)"},
       {"--activations", "", true,

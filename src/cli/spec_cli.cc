@@ -18,7 +18,9 @@ FlagSpec spec_flag() {
 std::optional<SpecSetup> open_spec(const Args& a, Transformer& target, int64_t capacity) {
   if (!a.has("--speculative-config")) return std::nullopt;
   SpecSetup s;
-  s.cfg = parse_spec_config(a.str("--speculative-config"));
+  std::vector<std::string> notes;
+  s.cfg = parse_spec_config(a.str("--speculative-config"), &notes);
+  for (const std::string& n : notes) std::fprintf(stderr, "--speculative-config: %s\n", n.c_str());
   s.proposer = make_proposer(s.cfg, load_spec_drafter(s.cfg, target), target, capacity);
   if (s.cfg.adaptive_k) s.ksel = std::make_unique<KSelector>(target, s.cfg.num_speculative_tokens, 1);
   return s;

@@ -20,7 +20,10 @@ namespace blockspec {
 // "model" is a drafter directory, or the short name of a drafter shipped in
 // the repository's drafters/ (e.g. "smollm2-135m-dflash"), looked up in
 // $BLOCKSPEC_DRAFTERS first.
-SpecConfig parse_spec_config(const std::string& json_text);
+// Every key of vLLM's SpeculativeConfig is honoured, accepted with a note
+// (one line each in *notes: it cannot matter here, and why) or refused with
+// the reason and what to use instead; an unknown key is an error.
+SpecConfig parse_spec_config(const std::string& json_text, std::vector<std::string>* notes = nullptr);
 
 // A short drafter name to its directory (a path, or a name no drafters
 // directory holds, is returned as given / fails naming the shipped ones).

@@ -1,5 +1,7 @@
 #include "kv/kv_pool.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -15,7 +17,7 @@ constexpr int64_t kAlign = 64;
 int64_t round_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
-void KvPool::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+void KvPool::FreeDeleter::operator()(uint8_t* p) const { munmap(p, bytes); }
 
 KvPool::KvPool(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, KvDType dtype, int64_t page_tokens,
                int64_t n_pages)
@@ -35,11 +37,15 @@ KvPool::KvPool(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, KvDType d
     fail("KV pool: ", n_pages, " pages of ", page_bytes_, " bytes overflow; use fewer pages");
   const int64_t total = page_bytes_ * n_pages;
   if (total > 0) {
-    // Zeroed so no page ever holds uninitialised bytes (rows are written before attention reads them).
-    data_.reset(static_cast<uint8_t*>(std::aligned_alloc(kAlign, static_cast<size_t>(total))));
-    if (!data_) fail("KV pool: cannot allocate ", total, " bytes (", n_pages, " pages of ", page_bytes_,
-                     " bytes); lower the KV cache budget");
-    std::memset(data_.get(), 0, static_cast<size_t>(total));
+    // An anonymous mapping: page-aligned and zeroed, so no page ever holds
+    // uninitialised bytes, and memory is taken only as pages are first
+    // written (a large --gpu-memory-utilization budget costs nothing until used).
+    void* p = mmap(nullptr, static_cast<size_t>(total), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED)
+      fail("KV pool: cannot allocate ", total, " bytes (", n_pages, " pages of ", page_bytes_,
+           " bytes); lower the KV cache budget");
+    data_ = std::unique_ptr<uint8_t, FreeDeleter>(static_cast<uint8_t*>(p), FreeDeleter{static_cast<size_t>(total)});
   }
   k_scale_.assign(n_layers, 1.0f);
   v_scale_.assign(n_layers, 1.0f);

@@ -50,7 +50,8 @@ class KvPool {
   const float* layer_scale(int64_t layer, bool v) const { return &(v ? v_scale_ : k_scale_)[layer]; }
 
  private:
-  struct FreeDeleter {
+  struct FreeDeleter {  // unmaps the pool's anonymous mapping
+    size_t bytes;
     void operator()(uint8_t* p) const;
   };
   int64_t n_layers_, n_kv_heads_, head_dim_, page_tokens_, n_pages_;

@@ -76,6 +76,7 @@ void DraftModel::forward_batch(const std::vector<DraftJob>& jobs) {
   std::vector<float> att(Nb * nq), tmp(Nb * H), u(Nb * H), dyn(Nb * dyn_w);
   std::vector<float> gu(Nb * 2 * F), act(Nb * F);
   std::vector<const float*> ctx_k, ctx_v;  // [P - first kept] context rows of one job's layer
+  std::vector<float> ctx_deq;               // their dequantized values (a non-f32 cache)
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   float* a = in.data() + Mc * H;  // block rows of the qkv input
   // DFlash2 convolution of every job's block rows (taps never cross a block):
@@ -124,8 +125,7 @@ void DraftModel::forward_batch(const std::vector<DraftJob>& jobs) {
                 rope_.attention_scaling);
       for (size_t j = 0; j < J; ++j)
         for (int64_t t = c0[j]; t < c0[j + 1]; ++t) {  // on a ring, later rows overwrite earlier ones: the last W stay
-          std::copy(kc.begin() + t * nk, kc.begin() + (t + 1) * nk, jobs[j].cache->k_row(li, pos_c[t]));
-          std::copy(vc.begin() + t * nk, vc.begin() + (t + 1) * nk, jobs[j].cache->v_row(li, pos_c[t]));
+          jobs[j].cache->write(li, pos_c[t], kc.data() + t * nk, vc.data() + t * nk);
         }
     }
     // Visibility (§2.3, kernels/ops.h attention_block): query slot i at P+i
@@ -135,11 +135,7 @@ void DraftModel::forward_batch(const std::vector<DraftJob>& jobs) {
     for (size_t j = 0; j < J; ++j) {
       const DraftCache& cache = *jobs[j].cache;
       const int64_t lo_kept = cache.first_kept(li);
-      ctx_k.resize(P[j] - lo_kept), ctx_v.resize(P[j] - lo_kept);
-      for (int64_t pk = lo_kept; pk < P[j]; ++pk) {
-        ctx_k[pk - lo_kept] = cache.k_row(li, pk);
-        ctx_v[pk - lo_kept] = cache.v_row(li, pk);
-      }
+      cache.read(li, lo_kept, P[j], ctx_k, ctx_v, ctx_deq);
       const BlockAttentionShape shape{b0[j + 1] - b0[j], P[j], lo_kept, nh, nkv, hd, scale,
                                       static_cast<bool>(cfg_.layer_causal[li]), cfg_.layer_window[li]};
       attention_block(ctx, q.data() + b0[j] * nq, ctx_k.data(), ctx_v.data(), kb.data() + b0[j] * nk,

@@ -48,29 +48,41 @@ struct DraftWeights {
   std::string format_summary;
 };
 
-// Context K/V of every draft layer for the committed tokens 0..size()-1.
-// Full-attention layers keep every position; sliding layers keep a ring of
-// their last W positions (all a block query can see).
+// Context K/V of every draft layer for the committed tokens 0..size()-1,
+// stored in one of the KV dtypes (docs/kv_cache.md; vLLM's speculative
+// kv_cache_dtype): rows are quantized once when written, and attention reads
+// their dequantized values (kv_dequantize_row). Full-attention layers keep
+// every position; sliding layers keep a ring of their last W positions (all
+// a block query can see).
 class DraftCache {
  public:
-  DraftCache(const DraftConfig& cfg, int64_t capacity);
+  DraftCache(const DraftConfig& cfg, int64_t capacity, KvDType dtype = KvDType::kF32);
   int64_t size() const { return size_; }
   int64_t capacity() const { return capacity_; }
+  KvDType dtype() const { return dtype_; }
   void reset() { size_ = 0; }
-  // Row of position pos in layer l's K or V: [nkv, hd].
-  float* k_row(int64_t l, int64_t pos) { return k_[l].data() + slot(l, pos) * row_; }
-  float* v_row(int64_t l, int64_t pos) { return v_[l].data() + slot(l, pos) * row_; }
-  const float* k_row(int64_t l, int64_t pos) const { return k_[l].data() + slot(l, pos) * row_; }
-  const float* v_row(int64_t l, int64_t pos) const { return v_[l].data() + slot(l, pos) * row_; }
+  // Stores position pos of layer l: k, v [nkv, hd] f32, quantized to dtype().
+  void write(int64_t l, int64_t pos, const float* k, const float* v);
+  // f32 rows [nkv, hd] of positions lo..hi-1 of layer l (hi - lo pointers
+  // each): into the cache for f32, else dequantized into `scratch`, valid
+  // until the next read with it.
+  void read(int64_t l, int64_t lo, int64_t hi, std::vector<const float*>& k, std::vector<const float*>& v,
+            std::vector<float>& scratch) const;
+  // Bytes one position occupies over every layer, K and V, codes and scales.
+  int64_t bytes_per_token() const;
   // Oldest position layer l still holds.
   int64_t first_kept(int64_t l) const { return ring_[l] > 0 ? std::max<int64_t>(0, size_ - ring_[l]) : 0; }
   void set_size(int64_t n) { size_ = n; }
 
  private:
   int64_t slot(int64_t l, int64_t pos) const { return ring_[l] > 0 ? pos % ring_[l] : pos; }
-  int64_t capacity_, size_ = 0, row_;
-  std::vector<int64_t> ring_;                // [L] ring length (W), 0 = contiguous
-  std::vector<std::vector<float>> k_, v_;    // [L][slots, nkv, hd]
+  int64_t capacity_, size_ = 0, nkv_, hd_;
+  KvDType dtype_;
+  int64_t code_row_, scale_row_;           // bytes of codes / f32 scales per (position, kv head)
+  float unit_scale_ = 1.0f;                 // fp8_e4m3's layer scale (no calibrated drafter scales)
+  std::vector<int64_t> ring_;               // [L] ring length (W), 0 = contiguous
+  std::vector<std::vector<uint8_t>> k_, v_;  // [L][slots, nkv, code_row_]
+  std::vector<std::vector<float>> ks_, vs_;  // [L][slots, nkv, scale_row_]
 };
 
 // Calibration hook (quantize/drafter_calibration.h): the input rows of the
@@ -102,7 +114,9 @@ class DraftModel {
   const DraftWeights& weights() const { return w_; }
   uint64_t weight_bytes() const;  // drafter-owned bytes read per draft step
 
-  DraftCache new_cache(int64_t capacity) const { return DraftCache(cfg_, capacity); }
+  DraftCache new_cache(int64_t capacity, KvDType dtype = KvDType::kF32) const {
+    return DraftCache(cfg_, capacity, dtype);
+  }
 
   // One draft pass. First appends the context of n_ctx newly committed
   // tokens at positions cache.size().. (feats: [n_ctx, T*H] target taps in

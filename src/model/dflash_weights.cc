@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "kernels/kv_kernels.h"
 #include "model/dflash.h"
 #include "formats/safetensors.h"
 #include "model/hf_names.h"
@@ -13,18 +14,60 @@
 
 namespace blockspec {
 
-DraftCache::DraftCache(const DraftConfig& cfg, int64_t capacity)
-    : capacity_(capacity), row_(cfg.base.n_kv_heads * cfg.base.head_dim) {
+DraftCache::DraftCache(const DraftConfig& cfg, int64_t capacity, KvDType dtype)
+    : capacity_(capacity), nkv_(cfg.base.n_kv_heads), hd_(cfg.base.head_dim), dtype_(dtype),
+      code_row_(cfg.base.head_dim * kv_code_bytes(dtype)), scale_row_(kv_scales_per_row(dtype, cfg.base.head_dim)) {
   const int64_t L = cfg.base.n_layers;
   ring_.resize(L);
-  k_.resize(L), v_.resize(L);
+  k_.resize(L), v_.resize(L), ks_.resize(L), vs_.resize(L);
   for (int64_t l = 0; l < L; ++l) {
     const int64_t w = cfg.layer_window[l];
     ring_[l] = (w > 0 && w < capacity) ? w : 0;
     const int64_t slots = ring_[l] > 0 ? ring_[l] : capacity;
-    k_[l].assign(slots * row_, 0.f);
-    v_[l].assign(slots * row_, 0.f);
+    k_[l].assign(slots * nkv_ * code_row_, 0);
+    v_[l].assign(slots * nkv_ * code_row_, 0);
+    ks_[l].assign(slots * nkv_ * scale_row_, 0.f);
+    vs_[l].assign(slots * nkv_ * scale_row_, 0.f);
   }
+}
+
+void DraftCache::write(int64_t l, int64_t pos, const float* k, const float* v) {
+  const int64_t s = slot(l, pos);
+  for (int64_t h = 0; h < nkv_; ++h) {
+    const int64_t r = s * nkv_ + h;
+    kv_quantize_row(dtype_, k + h * hd_, hd_, 1.0f, k_[l].data() + r * code_row_, ks_[l].data() + r * scale_row_);
+    kv_quantize_row(dtype_, v + h * hd_, hd_, 1.0f, v_[l].data() + r * code_row_, vs_[l].data() + r * scale_row_);
+  }
+}
+
+void DraftCache::read(int64_t l, int64_t lo, int64_t hi, std::vector<const float*>& k, std::vector<const float*>& v,
+                      std::vector<float>& scratch) const {
+  const int64_t n = hi - lo, row = nkv_ * hd_;
+  k.resize(n), v.resize(n);
+  if (dtype_ == KvDType::kF32) {  // codes are the f32 values: no copy
+    for (int64_t p = lo; p < hi; ++p) {
+      k[p - lo] = reinterpret_cast<const float*>(k_[l].data() + slot(l, p) * nkv_ * code_row_);
+      v[p - lo] = reinterpret_cast<const float*>(v_[l].data() + slot(l, p) * nkv_ * code_row_);
+    }
+    return;
+  }
+  scratch.resize(2 * n * row);  // [n, 2 (K, V), nkv, hd]
+  for (int64_t p = lo; p < hi; ++p) {
+    float* out = scratch.data() + (p - lo) * 2 * row;
+    for (int64_t h = 0; h < nkv_; ++h) {
+      const int64_t r = slot(l, p) * nkv_ + h;
+      const float* ksc = dtype_ == KvDType::kFP8E4M3 ? &unit_scale_ : ks_[l].data() + r * scale_row_;
+      const float* vsc = dtype_ == KvDType::kFP8E4M3 ? &unit_scale_ : vs_[l].data() + r * scale_row_;
+      kv_dequantize_row(dtype_, k_[l].data() + r * code_row_, ksc, hd_, out + h * hd_);
+      kv_dequantize_row(dtype_, v_[l].data() + r * code_row_, vsc, hd_, out + row + h * hd_);
+    }
+    k[p - lo] = out;
+    v[p - lo] = out + row;
+  }
+}
+
+int64_t DraftCache::bytes_per_token() const {
+  return static_cast<int64_t>(ring_.size()) * 2 * nkv_ * (code_row_ + scale_row_ * static_cast<int64_t>(sizeof(float)));
 }
 
 namespace {

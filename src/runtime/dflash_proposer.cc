@@ -4,8 +4,9 @@
 
 namespace blockspec {
 
-DFlashProposer::DFlashProposer(std::shared_ptr<DraftModel> model, int64_t capacity, bool greedy_draft)
-    : model_(std::move(model)), cache_(model_->new_cache(capacity)), greedy_only_(greedy_draft) {}
+DFlashProposer::DFlashProposer(std::shared_ptr<DraftModel> model, int64_t capacity, bool greedy_draft,
+                               KvDType kv_dtype)
+    : model_(std::move(model)), cache_(model_->new_cache(capacity, kv_dtype)), greedy_only_(greedy_draft) {}
 
 void DFlashProposer::reset() {
   cache_.reset();

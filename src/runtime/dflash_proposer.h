@@ -19,7 +19,9 @@ class DFlashProposer : public Proposer {
   // walk; verified as a one-hot q). capacity: longest sequence.
   // The drafter's weights may be shared by many sequences' proposers (the
   // server); each proposer holds its own context cache.
-  DFlashProposer(std::shared_ptr<DraftModel> model, int64_t capacity, bool greedy_draft);
+  // kv_dtype: the dtype of its context K/V (SpecConfig::draft_kv_dtype).
+  DFlashProposer(std::shared_ptr<DraftModel> model, int64_t capacity, bool greedy_draft,
+                 KvDType kv_dtype = KvDType::kF32);
   std::string method() const override { return draft_method_name(model_->config().method); }
   std::vector<int64_t> tap_layers() const override { return model_->config().target_layer_ids; }
   void observe(const std::vector<int32_t>& seq, int64_t n_seen, int64_t n_new, const float* taps) override;

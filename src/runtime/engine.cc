@@ -87,6 +87,7 @@ Engine::Engine(std::unique_ptr<Transformer> model, const EngineOptions& opts) : 
   so.page_tokens = kPageTokens;
   so.max_model_len = I.max_model_len;
   so.max_draft = max_draft;
+  if (I.spec) so.max_draft_pos = I.spec->draft_max_model_len;
   if (const int64_t sf = I.model->state_floats_per_sequence(); sf > 0) {
     I.state = std::make_unique<StatePool>(opts.max_num_seqs, sf);
     I.state_slots = std::make_unique<BlockAllocator>(opts.max_num_seqs);

@@ -106,6 +106,9 @@ struct EngineMetrics {
   uint64_t steps = 0;
   std::map<std::string, uint64_t> finished_by_reason;  // "stop", "length", "abort", "error"
   int64_t last_k = 0;  // draft tokens per sequence chosen for the latest step
+  // Steps that decoded, by the draft length K planned for them (speculative
+  // engines): K follows num_speculative_tokens_per_batch_size or the adaptive choice.
+  std::map<int64_t, uint64_t> steps_by_k;
 };
 
 class Engine {

@@ -87,7 +87,7 @@ void Engine::Impl::publish() {
 
 int64_t Engine::Impl::choose_k(int64_t n_decoding) {
   if (!spec) return 0;
-  if (!spec->adaptive_k) return spec->num_speculative_tokens;
+  if (!spec->adaptive_k) return k_for_batch(*spec, n_decoding);
   SpecStats seen;
   {
     std::lock_guard<std::mutex> g(mu);
@@ -137,6 +137,8 @@ void Engine::Impl::step() {
   m.prompt_tokens += static_cast<uint64_t>(o.prompt_tokens);
   m.steps++;
   m.last_k = plan.k;
+  if (spec && std::any_of(plan.rows.begin(), plan.rows.end(), [](const StepPlan::Row& r) { return r.decode; }))
+    m.steps_by_k[plan.k]++;
 }
 
 }  // namespace blockspec

@@ -64,6 +64,7 @@ StepPlan Scheduler::plan(const std::function<int64_t(int64_t)>& choose_k) {
     // The anchor sits at position context_len - 1; drafts never pass max_model_len.
     int64_t room = o_.max_model_len > 0 ? o_.max_model_len - s->context_len() : plan.k;
     if (o_.draft_within_budget) room = std::min(room, s->max_tokens - s->n_generated - 1);
+    if (o_.max_draft_pos > 0) room = std::min(room, o_.max_draft_pos - s->context_len());
     const int64_t nd = s->may_draft ? std::clamp<int64_t>(std::min(plan.k, room), 0, plan.k) : 0;
     plan.rows.push_back({s, true, 1 + nd, nd});
     budget -= 1 + nd;

@@ -29,6 +29,9 @@ struct SchedulerOptions {
   int64_t page_tokens = 16;       // tokens per KV page
   int64_t max_model_len = 0;      // no draft reaches past this position
   int64_t max_draft = 0;          // K: tokens a verify block may add to the anchor (0: no speculation)
+  // The draft's max_model_len (vLLM's speculative max_model_len): draft tokens
+  // stay at positions below it, so longer sequences decode without drafts (0: no limit).
+  int64_t max_draft_pos = 0;
   // false (serving, as vLLM): K draft tokens every step; drafts accepted past
   // max_tokens are verified and dropped. true (one sequence, as the DFlash
   // reference's dflash_generate): the last blocks shrink to the tokens the

@@ -5,11 +5,14 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace blockspec {
 
-struct DraftConfig;  // formats/dflash_config.h
+struct DraftConfig;    // formats/dflash_config.h
+enum class KvDType;    // kernels/kv_kernels.h (an int enum: complete here, its values invisible)
 
 enum class SpecMethod { kNgram, kDFlash, kDFlash2 };
 
@@ -33,8 +36,28 @@ struct SpecConfig {
   // draft_sample_method "greedy": drafters draft their argmax even at T > 0
   // (default "probabilistic": sampled drafts with their distribution q).
   bool greedy_draft = false;
+  // vLLM's num_speculative_tokens_per_batch_size: inclusive ranges of the
+  // number of decoding sequences and the draft length for them, ranges
+  // ascending and disjoint. See k_for_batch.
+  struct BatchK {
+    int64_t lo, hi, k;
+  };
+  std::vector<BatchK> k_by_batch;
+  // The drafter's context K/V dtype (DFlash, DFlash2); nullopt: the
+  // target's KV dtype (vLLM: the draft inherits --kv-cache-dtype).
+  std::optional<KvDType> draft_kv_dtype;
+  // vLLM's draft max_model_len: a sequence drafts only while its draft block
+  // stays below this position (0: no limit beyond the target's).
+  int64_t draft_max_model_len = 0;
   bool uses_drafter() const { return method != SpecMethod::kNgram; }
   const char* method_name() const { return spec_method_name(method); }
 };
+
+// The draft length for a step with n_decoding sequences decoding, under
+// k_by_batch (vLLM's dynamic speculative decoding, vLLM#32374): the k of the
+// range holding n; a count between or after the ranges keeps the k of the
+// range before it; before the first range, num_speculative_tokens. Never
+// above num_speculative_tokens. Without k_by_batch: num_speculative_tokens.
+int64_t k_for_batch(const SpecConfig& c, int64_t n_decoding);
 
 }  // namespace blockspec

@@ -24,13 +24,23 @@ const char* spec_method_name(SpecMethod m) {
   return "?";
 }
 
+int64_t k_for_batch(const SpecConfig& c, int64_t n_decoding) {
+  int64_t k = c.num_speculative_tokens;
+  for (const SpecConfig::BatchK& r : c.k_by_batch) {
+    if (n_decoding < r.lo) break;
+    k = r.k;  // the range holding n, or the last one before it
+  }
+  return std::min(k, c.num_speculative_tokens);
+}
+
 void configure_spec(SpecConfig& c, const DraftModel* drafter, Transformer& target) {
   const char* what = "--speculative-config";
   if (!c.uses_drafter()) {
     if (drafter) fail(what, ": method ngram takes no drafter");
-    if (c.num_speculative_tokens == 0) {  // not given: adaptive, at most kNgramMaxDraft
+    if (c.num_speculative_tokens == 0) {  // not given: adaptive, at most kNgramMaxDraft (or the table's K)
       c.num_speculative_tokens = kNgramMaxDraft;
-      c.adaptive_k = true;
+      for (const SpecConfig::BatchK& r : c.k_by_batch) c.num_speculative_tokens = std::max(c.num_speculative_tokens, r.k);
+      c.adaptive_k = c.k_by_batch.empty();
     }
     if (c.num_speculative_tokens < 1) fail(what, ": num_speculative_tokens must be >= 1");
     if (c.prompt_lookup_min < 1 || c.prompt_lookup_max < c.prompt_lookup_min)
@@ -44,13 +54,14 @@ void configure_spec(SpecConfig& c, const DraftModel* drafter, Transformer& targe
   if (m != c.method)
     fail(what, ": method ", c.method_name(), " but the drafter ", c.model, " is ", draft_method_name(dc.method));
   const int64_t kmax = dc.block_size - 1;
-  if (c.num_speculative_tokens == 0) {
+  if (c.num_speculative_tokens == 0) {  // not given: adaptive up to block_size - 1, or the table's K under that
     c.num_speculative_tokens = kmax;
-    c.adaptive_k = true;
+    c.adaptive_k = c.k_by_batch.empty();
   }
   if (c.num_speculative_tokens > kmax)
     fail(what, ": num_speculative_tokens ", c.num_speculative_tokens, " exceeds block_size - 1 = ", kmax,
          " of the drafter (more masks than it was trained for)");
+  if (!c.draft_kv_dtype) c.draft_kv_dtype = target.kv_cache_dtype();  // vLLM: the draft inherits --kv-cache-dtype
   target.set_tap_layers(dc.target_layer_ids);
 }
 
@@ -58,7 +69,7 @@ std::unique_ptr<Proposer> new_proposer(const SpecConfig& c, const std::shared_pt
                                        int64_t capacity) {
   if (!c.uses_drafter()) return std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
   if (!drafter) fail("speculative method ", c.method_name(), " needs its drafter loaded");
-  return std::make_unique<DFlashProposer>(drafter, capacity, c.greedy_draft);
+  return std::make_unique<DFlashProposer>(drafter, capacity, c.greedy_draft, c.draft_kv_dtype.value_or(KvDType::kF32));
 }
 
 std::unique_ptr<Proposer> make_proposer(SpecConfig& c, const std::shared_ptr<DraftModel>& drafter,

@@ -18,7 +18,8 @@ namespace blockspec {
 
 // Completes cfg against its drafter (nullptr for ngram) and the target, and
 // checks they agree: K = block_size - 1 and adaptive_k when K was not given,
-// K <= block_size - 1, and the target's tap layers set to the drafter's
+// K <= block_size - 1, the drafter's context KV dtype (the target's unless
+// given), and the target's tap layers set to the drafter's
 // target_layer_ids. No file is read.
 void configure_spec(SpecConfig& cfg, const DraftModel* drafter, Transformer& target);
 

@@ -82,20 +82,32 @@ RequestDefaults parse_generation_config(const json& j, const std::string& file, 
   return d;
 }
 
-RequestDefaults load_request_defaults(const std::string& mode, const std::string& model_path, int64_t vocab_size) {
+RequestDefaults load_request_defaults(const std::string& mode, const std::string& model_path, int64_t vocab_size,
+                                      const std::string& overrides) {
   namespace fs = std::filesystem;
-  if (mode == "vllm") return {};
+  json over;  // --override-generation-config: its keys replace the file's
+  if (!overrides.empty()) {
+    try {
+      over = json::parse(overrides);
+    } catch (const json::exception& e) {
+      fail("--override-generation-config: not valid JSON: ", e.what());
+    }
+    if (!over.is_object()) fail("--override-generation-config: expected a JSON object, found ", shown(over));
+  }
   std::string file;
   if (mode == "auto") {
-    if (!fs::is_directory(model_path) || !fs::exists(model_path + "/generation_config.json")) return {};
-    file = model_path + "/generation_config.json";
-  } else {
+    if (fs::is_directory(model_path) && fs::exists(model_path + "/generation_config.json"))
+      file = model_path + "/generation_config.json";
+  } else if (mode != "vllm") {
     if (!fs::is_directory(mode))
       fail("--generation-config must be auto, vllm or a directory holding generation_config.json, found ",
            quote_for_message(mode));
     file = mode + "/generation_config.json";
     if (!fs::exists(file)) fail("--generation-config: ", file, " does not exist");
   }
+  if (file.empty())
+    return over.is_object() ? parse_generation_config(over, "--override-generation-config", vocab_size)
+                            : RequestDefaults{};
   std::ifstream f(file, std::ios::binary);
   if (!f) fail(file, ": cannot open (check the permissions)", kFix);
   std::ostringstream text;
@@ -106,7 +118,10 @@ RequestDefaults load_request_defaults(const std::string& mode, const std::string
   } catch (const json::exception& e) {
     fail(file, ": not valid JSON: ", e.what(), kFix);
   }
-  return parse_generation_config(j, file, vocab_size);
+  if (!over.is_object()) return parse_generation_config(j, file, vocab_size);
+  if (!j.is_object()) fail(file, ": expected a JSON object, found ", shown(j), kFix);
+  j.update(over);
+  return parse_generation_config(j, file + " with --override-generation-config", vocab_size);
 }
 
 std::string RequestDefaults::describe() const {

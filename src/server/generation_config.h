@@ -32,6 +32,9 @@ RequestDefaults parse_generation_config(const nlohmann::json& j, const std::stri
 // holds one; built-in defaults otherwise), "vllm" (built-in defaults), or a
 // directory that must hold a generation_config.json (as vLLM accepts).
 // Throws Error for an unknown mode, an unreadable file or a bad value.
-RequestDefaults load_request_defaults(const std::string& mode, const std::string& model_path, int64_t vocab_size);
+// overrides: a JSON object (vLLM's --override-generation-config) whose keys
+// replace the file's ("" = none); with no file, the defaults are its keys.
+RequestDefaults load_request_defaults(const std::string& mode, const std::string& model_path, int64_t vocab_size,
+                                      const std::string& overrides = "");
 
 }  // namespace blockspec

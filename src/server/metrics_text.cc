@@ -101,6 +101,11 @@ std::string render_metrics(const EngineMetrics& m, const ServerCounters& c, cons
   for (size_t i = 0; i < m.spec.accepted_per_pos.size(); ++i)
     w.sample("spec_decode_num_accepted_tokens_per_pos_total", static_cast<double>(m.spec.accepted_per_pos[i]),
              "position=\"" + std::to_string(i) + "\"");
+  // Decoding steps by the draft length planned for them (blockspec's own:
+  // num_speculative_tokens_per_batch_size or the adaptive K at work).
+  w.header("spec_decode_steps_by_k_total", "counter", "Decoding steps by the draft length K planned for them.");
+  for (const auto& [k, n] : m.steps_by_k)
+    w.sample("spec_decode_steps_by_k_total", static_cast<double>(n), "k=\"" + std::to_string(k) + "\"");
   return w.str();
 }
 

@@ -73,7 +73,7 @@ std::string Server::Impl::new_id(const char* prefix) {
 
 uint64_t Server::Impl::random_seed() {
   // splitmix64 of (salt + counter): distinct per request and per server run.
-  uint64_t z = id_salt + 0x9e3779b97f4a7c15ull * (next_seed.fetch_add(1) + 1);
+  uint64_t z = opts.seed.value_or(id_salt) + 0x9e3779b97f4a7c15ull * (next_seed.fetch_add(1) + 1);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);

@@ -28,6 +28,9 @@ struct ServerOptions {
   std::string api_key;            // non-empty: "Authorization: Bearer KEY" on every endpoint but /health
   int n_http_threads = 64;        // connections served at once (a waiting stream holds one)
   bool log_requests = false;      // one line per request on stderr
+  // Seed of the seeds drawn for requests without "seed" (vLLM's --seed): the
+  // n-th such request gets the same seed in every run. nullopt: random per run.
+  std::optional<uint64_t> seed;
   // A response still waiting for the engine writes a keep-alive after this
   // much silence: an SSE comment, or a space before the JSON answer.
   int heartbeat_ms = 2000;

@@ -6,10 +6,12 @@
 // different block lengths and a sequence that brings no new context.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 
 #include "../spec_setup.h"
+#include "kernels/kv_kernels.h"
 #include "model/dflash.h"
 #include "runtime/dflash_proposer.h"
 
@@ -100,6 +102,47 @@ TEST_P(DraftBatch, ProposeTogetherEqualsProposeAlone) {
       EXPECT_TRUE(same_bits(d_together[j].q, d_alone[j].q));
       EXPECT_EQ(d_together[j].cand, d_alone[j].cand);
     }
+  }
+}
+
+// The context K/V in a quantized dtype (vLLM's speculative kv_cache_dtype):
+// stored as its codes (fewer bytes per token), read back as exactly the
+// values kv_dequantize_row gives for the rows written, and used by the
+// forward pass (hidden states move off the f32 cache's, a little).
+TEST_P(DraftBatch, ContextKvDtypesStoreCodesAndAttendToTheirValues) {
+  const DraftConfig& c = drafter_->config();
+  const int64_t row = c.base.n_kv_heads * c.base.head_dim, hd = c.base.head_dim;
+  const int64_t TH = c.n_taps() * target_->config().hidden_size;
+  const std::vector<float> feats = randv(9 * TH, 5);
+  std::vector<float> h32;
+  DraftCache f32 = drafter_->new_cache(64);
+  drafter_->forward(f32, feats.data(), 9, 11, 5, h32);
+  for (KvDType t : {KvDType::kInt8BlockG128, KvDType::kInt8PerTokenHead, KvDType::kFP8E4M3, KvDType::kBF16}) {
+    SCOPED_TRACE(kv_dtype_name(t));
+    DraftCache q = drafter_->new_cache(64, t);
+    EXPECT_EQ(q.dtype(), t);
+    EXPECT_LT(q.bytes_per_token(), f32.bytes_per_token());
+    const std::vector<float> k = randv(row, 7), v = randv(row, 8);
+    q.write(0, 3, k.data(), v.data());
+    std::vector<const float*> kp, vp;
+    std::vector<float> scratch;
+    q.read(0, 3, 4, kp, vp, scratch);
+    std::vector<uint8_t> codes(hd * 4);
+    std::vector<float> scales(hd), want(hd);
+    for (int64_t h = 0; h < c.base.n_kv_heads; ++h) {
+      kv_quantize_row(t, k.data() + h * hd, hd, 1.0f, codes.data(), scales.data());
+      const float one = 1.0f;
+      kv_dequantize_row(t, codes.data(), t == KvDType::kFP8E4M3 ? &one : scales.data(), hd, want.data());
+      for (int64_t i = 0; i < hd; ++i) ASSERT_EQ(kp[0][h * hd + i], want[i]) << "head " << h << " i " << i;
+    }
+    q.reset();
+    std::vector<float> hq;
+    drafter_->forward(q, feats.data(), 9, 11, 5, hq);
+    ASSERT_EQ(hq.size(), h32.size());
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < hq.size(); ++i) diff += std::abs(hq[i] - h32[i]), norm += std::abs(h32[i]);
+    EXPECT_GT(diff, 0.0) << "the quantized context changed nothing: is it used?";
+    EXPECT_LT(diff, 0.1 * norm) << "far from the f32 cache's hidden states";
   }
 }
 

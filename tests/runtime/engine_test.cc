@@ -57,7 +57,8 @@ std::vector<int32_t> prompt_of(int i, int len, int64_t V) {
 }
 
 std::vector<std::vector<int32_t>> run_batch_matches_plain(const std::string& model_dir, std::optional<SpecConfig> spec,
-                                                          int64_t kv_mb, int n_req, ModelOptions mo = {}) {
+                                                          int64_t kv_mb, int n_req, ModelOptions mo = {},
+                                                          EngineMetrics* metrics = nullptr) {
   mo.n_threads = 2;
   auto ref = Transformer::load(model_dir, mo);
   const int64_t V = ref->config().vocab_size;
@@ -94,6 +95,7 @@ std::vector<std::vector<int32_t>> run_batch_matches_plain(const std::string& mod
     EXPECT_EQ(col.reason[key], "length");
   }
   EngineMetrics m = eng.metrics();
+  if (metrics) *metrics = m;
   EXPECT_EQ(m.requests_finished, static_cast<uint64_t>(n_req));
   // Pages return when the engine drops finished sequences (the next step).
   for (int t = 0; t < 100 && eng.metrics().kv_pages_used != 0; ++t)
@@ -155,6 +157,34 @@ TEST(Engine, DFlashSpeculationMatchesPlainGreedy) {
     // turn drafting off on a slow or loaded machine (k_selector_test.cc
     // tests that choice on given costs).
     SpecConfig sc = test_spec("dflash", 3, dflash(d));
+    run_batch_matches_plain(dflash("target"), sc, 0, 6);
+  }
+}
+
+// vLLM's num_speculative_tokens_per_batch_size: K 3 while one sequence
+// decodes, 1 from two on; the steps' K follow the running count (10 requests,
+// 4 at a time, so both happen), and the outputs stay plain greedy.
+TEST(Engine, SpeculativeTokensPerBatchSizeFollowTheRunningCount) {
+  for (const char* method : {"ngram", "dflash"}) {
+    SCOPED_TRACE(method);
+    SpecConfig sc = test_spec(method, 3, std::string(method) == "ngram" ? "" : dflash("dflash"));
+    sc.k_by_batch = {{1, 1, 3}, {2, 8, 1}};
+    EngineMetrics m;
+    run_batch_matches_plain(std::string(method) == "ngram" ? golden("qwen3-tiny-f32") : dflash("target"), sc, 0, 10,
+                            {}, &m);
+    EXPECT_GT(m.steps_by_k[1], 0u);
+    EXPECT_GT(m.steps_by_k[3], 0u);
+    EXPECT_EQ(m.steps_by_k.size(), 2u) << "a K the table does not give";
+  }
+}
+
+// The drafter's context K/V in each KV dtype (vLLM's speculative
+// kv_cache_dtype): drafts change with the stored precision, outputs never do.
+TEST(Engine, DrafterContextKvDtypesStayLossless) {
+  for (KvDType t : {KvDType::kInt8BlockG128, KvDType::kFP8E4M3, KvDType::kBF16}) {
+    SCOPED_TRACE(kv_dtype_name(t));
+    SpecConfig sc = test_spec("dflash", 3, dflash("dflash"));
+    sc.draft_kv_dtype = t;
     run_batch_matches_plain(dflash("target"), sc, 0, 6);
   }
 }

@@ -218,3 +218,31 @@ TEST(Scheduler, StateSlotsGateAdmissionAndComeBack) {
 
 }  // namespace
 }  // namespace blockspec
+
+namespace blockspec {
+namespace {
+
+// vLLM's draft max_model_len: draft tokens stay below it; a longer sequence
+// decodes one token per step (verify row without drafts).
+TEST(Scheduler, DraftMaxModelLenStopsDraftsPastIt) {
+  SchedulerOptions o = options(8, 64, 3);
+  o.max_draft_pos = 20;
+  BlockAllocator pages(100);
+  Scheduler s(o, pages);
+  auto a = seq(1, 10, 40, true);
+  s.add(a.get());
+  s.plan(kNoDraft);
+  decoding(*a, 5);  // context 15: drafts at 15, 16, 17
+  StepPlan p = s.plan([](int64_t) -> int64_t { return 3; });
+  EXPECT_EQ(p.rows[0].n_draft, 3);
+  decoding(*a, 8);  // context 18: room for positions 18, 19
+  p = s.plan([](int64_t) -> int64_t { return 3; });
+  EXPECT_EQ(p.rows[0].n_draft, 2);
+  decoding(*a, 12);  // context 22: past the drafter's length
+  p = s.plan([](int64_t) -> int64_t { return 3; });
+  EXPECT_EQ(p.rows[0].n_draft, 0);
+  EXPECT_EQ(p.rows[0].n, 1);
+}
+
+}  // namespace
+}  // namespace blockspec

@@ -114,6 +114,28 @@ TEST(GenerationConfig, Modes) {
             std::string::npos);
 }
 
+// --override-generation-config: its keys replace the file's, the others stay;
+// with no file (or vllm) it alone sets the defaults; bad JSON is one line.
+TEST(GenerationConfig, OverridesReplaceTheFilesKeys) {
+  ModelCopy m;
+  m.write(R"({"temperature": 0.25, "top_p": 0.9, "eos_token_id": 5})");
+  RequestDefaults d = load_request_defaults("auto", m.path(), 1000, R"({"temperature": 0.5, "top_k": 7})");
+  EXPECT_EQ(d.temperature.value(), 0.5f);
+  EXPECT_EQ(d.top_p.value(), 0.9f);
+  EXPECT_EQ(d.top_k.value(), 7);
+  EXPECT_EQ(d.eos_token_ids, std::vector<int32_t>{5});
+  EXPECT_NE(d.source.find("with --override-generation-config"), std::string::npos) << d.source;
+  d = load_request_defaults("vllm", m.path(), 1000, R"({"max_new_tokens": 12})");
+  EXPECT_EQ(d.max_tokens.value(), 12);
+  EXPECT_FALSE(d.temperature);
+  EXPECT_EQ(d.source, "--override-generation-config");
+  EXPECT_TRUE(load_request_defaults("vllm", m.path(), 1000, "").source.empty());
+  std::string e = error_of([&] { load_request_defaults("auto", m.path(), 1000, "{"); });
+  EXPECT_NE(e.find("--override-generation-config: not valid JSON"), std::string::npos) << e;
+  e = error_of([&] { load_request_defaults("auto", m.path(), 1000, R"({"temperature": -1})"); });
+  EXPECT_NE(e.find("'temperature' must be a number"), std::string::npos) << e;
+}
+
 TEST(GenerationConfig, DefaultsFillOnlyWhatTheRequestOmits) {
   RequestDefaults d;
   d.temperature = 0.5f;

@@ -24,6 +24,7 @@
 #include "../spec_setup.h"
 #include "../runtime/sampling_harness.h"
 #include "model/transformer.h"
+#include "prom_metrics.h"
 #include "model/chat_files.h"
 #include "server/server.h"
 
@@ -177,18 +178,7 @@ std::vector<std::string> answers(int port, int concurrency) {
 std::map<std::string, double> metrics(int port) {
   httplib::Client c("127.0.0.1", port);
   auto r = c.Get("/metrics");
-  std::map<std::string, double> m;
-  if (!r) return m;
-  static const std::regex line(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$)");
-  std::istringstream is(r->body);
-  for (std::string l; std::getline(is, l);) {
-    std::smatch sm;
-    if (l.empty() || l[0] == '#' || !std::regex_match(l, sm, line)) continue;
-    std::string labels = std::regex_replace(sm[2].str(), std::regex(R"(model_name="[^"]*",?)"), "");
-    if (labels == "{}") labels.clear();
-    m[sm[1].str() + labels] = std::stod(sm[3].str());
-  }
-  return m;
+  return r ? testing::parse_metrics(r->body) : std::map<std::string, double>{};
 }
 
 double per_pos(std::map<std::string, double>& m, int i) {

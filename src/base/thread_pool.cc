@@ -1,5 +1,7 @@
 #include "base/thread_pool.h"
 
+#include <chrono>
+
 #include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
@@ -24,6 +26,20 @@ uint32_t gen_of(uint64_t s) { return static_cast<uint32_t>(s >> 32); }
 // process) that the kernel descheduled gets it back first.
 constexpr int kSpinIters = 20000;
 constexpr int kYieldIters = 64;
+
+// Contention watch: windows of at least this long and this many jobs; a
+// worker with less CPU time than kMinCpuShare of the window's wall time is
+// benched for kBenchFor. Idle, a worker runs (or spins) the whole window:
+// its share is ~1. Beside a busy loop on its core it was ~0.3.
+constexpr int64_t kContentionWindowNs = 50'000'000;
+constexpr int64_t kMinWindowJobs = 32;
+constexpr double kMinCpuShare = 0.6;
+constexpr int64_t kBenchForNs = 500'000'000;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 // Polls `ready` with pause, then with sched_yield; true once ready.
 template <class F>
@@ -89,6 +105,11 @@ CpuBudget available_cpus() {
 int ThreadPool::hardware_threads() { return available_cpus().threads; }
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads <= 0 ? hardware_threads() : n_threads) {
+  const int w = n_threads_ - 1;
+  bench_until_ = std::make_unique<std::atomic<int64_t>[]>(std::max(w, 1));
+  sleeps_ = std::make_unique<std::atomic<uint32_t>[]>(std::max(w, 1));
+  for (int i = 0; i < w; ++i) bench_until_[i].store(0), sleeps_[i].store(0);
+  window_cpu_.assign(w, 0.0), window_sleeps_.assign(w, 0), window_benched_.assign(w, false);
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
@@ -98,7 +119,14 @@ ThreadPool::~ThreadPool() {
     stop_.store(true);
   }
   cv_start_.notify_all();
+  cv_bench_.notify_all();
   for (auto& t : threads_) t.join();
+}
+
+int ThreadPool::benched_workers() const {
+  int n = 0;
+  for (int i = 0; i + 1 < n_threads_; ++i) n += bench_until_[i].load(std::memory_order_relaxed) != 0;
+  return n;
 }
 
 std::vector<double> ThreadPool::worker_cpu_seconds() const {
@@ -114,11 +142,26 @@ std::vector<double> ThreadPool::worker_cpu_seconds() const {
 
 double ThreadPool::this_thread_cpu_seconds() { return thread_cpu_seconds(CLOCK_THREAD_CPUTIME_ID); }
 
-void ThreadPool::worker(int) {
+void ThreadPool::worker(int index) {
   uint32_t seen = 0;
+  std::atomic<int64_t>& bench = bench_until_[index - 1];
+  std::atomic<uint32_t>& sleeps = sleeps_[index - 1];
   for (;;) {
+    if (const int64_t until = bench.load(std::memory_order_acquire); until != 0) {
+      // Benched: sleep out the bench (no job waits for this thread), then skip the jobs it missed.
+      sleeps.fetch_add(1, std::memory_order_relaxed);
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_bench_.wait_for(lk, std::chrono::nanoseconds(std::max<int64_t>(0, until - now_ns())),
+                         [&] { return stop_.load(std::memory_order_relaxed); });
+      lk.unlock();
+      bench.store(0, std::memory_order_release);
+      if (stop_.load()) return;
+      seen = gen_of(state_.load(std::memory_order_acquire));
+      continue;
+    }
     auto fresh = [&] { return gen_of(state_.load(std::memory_order_acquire)) != seen || stop_.load(std::memory_order_relaxed); };
     if (!spin_until(fresh)) {
+      sleeps.fetch_add(1, std::memory_order_relaxed);
       std::unique_lock<std::mutex> lk(mu_);
       cv_start_.wait(lk, fresh);
     }
@@ -205,6 +248,26 @@ void ThreadPool::run_job(int64_t n, int64_t grain, bool dynamic, const std::func
     }
   }
   job_ = nullptr;
+  watch_contention();
+}
+
+void ThreadPool::watch_contention() {
+  ++window_jobs_;
+  const int64_t now = now_ns();
+  const int w = n_threads_ - 1;
+  for (int i = 0; i < w; ++i) window_benched_[i] = window_benched_[i] || bench_until_[i].load(std::memory_order_relaxed) != 0;
+  if (now - window_start_ns_ < kContentionWindowNs) return;
+  const std::vector<double> cpu = worker_cpu_seconds();
+  const double wall = 1e-9 * static_cast<double>(now - window_start_ns_);
+  const bool measured = window_start_ns_ != 0 && window_jobs_ >= kMinWindowJobs;
+  for (int i = 0; i < w && i < static_cast<int>(cpu.size()); ++i) {
+    const uint32_t slept = sleeps_[i].load(std::memory_order_relaxed);
+    // Only a worker that was in every job's reach the whole window (never benched, never asleep) is judged.
+    if (measured && !window_benched_[i] && slept == window_sleeps_[i] && cpu[i] - window_cpu_[i] < kMinCpuShare * wall)
+      bench_until_[i].store(now + kBenchForNs, std::memory_order_release);
+    window_cpu_[i] = cpu[i], window_sleeps_[i] = slept, window_benched_[i] = false;
+  }
+  window_start_ns_ = now, window_jobs_ = 0;
 }
 
 }  // namespace blockspec

@@ -14,6 +14,14 @@
 // closes the job, and a worker that wakes later skips it. The last polls of
 // every spin yield the core. Results never depend on the split: every caller
 // computes each index range the same way whoever runs it.
+//
+// A worker the kernel keeps descheduling (its CPU time over a window of
+// kContentionWindow well below the wall time, while jobs kept coming and it
+// never slept) is benched for kBenchFor: it sleeps instead of joining, so
+// the threads that do run stop sharing their cores with it. On a 2-core VM
+// with one core busy, 1 thread decodes 40-42 tok/s where 2 got 36
+// (BENCHMARKS.md "Decoding on a busy machine"). It rejoins after the bench
+// and is measured again.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -66,11 +74,16 @@ class ThreadPool {
   static double this_thread_cpu_seconds();
 
   static constexpr int64_t kTilesPerThread = 4;
+  // Workers benched right now (contention); for tests and bench's report.
+  int benched_workers() const;
 
  private:
   void worker(int index);
   void run_job(int64_t n, int64_t grain, bool dynamic, const std::function<void(int64_t, int64_t)>& fn);
   void run_tiles();  // claims and runs tiles of the current job until none is left
+  // Caller side, after a job: every kContentionWindow, benches the workers
+  // that ran less than kMinCpuShare of the window.
+  void watch_contention();
   int n_threads_;
   std::vector<std::thread> threads_;
   std::mutex mu_;
@@ -86,6 +99,16 @@ class ThreadPool {
   // are atomic with respect to each other.
   std::atomic<uint64_t> state_{0};
   std::atomic<bool> stop_{false};
+  // Contention watch (caller thread only, but for the atomics): per worker
+  // (index i - 1) the steady-clock ns until which it is benched (0: not),
+  // and how often it went to sleep (a window it slept in says nothing).
+  std::unique_ptr<std::atomic<int64_t>[]> bench_until_;
+  std::unique_ptr<std::atomic<uint32_t>[]> sleeps_;
+  std::condition_variable cv_bench_;
+  int64_t window_start_ns_ = 0, window_jobs_ = 0;
+  std::vector<double> window_cpu_;
+  std::vector<uint32_t> window_sleeps_;
+  std::vector<bool> window_benched_;  // benched at some point of the window
 };
 
 }  // namespace blockspec

@@ -98,6 +98,39 @@ TEST(ThreadPool, DelayedWorkerStillCompletesEveryRegion) {
   EXPECT_EQ(others.load(), n - 1);
 }
 
+// A worker that keeps losing its CPU while jobs keep coming (here it sleeps
+// inside each tile it takes) is benched: jobs run on the other threads and
+// still complete, and once it runs normally it is back after the bench.
+TEST(ThreadPool, DescheduledWorkerIsBenchedAndComesBack) {
+  ThreadPool pool(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> slow{true};
+  int most_benched = 0, least_benched = 1;
+  auto run_for = [&](int ms) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (std::chrono::steady_clock::now() < end) {
+      std::vector<std::atomic<int>> hits(64);
+      pool.parallel_for(64, [&](int64_t b, int64_t e) {
+        // Every tile computes for 100 us (so the worker joins before the caller took every tile) ...
+        const auto busy_until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
+        while (std::chrono::steady_clock::now() < busy_until) {
+        }
+        // ... and the worker's are off the CPU for 1 ms more.
+        if (slow.load() && std::this_thread::get_id() != caller) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        for (int64_t i = b; i < e; ++i) hits[i]++;
+      });
+      for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+      most_benched = std::max(most_benched, pool.benched_workers());
+      if (!slow.load()) least_benched = std::min(least_benched, pool.benched_workers());
+    }
+  };
+  run_for(400);
+  EXPECT_EQ(most_benched, 1) << "a worker off its CPU for whole windows was not benched";
+  slow = false;  // back after the bench (a loaded machine may bench it again, but not at once)
+  for (int t = 0; t < 60 && least_benched != 0; ++t) run_for(50);
+  EXPECT_EQ(least_benched, 0) << "the worker never came back";
+}
+
 // Tiles split the range finer than one chunk per thread, in order, and a kernel that writes each index from
 // its own inputs gives the same result whatever the thread count.
 TEST(ThreadPool, ResultsIndependentOfThreadsAndTiles) {

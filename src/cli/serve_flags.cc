@@ -73,7 +73,9 @@ std::vector<FlagSpec> serve_flags() {
       {"--chat-template", "", true, "Jinja chat template file (default: the model's own)", kFrontend},
       {"--enable-auto-tool-choice", "", false, "refused until the server parses tool calls (issue 19)", kFrontend},
       {"--tool-call-parser", "", true, "refused until the server parses tool calls (issue 19)", kFrontend},
-      {"--reasoning-parser", "", true, "refused until the server splits reasoning_content (issue 19)", kFrontend},
+      {"--reasoning-parser", "", true,
+       "qwen3: chat answers carry the <think> ... </think> span as reasoning_content (streamed too), the rest as "
+       "content", kFrontend},
       {"--uvicorn-log-level", "", true,
        "critical, error, warning: no per-request lines; info, debug, trace: one line per HTTP request", kFrontend},
       {"--log-requests", "", false, "one line per HTTP request on stderr", kFrontend},
@@ -157,7 +159,7 @@ ServeSettings read_serve_flags(const Args& a) {
            "a model or replicates it; use 1 (run one server per replica)");
   }
   // API features of issue 19.
-  for (const char* p : {"--enable-auto-tool-choice", "--tool-call-parser", "--reasoning-parser"})
+  for (const char* p : {"--enable-auto-tool-choice", "--tool-call-parser"})
     if (a.has(p))
       fail(p, ": not supported yet (", kApiIssue, "); without it the server returns the model's raw text, "
            "tool-call markup and <think> included");
@@ -168,6 +170,10 @@ ServeSettings read_serve_flags(const Args& a) {
   so.served_model_name = a.str("--served-model-name", basename_of(s.model));
   so.api_key = a.str("--api-key", "");
   if (a.has("--seed")) so.seed = a.u64("--seed", 0);
+  so.reasoning_parser = a.str("--reasoning-parser", "");
+  if (a.has("--reasoning-parser") && so.reasoning_parser != "qwen3")
+    fail("--reasoning-parser: \"", so.reasoning_parser, "\" is not supported (supported: qwen3, the <think> ... "
+         "</think> span of Qwen3 / Qwen3.5 answers)");
   // Request logging: --log-requests / --enable-log-requests, or uvicorn's
   // info level (its access log); --disable-log-requests wins.
   const std::string level = a.str("--uvicorn-log-level", "");

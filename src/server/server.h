@@ -31,6 +31,9 @@ struct ServerOptions {
   // Seed of the seeds drawn for requests without "seed" (vLLM's --seed): the
   // n-th such request gets the same seed in every run. nullopt: random per run.
   std::optional<uint64_t> seed;
+  // vLLM's --reasoning-parser: "qwen3" splits chat answers into
+  // reasoning_content and content (server/reasoning.h); "" = raw text.
+  std::string reasoning_parser;
   // A response still waiting for the engine writes a keep-alive after this
   // much silence: an SSE comment, or a space before the JSON answer.
   int heartbeat_ms = 2000;

@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "server/generation.h"
+#include "server/reasoning.h"
 #include "server/server_impl.h"
 
 namespace blockspec {
@@ -36,6 +37,9 @@ struct Answer {
   bool include_usage = false;
   bool role_sent = false, counted = false;
   std::string text;  // non-streaming: the whole answer so far
+  // --reasoning-parser on a chat request: the split, and whether thinking is on.
+  std::optional<ReasoningStream> think;
+  bool thinking_enabled = true;
   Clock::time_point last_write = Clock::now();
 };
 
@@ -53,13 +57,15 @@ json finish_json(const std::string& reason) { return reason.empty() ? json(nullp
 
 json base(const AnswerHead& r) { return {{"id", r.id}, {"object", r.object}, {"created", r.created}, {"model", r.model}}; }
 
-// One SSE chunk; finish: "" while streaming.
-std::string chunk(const AnswerHead& r, const std::string* text, bool role, const std::string& finish, bool usage_null) {
+// One SSE chunk; finish: "" while streaming; reasoning: a chat delta's reasoning_content.
+std::string chunk(const AnswerHead& r, const std::string* text, bool role, const std::string& finish, bool usage_null,
+                  const std::string* reasoning = nullptr) {
   json c = base(r);
   json choice = {{"index", 0}};
   if (r.chat) {
     json delta = json::object();
     if (role) delta["role"] = "assistant";
+    if (reasoning) delta["reasoning_content"] = *reasoning;
     if (text) delta["content"] = *text;
     choice["delta"] = delta;
   } else {
@@ -76,8 +82,16 @@ std::string chunk(const AnswerHead& r, const std::string* text, bool role, const
 json full_answer(const Answer& st) {
   const Generation& g = *st.gen;
   json choice = {{"index", 0}};
-  if (st.reply.chat) choice["message"] = {{"role", "assistant"}, {"content", st.text}};
-  else choice["text"] = st.text;
+  if (st.reply.chat && st.think) {
+    const ReasoningSplit sp = split_reasoning(st.text, st.thinking_enabled);
+    choice["message"] = {{"role", "assistant"},
+                         {"content", sp.content ? json(*sp.content) : json(nullptr)},
+                         {"reasoning_content", sp.reasoning ? json(*sp.reasoning) : json(nullptr)}};
+  } else if (st.reply.chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", st.text}};
+  } else {
+    choice["text"] = st.text;
+  }
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = g.finish_reason();
   json out = base(st.reply);
@@ -149,6 +163,14 @@ bool Server::Impl::sse_step(Answer& st, httplib::DataSink& sink) {
   }
   std::string delta;
   const bool fin = st.gen->poll(delta, kPoll);
+  if (st.think) {  // reasoning_content and content deltas
+    std::string reasoning, content;
+    st.think->feed(delta, reasoning, content);
+    if (fin) st.think->finish(reasoning, content);
+    if (!reasoning.empty() && !send(st, sink, chunk(rp, nullptr, false, "", st.include_usage, &reasoning)))
+      return hang_up(st);
+    delta = content;
+  }
   if (!delta.empty() && !send(st, sink, chunk(rp, &delta, false, "", st.include_usage))) return hang_up(st);
   if (!fin) return still_there(st, sink, ": keep-alive\n\n") || hang_up(st);
   const Generation& g = *st.gen;
@@ -189,6 +211,10 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
   const char* object = chat ? (r.stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
   st->reply = {new_id(chat ? "chatcmpl" : "cmpl"), object, opts.served_model_name, std::time(nullptr), chat};
   st->include_usage = r.include_usage;
+  if (chat && opts.reasoning_parser == "qwen3") {
+    st->thinking_enabled = r.template_opts.enable_thinking.value_or(true);  // Qwen3 thinks unless told not to
+    st->think.emplace(st->thinking_enabled);
+  }
   auto release = [this, st](bool) {
     // Response gone (finished, failed or the server stopped): never leave
     // the request running in the engine.

@@ -60,11 +60,14 @@ TEST(ServeFlags, ParallelismAboveOneIsRefused) {
 
 TEST(ServeFlags, ApiFeaturesNotYetInTheServerAreRefusedWithAPointer) {
   for (const std::vector<std::string>& v : {std::vector<std::string>{kModel, "--enable-auto-tool-choice"},
-                                            {kModel, "--tool-call-parser", "qwen3_xml"},
-                                            {kModel, "--reasoning-parser", "qwen3"}}) {
+                                            {kModel, "--tool-call-parser", "qwen3_xml"}}) {
     const std::string e = error_of(v);
     EXPECT_EQ(e.rfind(v[1] + ": not supported yet (issue 19", 0), 0u) << e;
   }
+  EXPECT_EQ(read({kModel, "--reasoning-parser", "qwen3"}).server.reasoning_parser, "qwen3");
+  EXPECT_TRUE(read({kModel}).server.reasoning_parser.empty());
+  EXPECT_NE(error_of({kModel, "--reasoning-parser", "deepseek_r1"}).find("not supported (supported: qwen3"),
+            std::string::npos);
 }
 
 TEST(ServeFlags, HonouredFlags) {

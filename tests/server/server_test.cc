@@ -20,6 +20,7 @@
 
 #include "model/transformer.h"
 #include "server/generation.h"
+#include "server/reasoning.h"
 #include "model/chat_files.h"
 #include "server/server.h"
 
@@ -404,6 +405,45 @@ TEST(ServerTest, StreamingChatWithIncludeUsage) {
   req["stream"] = false;
   req.erase("stream_options");
   EXPECT_EQ(post("/v1/chat/completions", req).j["choices"][0]["message"]["content"], text);
+}
+
+// --reasoning-parser qwen3 over HTTP: the same greedy answer as a plain
+// server, split into reasoning_content / content by split_reasoning (the
+// tiny model never closes a span: all reasoning while thinking, all content
+// with enable_thinking false), in the JSON answer and in the SSE deltas.
+TEST(ServerTest, ReasoningParserSplitsChatAnswers) {
+  ServerOptions o{"127.0.0.1", 0, "tiny", "", 8, false};
+  o.reasoning_parser = "qwen3";
+  Server s(o);
+  const int port = s.start();
+  s.set_model(env().model);
+  for (bool thinking : {true, false}) {
+    SCOPED_TRACE(thinking ? "thinking" : "not thinking");
+    json req = {{"messages", {{{"role", "user"}, {"content", "Tell me a story"}}}},
+                {"max_tokens", 12},
+                {"temperature", 0},
+                {"ignore_eos", true},
+                {"chat_template_kwargs", {{"enable_thinking", thinking}}}};
+    const std::string raw = post("/v1/chat/completions", req).j["choices"][0]["message"]["content"];
+    const ReasoningSplit want = split_reasoning(raw, thinking);
+    const json msg = post("/v1/chat/completions", req.dump(), port).j["choices"][0]["message"];
+    EXPECT_EQ(msg["reasoning_content"], want.reasoning ? json(*want.reasoning) : json(nullptr)) << msg.dump();
+    EXPECT_EQ(msg["content"], want.content ? json(*want.content) : json(nullptr)) << msg.dump();
+    EXPECT_TRUE(thinking ? msg["content"].is_null() : msg["reasoning_content"].is_null()) << msg.dump();
+    req["stream"] = true;
+    Reply r = post("/v1/chat/completions", req.dump(), port);
+    ASSERT_EQ(r.status, 200) << r.body;
+    std::string reasoning, content;
+    for (const std::string& e : sse_events(r.body)) {
+      if (e == "[DONE]") continue;
+      const json d = json::parse(e)["choices"][0]["delta"];
+      if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+      if (d.contains("content")) content += d["content"].get<std::string>();
+    }
+    EXPECT_EQ(reasoning, want.reasoning.value_or(""));
+    EXPECT_EQ(content, want.content.value_or(""));
+  }
+  s.stop();
 }
 
 TEST(ServerTest, TokenizeDetokenizeRoundTrip) {

@@ -189,8 +189,15 @@ void ThreadPool::worker(int index) {
 
 void ThreadPool::run_tiles() {
   const int64_t units = (job_n_ + job_grain_ - 1) / job_grain_;
-  for (int64_t t = next_.fetch_add(1, std::memory_order_relaxed); t < job_tiles_;
-       t = next_.fetch_add(1, std::memory_order_relaxed)) {
+  // Claims alternate between threads that all run, so claim c maps to tile
+  // (c % T) * k + c / T (k = tiles per thread): each thread then walks one
+  // contiguous block of tiles, one memory stream as with a static split,
+  // and a thread that runs alone still takes every tile.
+  const int64_t T = n_threads_, k = job_tiles_ / T;
+  const bool blocked = !job_dynamic_ && k > 1 && k * T == job_tiles_;
+  for (int64_t c = next_.fetch_add(1, std::memory_order_relaxed); c < job_tiles_;
+       c = next_.fetch_add(1, std::memory_order_relaxed)) {
+    const int64_t t = blocked ? (c % T) * k + c / T : c;
     const int64_t u0 = t * units / job_tiles_, u1 = (t + 1) * units / job_tiles_;
     const int64_t b = std::min(job_n_, u0 * job_grain_), e = std::min(job_n_, u1 * job_grain_);
     if (job_dynamic_) {

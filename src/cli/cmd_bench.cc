@@ -8,7 +8,6 @@
 
 #include "base/error.h"
 #include "base/memory_bandwidth.h"
-#include "base/thread_pool.h"
 #include "base/timer.h"
 #include "cli/args.h"
 #include "cli/bench_serving.h"
@@ -157,9 +156,8 @@ int cmd_bench(const std::vector<std::string>& argv) {
   {
     std::string line;
     for (double c : cpu_s) line += str_cat(line.empty() ? "" : ", ", std::round(c * 100) / 100, " s");
-    std::fprintf(stderr, "threads: %d (%s); CPU time %s over %.2f s wall (the caller, then each worker)\n",
-                 model->n_threads(), a.has("--threads") ? "--threads" : available_cpus().why.c_str(), line.c_str(),
-                 wall_s);
+    std::fprintf(stderr, "threads: %s; CPU time %s over %.2f s wall (the caller, then each worker)\n",
+                 threads_line(*model, mo).c_str(), line.c_str(), wall_s);
   }
   // Speculative decoding: verification cost per K, and spec vs plain decode
   // on real prompts (each checked lossless) at concurrency 1.

@@ -9,7 +9,6 @@
 #include <thread>
 
 #include "base/error.h"
-#include "base/thread_pool.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_files.h"
@@ -76,9 +75,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   if (tok.vocab_size() > model->config().vocab_size)
     fail(path, ": the tokenizer has ", tok.vocab_size(), " tokens but the model's vocab_size is ",
          model->config().vocab_size);
-  const CpuBudget cpus = available_cpus();
-  std::fprintf(stderr, "blockspec serve: threads: %d (%s)\n", model->n_threads(),
-               mo.n_threads > 0 ? "--threads" : cpus.why.c_str());
+  std::fprintf(stderr, "blockspec serve: threads: %s\n", threads_line(*model, mo).c_str());
   bool draft_kv_given = false;
   if (eo.spec) {
     eo.drafter = load_spec_drafter(*eo.spec, *model);
@@ -119,9 +116,11 @@ int cmd_serve(const std::vector<std::string>& argv) {
     spec_line = str_cat(", speculative ", eo.spec->method_name());
     if (eo.spec->adaptive_k) spec_line += " (adaptive K)";
     else spec_line += str_cat(" K=", eo.spec->num_speculative_tokens);
-    for (const SpecConfig::BatchK& r : eo.spec->k_by_batch)
-      spec_line += str_cat(r.lo == eo.spec->k_by_batch.front().lo ? ", K by batch size:" : ",", " ", r.lo, "-", r.hi,
-                           ": ", std::min(r.k, eo.spec->num_speculative_tokens));
+    const char* sep = ", K by batch size:";
+    for (const SpecConfig::BatchK& r : eo.spec->k_by_batch) {
+      spec_line += str_cat(sep, " ", r.lo, "-", r.hi, ": ", std::min(r.k, eo.spec->num_speculative_tokens));
+      sep = ",";
+    }
   }
   std::fprintf(stderr, "blockspec serve: ready: model \"%s\", max_model_len %lld, max_num_seqs %lld%s\n",
                so.served_model_name.c_str(), static_cast<long long>(max_len),

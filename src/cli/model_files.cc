@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/thread_pool.h"
 #include "formats/gguf.h"
 #include "formats/gguf_model.h"
 #include "model/weight_source.h"
@@ -95,6 +96,10 @@ ModelOptions model_options(const Args& a) {
   return mo;
 }
 
+
+std::string threads_line(const Transformer& model, const ModelOptions& mo) {
+  return str_cat(model.n_threads(), " (", mo.n_threads > 0 ? std::string("--threads") : available_cpus().why, ")");
+}
 
 std::string read_calib_text(const std::string& path, const std::string& command) {
   std::ifstream f(path, std::ios::binary);

@@ -25,5 +25,8 @@ std::vector<FlagSpec> model_flags();
 // name fails with one line naming `flag` and the valid values.
 std::optional<KvDType> parse_kv_cache_dtype(const std::string& flag, const std::string& value);
 ModelOptions model_options(const Args& a);
+// "N (why)": the model's worker threads and what chose the count (--threads,
+// or available_cpus()'s reason), for the start-up / bench lines.
+std::string threads_line(const Transformer& model, const ModelOptions& mo);
 
 }  // namespace blockspec

@@ -18,9 +18,9 @@ namespace blockspec {
 
 namespace {
 
-// The API features of issue 19 (tool calls, reasoning, logprobs, prefix
-// caching) are not in the server yet; flags that turn them on say so.
-constexpr const char* kApiIssue = "issue 19, the serving API: tool calls, reasoning, logprobs, prefix caching";
+// The API features of issue 19 not in the server yet (tool calls, logprobs,
+// prefix caching); flags that turn them on say so.
+constexpr const char* kApiIssue = "issue 19, the serving API: tool calls, logprobs, prefix caching";
 
 const char* kFrontend = "Frontend (HTTP server)";
 const char* kModel = "ModelConfig";
@@ -162,7 +162,7 @@ ServeSettings read_serve_flags(const Args& a) {
   for (const char* p : {"--enable-auto-tool-choice", "--tool-call-parser"})
     if (a.has(p))
       fail(p, ": not supported yet (", kApiIssue, "); without it the server returns the model's raw text, "
-           "tool-call markup and <think> included");
+           "tool-call markup included");
 
   ServerOptions& so = s.server;
   so.host = a.str("--host", "127.0.0.1");

@@ -1,5 +1,6 @@
 // The memory of the KV cache shared by many sequences (continuous
-// batching): one 64-byte aligned allocation of n_pages pages, each holding
+// batching): one anonymous mapping (zeroed, page-aligned, memory taken as
+// pages are first written) of n_pages pages, each holding
 // page_tokens tokens of K and V (codes and per-token scales) for every
 // layer. Storage only: which page belongs to whom is a BlockAllocator's
 // business (kv/block_allocator.h), and a sequence's KvCache is a view

@@ -105,9 +105,10 @@ void Engine::Impl::step() {
 
   const ModelRunner::StepOutcome o =
       runner->run(plan, [this](const SeqState& st) -> Sequence& { return *live.at(st.id); });
+  const bool any_decode =
+      std::any_of(plan.rows.begin(), plan.rows.end(), [](const StepPlan::Row& r) { return r.decode; });
   if (o.n_drafted > 0) draft_cost.drafted(o.draft_seconds * 1e3 / static_cast<double>(o.n_drafted));
-  else if (std::any_of(plan.rows.begin(), plan.rows.end(), [](const StepPlan::Row& r) { return r.decode; }))
-    draft_cost.idle();
+  else if (any_decode) draft_cost.idle();
   // Report this step's tokens (and the ends).
   std::vector<uint64_t> ended;
   for (Sequence* sp : o.touched) {
@@ -137,8 +138,7 @@ void Engine::Impl::step() {
   m.prompt_tokens += static_cast<uint64_t>(o.prompt_tokens);
   m.steps++;
   m.last_k = plan.k;
-  if (spec && std::any_of(plan.rows.begin(), plan.rows.end(), [](const StepPlan::Row& r) { return r.decode; }))
-    m.steps_by_k[plan.k]++;
+  if (spec && any_decode) m.steps_by_k[plan.k]++;
 }
 
 }  // namespace blockspec

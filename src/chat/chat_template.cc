@@ -15,6 +15,8 @@ std::string ChatTemplate::apply(const std::vector<ChatMessage>& messages, const 
   for (const auto& m : messages) {
     ordered_json j = {{"role", m.role}, {"content", m.content}};
     if (!m.reasoning_content.empty()) j["reasoning_content"] = m.reasoning_content;
+    if (!m.tool_calls.is_null()) j["tool_calls"] = m.tool_calls;
+    if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
     list.push_back(std::move(j));
   }
   return apply_json(list, opts);

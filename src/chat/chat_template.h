@@ -24,6 +24,11 @@ struct ChatMessage {
   std::string role;
   std::string content;
   std::string reasoning_content;  // empty: the message has no reasoning_content key
+  // An assistant message's tool calls, [{"id", "type", "function": {"name",
+  // "arguments": {...}}}] with arguments as an object (what tool-use
+  // templates expect); null: no tool_calls key.
+  nlohmann::ordered_json tool_calls;
+  std::string tool_call_id;  // a "tool" message: the call it answers (empty: no key)
 };
 
 struct ChatTemplateOptions {

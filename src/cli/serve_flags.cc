@@ -13,14 +13,15 @@
 #include "cli/model_files.h"
 #include "cli/spec_cli.h"
 #include "cli/spec_config.h"
+#include "server/tool_calls.h"
 
 namespace blockspec {
 
 namespace {
 
-// The API features of issue 19 not in the server yet (tool calls, logprobs,
-// prefix caching); flags that turn them on say so.
-constexpr const char* kApiIssue = "issue 19, the serving API: tool calls, logprobs, prefix caching";
+// The API features of issue 19 not in the server yet (logprobs, prefix
+// caching); flags that turn them on say so.
+constexpr const char* kApiIssue = "issue 19, the serving API: logprobs, prefix caching";
 
 const char* kFrontend = "Frontend (HTTP server)";
 const char* kModel = "ModelConfig";
@@ -71,8 +72,12 @@ std::vector<FlagSpec> serve_flags() {
       {"--port", "", true, "port to listen on; 0 = any free port (default 8000)", kFrontend},
       {"--api-key", "", true, "require \"Authorization: Bearer KEY\" on every endpoint but /health", kFrontend},
       {"--chat-template", "", true, "Jinja chat template file (default: the model's own)", kFrontend},
-      {"--enable-auto-tool-choice", "", false, "refused until the server parses tool calls (issue 19)", kFrontend},
-      {"--tool-call-parser", "", true, "refused until the server parses tool calls (issue 19)", kFrontend},
+      {"--enable-auto-tool-choice", "", false,
+       "chat requests with tools and tool_choice \"auto\" get the model's tool calls as tool_calls (needs "
+       "--tool-call-parser)", kFrontend},
+      {"--tool-call-parser", "", true,
+       "hermes (<tool_call>{json}</tool_call>: Qwen2.5, Qwen3, Hermes), qwen3_coder or qwen3_xml "
+       "(<function=...><parameter=...>: Qwen3-Coder, Qwen3.5)", kFrontend},
       {"--reasoning-parser", "", true,
        "qwen3: chat answers carry the <think> ... </think> span as reasoning_content (streamed too), the rest as "
        "content", kFrontend},
@@ -158,13 +163,15 @@ ServeSettings read_serve_flags(const Args& a) {
       fail(p, " ", n, ": blockspec serves from one process on this machine's CPU and has no backend that splits "
            "a model or replicates it; use 1 (run one server per replica)");
   }
-  // API features of issue 19.
-  for (const char* p : {"--enable-auto-tool-choice", "--tool-call-parser"})
-    if (a.has(p))
-      fail(p, ": not supported yet (", kApiIssue, "); without it the server returns the model's raw text, "
-           "tool-call markup included");
-
   ServerOptions& so = s.server;
+  // Tool calls: vLLM's pair of flags, each useless without the other.
+  so.enable_auto_tool_choice = a.has("--enable-auto-tool-choice");
+  so.tool_call_parser = a.str("--tool-call-parser", "");
+  if (a.has("--tool-call-parser") && !tool_call_format(so.tool_call_parser))
+    fail("--tool-call-parser: \"", so.tool_call_parser, "\" is not supported (supported: ", kToolCallParsers, ")");
+  if (so.enable_auto_tool_choice && so.tool_call_parser.empty())
+    fail("--enable-auto-tool-choice: needs --tool-call-parser (", kToolCallParsers, ")");
+
   so.host = a.str("--host", "127.0.0.1");
   so.port = static_cast<int>(in_range(a, "--port", 8000, 0, 65535));
   so.served_model_name = a.str("--served-model-name", basename_of(s.model));

@@ -78,6 +78,9 @@ struct RequestParams {
 // What the engine reports to a request: new tokens, and once, the end.
 struct TokenEvent {
   std::vector<int32_t> tokens;  // newly generated (may be empty on the final event)
+  // The last of `tokens` is the eos / stop token that ends the request (its
+  // text is not part of the answer: vLLM's rule unless include_stop_str_in_output).
+  bool ends_with_stop_token = false;
   bool finished = false;
   std::string finish_reason;    // "stop" (eos / stop token), "length", "abort" (cancelled), "error"
   std::string error;            // when finish_reason == "error"

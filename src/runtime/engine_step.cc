@@ -121,6 +121,7 @@ void Engine::Impl::step() {
       }
       TokenEvent ev;
       ev.tokens = s.out;
+      ev.ends_with_stop_token = s.end_reason == "stop";  // set only by a stop token (ModelRunner::emit)
       ev.prompt_tokens = s.st.prompt_len;
       ev.completion_tokens = s.st.n_generated;
       if (s.on_event) s.on_event(ev);

@@ -79,9 +79,10 @@ void Generation::cancel() {
 }
 
 void Generation::handle(const TokenEvent& ev, std::string& delta) {
-  for (int32_t t : ev.tokens) {
+  for (size_t i = 0; i < ev.tokens.size(); ++i) {
     ++completion_tokens_;
-    delta += stop_.push(decoder_.push(t));
+    if (ev.ends_with_stop_token && i + 1 == ev.tokens.size()) break;  // counted, not shown
+    delta += stop_.push(decoder_.push(ev.tokens[i]));
     if (stop_.stopped()) {
       // Cut at the stop string: the engine need not generate any further,
       // and counts the request as ended by "stop", not as aborted.

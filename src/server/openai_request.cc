@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "server/python_json.h"
 
 namespace blockspec {
 
@@ -88,12 +89,12 @@ void reject_unsupported(const json& j, bool chat) {
     if (!v->is_object()) bad("logit_bias", "'logit_bias' must be an object");
     if (!v->empty()) unsupported("logit_bias");
   }
-  if (const json* v = field(j, "tools")) {
-    if (!v->is_array()) bad("tools", "'tools' must be an array");
-    if (!v->empty()) unsupported("tools");
-  }
-  if (const json* v = field(j, "tool_choice")) {
-    if (!(v->is_string() && (*v == "none" || *v == "auto"))) unsupported("tool_choice");
+  if (!chat) {
+    if (const json* v = field(j, "tools")) {
+      if (!v->is_array()) bad("tools", "'tools' must be an array");
+      if (!v->empty()) bad("tools", "'tools' is a /v1/chat/completions parameter");
+    }
+    if (field(j, "tool_choice")) bad("tool_choice", "'tool_choice' is a /v1/chat/completions parameter");
   }
   if (field(j, "functions")) unsupported("functions");
   if (const json* v = field(j, "response_format")) {
@@ -176,7 +177,8 @@ void parse_sampling(const json& j, GenRequest& r, bool chat, const RequestDefaul
 }
 
 // content: a string, or a list of {"type":"text","text":...} parts (joined
-// with "\n" as vLLM does); null for an assistant message.
+// with "\n" as vLLM does); null for an assistant message (then "", as vLLM
+// renders an assistant message that only carries tool calls).
 std::string message_content(const json& m, size_t i) {
   const std::string param = str_cat("messages[", i, "].content");
   auto it = m.find("content");
@@ -196,6 +198,45 @@ std::string message_content(const json& m, size_t i) {
   return out;
 }
 
+// An assistant message's tool_calls as tool-use templates expect them:
+// arguments parsed into an object (vLLM's _postprocess_messages: a JSON
+// string is loaded, null or "" becomes {}).
+nlohmann::ordered_json message_tool_calls(const json& v, const std::string& param) {
+  if (!v.is_array()) bad(param, str_cat("'", param, "' must be a list of tool calls"));
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t k = 0; k < v.size(); ++k) {
+    const std::string at = str_cat(param, "[", k, "]");
+    const json& c = v[k];
+    const json* f = c.is_object() ? field(c, "function") : nullptr;
+    if (!f || !f->is_object()) bad(at, str_cat("'", at, "' must be an object with a 'function' object"));
+    const json* name = field(*f, "name");
+    if (!name || !name->is_string()) bad(at + ".function.name", str_cat("'", at, ".function.name' must be a string"));
+    nlohmann::ordered_json args = nlohmann::ordered_json::object();
+    if (const json* a = field(*f, "arguments")) {
+      if (a->is_string()) {
+        if (!a->get<std::string>().empty()) {
+          auto parsed = py_json_loads(a->get<std::string>());
+          if (!parsed) bad(at + ".function.arguments", str_cat("'", at, ".function.arguments' is not valid JSON"));
+          args = *parsed;
+        }
+      } else if (a->is_object() || a->is_array()) {
+        args = nlohmann::ordered_json::parse(a->dump());
+      } else {
+        bad(at + ".function.arguments", str_cat("'", at, ".function.arguments' must be a JSON string"));
+      }
+    }
+    nlohmann::ordered_json call = nlohmann::ordered_json::object();
+    if (const json* id = field(c, "id")) {
+      if (!id->is_string()) bad(at + ".id", str_cat("'", at, ".id' must be a string"));
+      call["id"] = id->get<std::string>();
+    }
+    call["type"] = "function";
+    call["function"] = {{"name", name->get<std::string>()}, {"arguments", std::move(args)}};
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 std::vector<ChatMessage> parse_messages(const json& j) {
   const json* v = field(j, "messages");
   if (!v) bad("messages", "'messages' is required");
@@ -211,11 +252,19 @@ std::vector<ChatMessage> parse_messages(const json& j) {
     ChatMessage cm;
     cm.role = role->get<std::string>();
     if (cm.role == "developer") cm.role = "system";
-    if (cm.role != "system" && cm.role != "user" && cm.role != "assistant")
-      bad(str_cat("messages[", i, "].role"),
-          str_cat("'messages[", i, "].role' must be system, user or assistant, found ", quote_for_message(cm.role)));
-    if (m.contains("tool_calls") && !m["tool_calls"].is_null() && !m["tool_calls"].empty())
-      bad(str_cat("messages[", i, "].tool_calls"), "tool calls are not supported by this server");
+    if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "tool")
+      bad(str_cat("messages[", i, "].role"), str_cat("'messages[", i, "].role' must be system, user, assistant or tool, found ",
+                                                  quote_for_message(cm.role)));
+    if (const json* tc = field(m, "tool_calls")) {
+      if (cm.role != "assistant") bad(str_cat("messages[", i, "].tool_calls"), "only assistant messages carry tool_calls");
+      cm.tool_calls = message_tool_calls(*tc, str_cat("messages[", i, "].tool_calls"));
+    }
+    if (cm.role == "tool") {
+      if (const json* id = field(m, "tool_call_id")) {
+        if (!id->is_string()) bad(str_cat("messages[", i, "].tool_call_id"), "'tool_call_id' must be a string");
+        cm.tool_call_id = id->get<std::string>();
+      }
+    }
     if (cm.role != "assistant" && (!m.contains("content") || m["content"].is_null()))
       bad(str_cat("messages[", i, "].content"), str_cat("'messages[", i, "].content' is required"));
     cm.content = message_content(m, i);
@@ -289,13 +338,91 @@ GenRequest parse_completion_request(const json& j, const RequestDefaults& defaul
   return r;
 }
 
+template <class J>
+nlohmann::ordered_json normalized_tools(const J& j) {
+  auto it = j.find("tools");
+  if (it == j.end() || it->is_null()) return nullptr;
+  if (!it->is_array()) bad("tools", "'tools' must be a list of tools");
+  if (it->empty()) return nullptr;
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < it->size(); ++i) {
+    const std::string at = str_cat("tools[", i, "]");
+    const auto& t = (*it)[i];
+    if (!t.is_object()) bad(at, str_cat("'", at, "' must be an object"));
+    if (t.contains("type") && t["type"] != "function")
+      bad(at + ".type", str_cat("'", at, ".type' must be \"function\", found ", t["type"].dump()));
+    if (!t.contains("function") || !t["function"].is_object())
+      bad(at + ".function", str_cat("'", at, ".function' must be an object"));
+    const auto& f = t["function"];
+    if (!f.contains("name") || !f["name"].is_string() || f["name"].template get<std::string>().empty())
+      bad(at + ".function.name", str_cat("'", at, ".function.name' must be a non-empty string"));
+    if (f.contains("description") && !f["description"].is_null() && !f["description"].is_string())
+      bad(at + ".function.description", str_cat("'", at, ".function.description' must be a string"));
+    if (f.contains("parameters") && !f["parameters"].is_null() && !f["parameters"].is_object())
+      bad(at + ".function.parameters", str_cat("'", at, ".function.parameters' must be a JSON schema object"));
+    // As vLLM renders them (the pydantic model's dump): type, then the
+    // function's name, description, parameters (null when not given), then
+    // any other keys the client sent, in its order.
+    nlohmann::ordered_json fn = {{"name", f["name"]},
+                                 {"description", f.contains("description") ? f["description"] : nullptr},
+                                 {"parameters", f.contains("parameters") ? f["parameters"] : nullptr}};
+    for (auto kv = f.begin(); kv != f.end(); ++kv)
+      if (!fn.contains(kv.key())) fn[kv.key()] = nlohmann::ordered_json::parse(kv->dump());
+    fn["parameters"] = nlohmann::ordered_json::parse(fn["parameters"].dump());
+    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+  }
+  return out;
+}
+
+// tool_choice: "none", "auto" (the default with tools), "required" or
+// {"type": "function", "function": {"name": ...}}.
+void parse_tool_choice(const json& j, GenRequest& r) {
+  r.tool_choice = r.tools.is_null() ? "none" : "auto";
+  if (const json* v = field(j, "tool_choice")) {
+    if (v->is_string() && (*v == "none" || *v == "auto" || *v == "required")) {
+      r.tool_choice = v->get<std::string>();
+    } else if (v->is_object() && field(*v, "function") && (*v)["function"].is_object() &&
+               field((*v)["function"], "name") && (*v)["function"]["name"].is_string()) {
+      r.tool_choice = "function:" + (*v)["function"]["name"].get<std::string>();
+    } else {
+      bad("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                         "\"function\": {\"name\": ...}}");
+    }
+  }
+  if (r.tool_choice != "none" && r.tools.is_null())
+    bad("tool_choice", str_cat("'tool_choice' is ", quote_for_message(r.tool_choice), " but the request has no 'tools'"));
+  if (r.tool_choice == "required" || r.tool_choice.rfind("function:", 0) == 0) {
+    if (r.tool_choice != "required") {
+      const std::string name = r.tool_choice.substr(9);
+      bool found = false;
+      for (const auto& t : r.tools) found = found || t["function"]["name"] == name;
+      if (!found) bad("tool_choice", str_cat("'tool_choice' names the function ", quote_for_message(name),
+                                             ", which is not in 'tools'"));
+    }
+    // vLLM forces these with guided decoding (a JSON schema grammar); this
+    // server has no constrained decoding yet (issue 19, structured output).
+    bad("tool_choice", "'tool_choice' \"required\" and named functions need constrained decoding, which this server "
+                       "does not have yet; use \"auto\" (the model decides) or \"none\"");
+  }
+  r.parallel_tool_calls = boolean(j, "parallel_tool_calls", true);
+}
+
 GenRequest parse_chat_request(const json& j, const RequestDefaults& defaults) {
   GenRequest r;
   r.chat = true;
   parse_sampling(j, r, /*chat=*/true, defaults);
   r.messages = parse_messages(j);
   r.template_opts = template_options(j);
+  r.tools = normalized_tools(j);
+  parse_tool_choice(j, r);
+  r.template_opts.tools = r.tools;
   return r;
+}
+
+void keep_client_order(GenRequest& r, const std::string& body) {
+  if (r.tools.is_null()) return;
+  r.tools = normalized_tools(nlohmann::ordered_json::parse(body));
+  r.template_opts.tools = r.tools;
 }
 
 void resolve_max_tokens(GenRequest& r, int64_t n_prompt, int64_t max_model_len) {
@@ -318,6 +445,7 @@ TokenizeRequest parse_tokenize_request(const json& j) {
   if (field(j, "messages")) {
     t.messages = parse_messages(j);
     t.template_opts = template_options(j);
+    t.template_opts.tools = normalized_tools(j);
     t.add_special_tokens = boolean(j, "add_special_tokens", false);
   } else if (const json* p = field(j, "prompt")) {
     if (!p->is_string()) bad("prompt", "'prompt' must be a string");

@@ -48,6 +48,11 @@ struct GenRequest {
   bool stream = false, include_usage = false;
   bool skip_special_tokens = true;
   bool has_seed = false;  // no seed: the server draws one (unseeded requests differ, as with OpenAI)
+  // Chat tools, as vLLM renders them into the prompt (null: none), and
+  // tool_choice: "none" or "auto" ("required" and named functions are refused).
+  nlohmann::ordered_json tools;
+  std::string tool_choice = "none";
+  bool parallel_tool_calls = true;  // false: only the first tool call is returned
 };
 
 // Fields the request omits take their value from `defaults` (the model's
@@ -55,6 +60,9 @@ struct GenRequest {
 // unless ignore_eos.
 GenRequest parse_completion_request(const nlohmann::json& j, const RequestDefaults& defaults = {});
 GenRequest parse_chat_request(const nlohmann::json& j, const RequestDefaults& defaults = {});
+// Re-reads `tools` from the raw body in the client's key order (parse_body's
+// JSON sorts keys; the prompt renders tools with tojson, as the client sent them).
+void keep_client_order(GenRequest& r, const std::string& body);
 
 // Resolves max_tokens against the prompt length (when not given: the
 // default_max_tokens cut to what fits, else completions 16 and chat the

@@ -113,6 +113,8 @@ void Server::Impl::handle_tokenize(const httplib::Request& req, httplib::Respons
     g.chat = true;
     g.messages = t.messages;
     g.template_opts = t.template_opts;
+    g.tools = t.template_opts.tools;
+    keep_client_order(g, req.body);
     ids = prompt_ids_for(*m, g);
   }
   set_json(res, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", m->engine->max_model_len()}});

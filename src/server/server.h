@@ -34,6 +34,11 @@ struct ServerOptions {
   // vLLM's --reasoning-parser: "qwen3" splits chat answers into
   // reasoning_content and content (server/reasoning.h); "" = raw text.
   std::string reasoning_parser;
+  // vLLM's --enable-auto-tool-choice and --tool-call-parser: chat requests
+  // with tools (tool_choice "auto") get the model's tool calls as tool_calls
+  // (server/tool_calls.h); without both, such requests are refused (400).
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;
   // A response still waiting for the engine writes a keep-alive after this
   // much silence: an SSE comment, or a space before the JSON answer.
   int heartbeat_ms = 2000;

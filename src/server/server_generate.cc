@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "server/generation.h"
 #include "server/reasoning.h"
+#include "server/tool_calls.h"
 #include "server/server_impl.h"
 
 namespace blockspec {
@@ -40,6 +41,12 @@ struct Answer {
   // --reasoning-parser on a chat request: the split, and whether thinking is on.
   std::optional<ReasoningStream> think;
   bool thinking_enabled = true;
+  // --tool-call-parser on a chat request with tools and tool_choice "auto".
+  std::optional<ToolCallFormat> tool_format;
+  nlohmann::ordered_json tools;
+  std::optional<ToolCallStream> tool_stream;  // streaming: the split as pieces arrive
+  bool parallel_tool_calls = true;
+  std::function<std::string()> new_tool_id;
   Clock::time_point last_write = Clock::now();
 };
 
@@ -57,9 +64,10 @@ json finish_json(const std::string& reason) { return reason.empty() ? json(nullp
 
 json base(const AnswerHead& r) { return {{"id", r.id}, {"object", r.object}, {"created", r.created}, {"model", r.model}}; }
 
-// One SSE chunk; finish: "" while streaming; reasoning: a chat delta's reasoning_content.
+// One SSE chunk; finish: "" while streaming; reasoning: a chat delta's
+// reasoning_content; tool_calls: a chat delta's tool_calls.
 std::string chunk(const AnswerHead& r, const std::string* text, bool role, const std::string& finish, bool usage_null,
-                  const std::string* reasoning = nullptr) {
+                  const std::string* reasoning = nullptr, const json* tool_calls = nullptr) {
   json c = base(r);
   json choice = {{"index", 0}};
   if (r.chat) {
@@ -67,6 +75,7 @@ std::string chunk(const AnswerHead& r, const std::string* text, bool role, const
     if (role) delta["role"] = "assistant";
     if (reasoning) delta["reasoning_content"] = *reasoning;
     if (text) delta["content"] = *text;
+    if (tool_calls) delta["tool_calls"] = *tool_calls;
     choice["delta"] = delta;
   } else {
     choice["text"] = text ? *text : "";
@@ -78,22 +87,39 @@ std::string chunk(const AnswerHead& r, const std::string* text, bool role, const
   return "data: " + dump_json(c) + "\n\n";
 }
 
+// A tool call as the API writes it (message.tool_calls[i]).
+json tool_call_json(const ToolCall& c) {
+  return {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+}
+
 // The one JSON answer of a non-streaming request.
 json full_answer(const Answer& st) {
   const Generation& g = *st.gen;
   json choice = {{"index", 0}};
-  if (st.reply.chat && st.think) {
-    const ReasoningSplit sp = split_reasoning(st.text, st.thinking_enabled);
-    choice["message"] = {{"role", "assistant"},
-                         {"content", sp.content ? json(*sp.content) : json(nullptr)},
-                         {"reasoning_content", sp.reasoning ? json(*sp.reasoning) : json(nullptr)}};
-  } else if (st.reply.chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", st.text}};
+  std::string finish = g.finish_reason();
+  if (st.reply.chat) {
+    std::optional<std::string> content = st.text, reasoning;
+    if (st.think) {
+      const ReasoningSplit sp = split_reasoning(st.text, st.thinking_enabled);
+      content = sp.content;
+      reasoning = sp.reasoning;
+    }
+    json calls = json::array();
+    if (st.tool_format) {
+      ToolCallSplit tc = extract_tool_calls(*st.tool_format, content.value_or(""), st.tools, st.new_tool_id);
+      if (!st.parallel_tool_calls && tc.calls.size() > 1) tc.calls.resize(1);
+      for (const ToolCall& c : tc.calls) calls.push_back(tool_call_json(c));
+      if (content) content = tc.content;
+      if (!tc.calls.empty()) finish = "tool_calls";  // vLLM: auto tool calls end the turn so
+    }
+    choice["message"] = {{"role", "assistant"}, {"content", content ? json(*content) : json(nullptr)}};
+    if (st.think) choice["message"]["reasoning_content"] = reasoning ? json(*reasoning) : json(nullptr);
+    choice["message"]["tool_calls"] = calls;
   } else {
     choice["text"] = st.text;
   }
   choice["logprobs"] = nullptr;
-  choice["finish_reason"] = g.finish_reason();
+  choice["finish_reason"] = finish;
   json out = base(st.reply);
   out["choices"] = json::array({choice});
   out["usage"] = usage_json(g);
@@ -171,6 +197,29 @@ bool Server::Impl::sse_step(Answer& st, httplib::DataSink& sink) {
       return hang_up(st);
     delta = content;
   }
+  if (st.tool_stream) {  // content and tool_calls deltas
+    std::vector<ToolCallDelta> pieces;
+    st.tool_stream->feed(delta, pieces);
+    if (fin) st.tool_stream->finish(pieces);
+    delta.clear();
+    for (const ToolCallDelta& d : pieces) {
+      if (d.index < 0) {
+        if (!send(st, sink, chunk(rp, &d.content, false, "", st.include_usage))) return hang_up(st);
+        continue;
+      }
+      if (d.index > 0 && !st.parallel_tool_calls) continue;
+      json call = {{"index", d.index}};
+      if (!d.id.empty()) {
+        call["id"] = d.id;
+        call["type"] = "function";
+        call["function"] = {{"name", d.name}, {"arguments", d.arguments}};
+      } else {
+        call["function"] = {{"arguments", d.arguments}};
+      }
+      const json calls = json::array({call});
+      if (!send(st, sink, chunk(rp, nullptr, false, "", st.include_usage, nullptr, &calls))) return hang_up(st);
+    }
+  }
   if (!delta.empty() && !send(st, sink, chunk(rp, &delta, false, "", st.include_usage))) return hang_up(st);
   if (!fin) return still_there(st, sink, ": keep-alive\n\n") || hang_up(st);
   const Generation& g = *st.gen;
@@ -179,7 +228,9 @@ bool Server::Impl::sse_step(Answer& st, httplib::DataSink& sink) {
   if (g.finish_reason() == "error" || g.finish_reason() == "abort") {
     send(st, sink, "data: " + failure_body(g) + "\n\n");
   } else {
-    if (!send(st, sink, chunk(rp, nullptr, false, g.finish_reason(), st.include_usage))) return false;
+    const bool called = st.tool_stream && st.tool_stream->n_calls() > 0;
+    if (!send(st, sink, chunk(rp, nullptr, false, called ? "tool_calls" : g.finish_reason(), st.include_usage)))
+      return false;
     if (st.include_usage) {
       json u = base(rp);
       u["choices"] = json::array();
@@ -199,6 +250,15 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
   if (!r.model.empty() && r.model != opts.served_model_name)
     throw ApiError(400, "the model '" + r.model + "' does not exist; this server serves '" + opts.served_model_name + "'",
                    "model");
+  if (chat) {
+    keep_client_order(r, req.body);
+    if (r.tool_choice == "auto" && !(opts.enable_auto_tool_choice && !opts.tool_call_parser.empty()))
+      throw ApiError(400, "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
+                     "tool_choice");
+    // The parser reads the tags as text: keep them even where the vocabulary
+    // marks them special (vLLM's hermes parser does the same).
+    if (r.tool_choice == "auto") r.skip_special_tokens = false;
+  }
   r.params.prompt = prompt_ids_for(*m, r);
   resolve_max_tokens(r, static_cast<int64_t>(r.params.prompt.size()), m->engine->max_model_len());
   check_token_ids(r.params.stop_token_ids, m->engine->vocab_size(), "stop_token_ids");
@@ -214,6 +274,13 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
   if (chat && opts.reasoning_parser == "qwen3") {
     st->thinking_enabled = r.template_opts.enable_thinking.value_or(true);  // Qwen3 thinks unless told not to
     st->think.emplace(st->thinking_enabled);
+  }
+  if (chat && r.tool_choice == "auto") {
+    st->tool_format = tool_call_format(opts.tool_call_parser);
+    st->tools = r.tools;
+    st->parallel_tool_calls = r.parallel_tool_calls;
+    st->new_tool_id = [this] { return new_id("chatcmpl-tool"); };
+    if (r.stream) st->tool_stream.emplace(*st->tool_format, st->tools, st->new_tool_id);
   }
   auto release = [this, st](bool) {
     // Response gone (finished, failed or the server stopped): never leave

@@ -58,12 +58,17 @@ TEST(ServeFlags, ParallelismAboveOneIsRefused) {
   }
 }
 
-TEST(ServeFlags, ApiFeaturesNotYetInTheServerAreRefusedWithAPointer) {
-  for (const std::vector<std::string>& v : {std::vector<std::string>{kModel, "--enable-auto-tool-choice"},
-                                            {kModel, "--tool-call-parser", "qwen3_xml"}}) {
-    const std::string e = error_of(v);
-    EXPECT_EQ(e.rfind(v[1] + ": not supported yet (issue 19", 0), 0u) << e;
-  }
+TEST(ServeFlags, ToolCallAndReasoningParsers) {
+  const ServeSettings s = read({kModel, "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_xml"});
+  EXPECT_TRUE(s.server.enable_auto_tool_choice);
+  EXPECT_EQ(s.server.tool_call_parser, "qwen3_xml");
+  for (const char* p : {"hermes", "qwen3_coder"})
+    EXPECT_EQ(read({kModel, "--enable-auto-tool-choice", "--tool-call-parser", p}).server.tool_call_parser, p);
+  EXPECT_FALSE(read({kModel}).server.enable_auto_tool_choice);
+  EXPECT_EQ(error_of({kModel, "--enable-auto-tool-choice"}),
+            "--enable-auto-tool-choice: needs --tool-call-parser (hermes, qwen3_coder, qwen3_xml)");
+  EXPECT_EQ(error_of({kModel, "--enable-auto-tool-choice", "--tool-call-parser", "mistral"}),
+            "--tool-call-parser: \"mistral\" is not supported (supported: hermes, qwen3_coder, qwen3_xml)");
   EXPECT_EQ(read({kModel, "--reasoning-parser", "qwen3"}).server.reasoning_parser, "qwen3");
   EXPECT_TRUE(read({kModel}).server.reasoning_parser.empty());
   EXPECT_NE(error_of({kModel, "--reasoning-parser", "deepseek_r1"}).find("not supported (supported: qwen3"),

@@ -263,11 +263,124 @@ class SpeculativeServeTest(unittest.TestCase):
         self.assertLessEqual(m["spec_decode_num_draft_tokens_total"], 3 * m["spec_decode_num_drafts_total"])
 
 
+class ToolCallsTest(unittest.TestCase):
+    """`serve --enable-auto-tool-choice --tool-call-parser hermes` through the openai client: tool calls
+    returned and streamed as vLLM returns them, and an agent loop that sends the tool result back. The
+    model is tests/fixtures/toolcall/qwen3-toolcall-tiny (scripts/make_toolcall_model.py): hand-set
+    weights whose greedy answer is a hermes tool call on a first turn and a text answer once a tool
+    result is in the conversation (no offline model emits <tool_call>)."""
+
+    TOOLS = [{"type": "function", "function": {
+        "name": "get_current_weather", "description": "Get the current weather in a given city",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "description": "The city name"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}}]
+    ASK = [{"role": "user", "content": "What is the weather like in Paris today?"}]
+    FLAGS = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+
+    @classmethod
+    def setUpClass(cls):
+        cls.servers = [Server(ARGS.blockspec, ARGS.toolcall_model, cls.FLAGS),
+                       Server(ARGS.blockspec, ARGS.toolcall_model,
+                              cls.FLAGS + ["--speculative-config", SpeculativeServeTest.SPEC]),
+                       Server(ARGS.blockspec, ARGS.toolcall_model)]  # without the tool flags
+        cls.clients = [openai.OpenAI(base_url=s.base + "/v1", api_key=KEY, max_retries=0, timeout=300)
+                       for s in cls.servers]
+
+    @classmethod
+    def tearDownClass(cls):
+        for s in cls.servers:
+            s.stop()
+            assert s.proc.returncode == 0, "".join(s.log)
+
+    def call(self, client, messages, **kw):
+        return client.chat.completions.create(model=NAME, messages=messages, tools=self.TOOLS, max_tokens=32,
+                                              temperature=0, **kw)
+
+    def streamed(self, client, messages, **kw):
+        """The streamed answer put together as the openai client's users do: content, and per index the
+        tool call's id, name and argument pieces."""
+        content, calls, finish, ids_seen = "", {}, [], []
+        for ch in self.call(client, messages, stream=True, **kw):
+            if not ch.choices:
+                continue
+            d = ch.choices[0].delta
+            content += d.content or ""
+            for tc in d.tool_calls or []:
+                c = calls.setdefault(tc.index, {"id": None, "name": None, "arguments": ""})
+                if tc.id:
+                    self.assertIsNone(c["id"], "a tool call's id is sent once")
+                    c["id"], c["name"] = tc.id, tc.function.name
+                    self.assertEqual(tc.type, "function")
+                c["arguments"] += tc.function.arguments or ""
+            if ch.choices[0].finish_reason:
+                finish.append(ch.choices[0].finish_reason)
+        return content, [calls[i] for i in sorted(calls)], finish
+
+    def test_tool_call_then_answer(self):
+        for client in self.clients[:2]:  # plain and speculative (n-gram, K = 3): the same answers
+            r = self.call(client, self.ASK)
+            m = r.choices[0].message
+            self.assertEqual(r.choices[0].finish_reason, "tool_calls")
+            self.assertIsNone(m.content)
+            self.assertEqual(len(m.tool_calls), 1)
+            tc = m.tool_calls[0]
+            self.assertEqual(tc.type, "function")
+            self.assertTrue(tc.id.startswith("chatcmpl-tool-"), tc.id)
+            self.assertEqual(tc.function.name, "get_current_weather")
+            self.assertEqual(tc.function.arguments, '{"city": "Paris"}')  # json.dumps, as vLLM writes it
+            # Streamed: the same call, its id and name first, then the arguments.
+            content, calls, finish = self.streamed(client, self.ASK)
+            self.assertEqual(content, "")
+            self.assertEqual([(c["name"], c["arguments"]) for c in calls], [("get_current_weather", '{"city": "Paris"}')])
+            self.assertEqual(finish, ["tool_calls"])
+            # The agent loop: the assistant's call and the tool's result go back; the model answers.
+            history = self.ASK + [m.model_dump(exclude_none=True),
+                                  {"role": "tool", "tool_call_id": tc.id,
+                                   "content": json.dumps({"city": "Paris", "sky": "sunny", "celsius": 21})}]
+            r2 = self.call(client, history)
+            self.assertEqual(r2.choices[0].finish_reason, "stop")
+            self.assertEqual(r2.choices[0].message.content, "It is sunny in Paris today.")
+            self.assertFalse(r2.choices[0].message.tool_calls)
+            content, calls, finish = self.streamed(client, history)
+            self.assertEqual((content, calls, finish), ("It is sunny in Paris today.", [], ["stop"]))
+
+    def test_tool_choice(self):
+        client = self.clients[0]
+        # "none": the tools are still in the prompt, the answer is not parsed (vLLM's default).
+        r = self.call(client, self.ASK, tool_choice="none")
+        self.assertEqual(r.choices[0].message.content,
+                         '<tool_call>{"name": "get_current_weather", "arguments": {"city": "Paris"}}</tool_call>')
+        self.assertFalse(r.choices[0].message.tool_calls)
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        self.assertEqual(self.call(client, self.ASK, parallel_tool_calls=False).choices[0].finish_reason, "tool_calls")
+        for choice in ("required", {"type": "function", "function": {"name": "get_current_weather"}}):
+            with self.assertRaises(openai.BadRequestError) as e:
+                self.call(client, self.ASK, tool_choice=choice)
+            self.assertIn("constrained decoding", str(e.exception))
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.call(client, self.ASK, tool_choice={"type": "function", "function": {"name": "nope"}})
+        self.assertIn("not in 'tools'", str(e.exception))
+        with self.assertRaises(openai.BadRequestError) as e:
+            client.chat.completions.create(model=NAME, messages=self.ASK, tools=[{"type": "function", "function": {}}])
+        self.assertIn("tools[0].function.name", str(e.exception))
+
+    def test_without_the_tool_flags(self):
+        client = self.clients[2]
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.call(client, self.ASK)
+        self.assertIn("--enable-auto-tool-choice and --tool-call-parser", str(e.exception))
+        r = self.call(client, self.ASK, tool_choice="none")
+        self.assertTrue(r.choices[0].message.content.startswith("<tool_call>"))
+
+
 def main():
     global ARGS
     p = argparse.ArgumentParser()
     p.add_argument("--blockspec", required=True)
     p.add_argument("--model", required=True)
+    p.add_argument("--toolcall-model",
+                   default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "../fixtures/toolcall/qwen3-toolcall-tiny"))
     ARGS, rest = p.parse_known_args()
     if not os.path.exists(ARGS.model):
         sys.exit(f"{ARGS.model} is missing: run scripts/fetch_models.sh smollm2")

@@ -9,10 +9,9 @@
 //      accepted; with --tensor-parallel-size 4 kept it exits non-zero with
 //      one line naming the flag.
 //   2. card two (fp8 KV, K = 3, --gpu-memory-utilization 0.98, 2048 batched
-//      tokens, --reasoning-parser qwen3): its tool-call flags are refused with
-//      a pointer to the API issue (one line, non-zero exit); without them it
-//      starts and serves, lossless, and --seed makes unseeded sampled
-//      requests repeat.
+//      tokens, --enable-auto-tool-choice --tool-call-parser qwen3_xml,
+//      --reasoning-parser qwen3) as published: starts and serves, lossless,
+//      and --seed makes unseeded sampled requests repeat.
 //   3. num_speculative_tokens_per_batch_size: K per step follows the number
 //      of running sequences (/metrics spec_decode_steps_by_k).
 #include <gtest/gtest.h>
@@ -238,17 +237,9 @@ TEST_F(VllmCards, CardOneWithTensorParallelFourExitsNamingTheFlag) {
   EXPECT_EQ(s.log().find("listening"), std::string::npos) << "started before refusing:\n" << s.log();
 }
 
-TEST_F(VllmCards, CardTwoRefusesTheToolCallFlagsThenServesWithoutThem) {
-  {
-    Served s(with(card_two(base(), draft()), {"--port", "0"}), log("card2-parsers"));
-    EXPECT_FALSE(s.ready());
-    EXPECT_NE(s.exit_code(), 0);
-    const std::string line = last_line(s.log());
-    EXPECT_NE(line.find("error: --enable-auto-tool-choice: not supported yet (issue 19"), std::string::npos) << s.log();
-  }
-  // Without the tool-call flags (its --reasoning-parser qwen3 stays: it works).
-  const std::vector<std::string> args =
-      without(card_two(base(), draft()), {"--enable-auto-tool-choice", "--tool-call-parser"});
+TEST_F(VllmCards, CardTwoServesAsPublished) {
+  // Every flag of the card, the tool-call parser and the reasoning parser included.
+  const std::vector<std::string> args = card_two(base(), draft());
   auto m = check_lossless("card2", args);
   EXPECT_NE(last_log_.find("--trust-remote-code: accepted"), std::string::npos) << last_log_;
   EXPECT_NE(last_log_.find("--gpu-memory-utilization 0.98 of"), std::string::npos) << last_log_;

@@ -446,6 +446,80 @@ TEST(ServerTest, ReasoningParserSplitsChatAnswers) {
   s.stop();
 }
 
+// --enable-auto-tool-choice --tool-call-parser hermes over HTTP, with the
+// hand-set model of tests/fixtures/toolcall (scripts/make_toolcall_model.py):
+// its first-turn answer is a hermes tool call, its answer after a tool result
+// is text. The JSON answer and the SSE deltas carry the same call; the
+// history of an agent loop renders through the template as Qwen3's does.
+TEST(ServerTest, ToolCallParserOverHttp) {
+  const std::string dir = std::string(BS_SOURCE_DIR) + "/tests/fixtures/toolcall/qwen3-toolcall-tiny";
+  ModelOptions mo;
+  mo.n_threads = 1;
+  auto model = make_served_model(std::make_unique<Engine>(Transformer::load(dir, mo), EngineOptions{}),
+                                 Tokenizer::from_file(dir + "/tokenizer.json"), read_chat_assets(dir, ""), dir);
+  ServerOptions o{"127.0.0.1", 0, "tiny", "", 8, false};
+  o.enable_auto_tool_choice = true;
+  o.tool_call_parser = "hermes";
+  Server s(o);
+  const int port = s.start();
+  s.set_model(model);
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_current_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+  json req = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}}, {"tools", tools},
+              {"max_tokens", 16}, {"temperature", 0}};
+  const json a = post("/v1/chat/completions", req.dump(), port).j;
+  ASSERT_TRUE(a.contains("choices")) << a.dump();
+  const json m = a["choices"][0]["message"];
+  EXPECT_EQ(a["choices"][0]["finish_reason"], "tool_calls") << a.dump();
+  EXPECT_TRUE(m["content"].is_null()) << m.dump();
+  ASSERT_EQ(m["tool_calls"].size(), 1u) << m.dump();
+  EXPECT_EQ(m["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_current_weather");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], R"({"city": "Paris"})");
+  // Streamed: one header delta (id, type, name) then the arguments; finish_reason tool_calls.
+  req["stream"] = true;
+  Reply r = post("/v1/chat/completions", req.dump(), port);
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::string args, finish, content;
+  int headers = 0;
+  for (const std::string& e : sse_events(r.body)) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e)["choices"][0];
+    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+    if (c["delta"].contains("content")) content += c["delta"]["content"].get<std::string>();
+    for (const json& tc : c["delta"].value("tool_calls", json::array())) {
+      EXPECT_EQ(tc["index"], 0);
+      if (tc.contains("id")) {
+        ++headers;
+        EXPECT_EQ(tc["function"]["name"], "get_current_weather");
+      }
+      args += tc["function"]["arguments"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(headers, 1);
+  EXPECT_EQ(args, R"({"city": "Paris"})");
+  EXPECT_EQ(finish, "tool_calls");
+  EXPECT_EQ(content, "");
+  // The agent loop's second turn: the call and the tool's result, rendered as Qwen3's template does.
+  json history = req["messages"];
+  history.push_back({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", m["tool_calls"]}});
+  history.push_back({{"role", "tool"}, {"tool_call_id", m["tool_calls"][0]["id"]}, {"content", "sunny"}});
+  const json ids = post("/tokenize", json{{"messages", history}, {"tools", tools}}.dump(), port).j["tokens"];
+  const std::string prompt = post("/detokenize", json{{"tokens", ids}}.dump(), port).j["prompt"];
+  EXPECT_NE(prompt.find("<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_current_weather\", \"arguments\": "
+                        "{\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nsunny\n"
+                        "</tool_response><|im_end|>\n<|im_start|>assistant\n"),
+            std::string::npos) << prompt;
+  EXPECT_NE(prompt.find("\"name\": \"get_current_weather\""), std::string::npos) << prompt;  // the tools, in the system part
+  req["messages"] = history;
+  req["stream"] = false;
+  const json b = post("/v1/chat/completions", req.dump(), port).j;
+  EXPECT_EQ(b["choices"][0]["message"]["content"], "It is sunny in Paris today.") << b.dump();
+  EXPECT_EQ(b["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(b["choices"][0]["message"]["tool_calls"], json::array());
+  s.stop();
+}
+
 TEST(ServerTest, TokenizeDetokenizeRoundTrip) {
   const std::string text = "Hello, world! 123 caf\xc3\xa9";
   Reply tk = post("/tokenize", json{{"prompt", text}});
@@ -525,7 +599,31 @@ TEST(ServerTest, BadRequestsAre400WithAnOpenAIErrorBody) {
       {"chat content image part", "/v1/chat/completions",
        chat_with("messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}, {"image_url", "x"}}}}}}),
        "messages[0].content"},
-      {"chat tools", "/v1/chat/completions", chat_with("tools", {{{"type", "function"}}}), "tools"},
+      {"chat tools no function", "/v1/chat/completions", chat_with("tools", {{{"type", "function"}}}), "tools[0].function"},
+      {"chat tools not a list", "/v1/chat/completions", chat_with("tools", "x"), "tools"},
+      {"chat tools type", "/v1/chat/completions",
+       chat_with("tools", {{{"type", "retrieval"}, {"function", {{"name", "f"}}}}}), "tools[0].type"},
+      {"chat tools no name", "/v1/chat/completions", chat_with("tools", {{{"type", "function"}, {"function", json::object()}}}),
+       "tools[0].function.name"},
+      {"chat tools parameters", "/v1/chat/completions",
+       chat_with("tools", {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", "x"}}}}}),
+       "tools[0].function.parameters"},
+      // This server runs without --enable-auto-tool-choice: tools with tool_choice "auto" (their default) are refused.
+      {"chat tools auto without the flags", "/v1/chat/completions",
+       chat_with("tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}), "tool_choice"},
+      {"chat tool_choice unknown", "/v1/chat/completions", chat_with("tool_choice", "sometimes"), "tool_choice"},
+      {"chat tool_choice without tools", "/v1/chat/completions", chat_with("tool_choice", "auto"), "tool_choice"},
+      {"chat tool message without content", "/v1/chat/completions", chat_with("messages", {{{"role", "tool"}}}),
+       "messages[0].content"},
+      {"chat tool_calls on a user message", "/v1/chat/completions",
+       chat_with("messages", {{{"role", "user"}, {"content", "x"},
+                               {"tool_calls", {{{"type", "function"}, {"function", {{"name", "f"}, {"arguments", "{}"}}}}}}}}),
+       "messages[0].tool_calls"},
+      {"chat tool_calls arguments not JSON", "/v1/chat/completions",
+       chat_with("messages", {{{"role", "assistant"},
+                               {"tool_calls", {{{"type", "function"}, {"function", {{"name", "f"}, {"arguments", "{x"}}}}}}}}),
+       "messages[0].tool_calls[0].function.arguments"},
+      {"completions tools", "/v1/completions", with("tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}), "tools"},
       {"chat logprobs", "/v1/chat/completions", chat_with("logprobs", true), "logprobs"},
       {"chat kwargs not object", "/v1/chat/completions", chat_with("chat_template_kwargs", 3), "chat_template_kwargs"},
       {"chat max_tokens too large", "/v1/chat/completions", chat_with("max_tokens", 100000), "max_tokens"},

@@ -19,9 +19,9 @@ namespace blockspec {
 
 namespace {
 
-// The API features of issue 19 not in the server yet (logprobs, prefix
-// caching); flags that turn them on say so.
-constexpr const char* kApiIssue = "issue 19, the serving API: logprobs, prefix caching";
+// The API features of issue 19 not in the server yet (prefix caching);
+// flags that turn them on say so.
+constexpr const char* kApiIssue = "issue 19, the serving API: prefix caching";
 
 const char* kFrontend = "Frontend (HTTP server)";
 const char* kModel = "ModelConfig";
@@ -107,7 +107,7 @@ std::vector<FlagSpec> serve_flags() {
       {"--override-generation-config", "", true,
        "JSON object over the generation config, e.g. '{\"temperature\": 0.5}' (generation_config.json's keys)", kModel},
       {"--trust-remote-code", "", false, "accepted: blockspec runs no code from checkpoints", kModel},
-      {"--max-logprobs", "", true, "accepted; logprobs are not returned yet (issue 19): such requests get 400", kModel},
+      {"--max-logprobs", "20", true, "the most logprobs / top_logprobs a request may ask for (-1: no limit)", kModel},
       {"--language-model-only", "", false, "accepted: blockspec loads the language model only", kModel},
       {"--gpu-memory-utilization", "", true,
        "fraction of this machine's memory (RAM, or the cgroup limit) for weights, KV cache and state; the KV "
@@ -258,11 +258,9 @@ ServeSettings read_serve_flags(const Args& a) {
   if (a.has("--trust-remote-code")) note("--trust-remote-code", "accepted; blockspec runs no code from checkpoints");
   if (a.has("--language-model-only"))
     note("--language-model-only", "accepted; blockspec loads the language model only (no vision or audio towers)");
-  if (a.has("--max-logprobs")) {
-    in_range(a, "--max-logprobs", 20, -1, 1 << 20);
-    note("--max-logprobs", std::string("accepted; logprobs are not returned yet (") + kApiIssue +
-                               "): a request asking for them gets 400");
-  }
+  // vLLM: -1 = no cap (the vocabulary).
+  const int64_t max_lp = in_range(a, "--max-logprobs", 20, -1, 1 << 30);
+  s.server.max_logprobs = max_lp < 0 ? (1 << 30) : static_cast<int>(max_lp);
   if (a.has("--enable-prefix-caching") && a.has("--no-enable-prefix-caching"))
     fail("--enable-prefix-caching contradicts --no-enable-prefix-caching; give one");
   if (a.has("--enable-prefix-caching"))

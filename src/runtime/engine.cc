@@ -133,6 +133,8 @@ uint64_t Engine::submit(RequestParams p, std::function<void(const TokenEvent&)> 
   if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2 || !std::isfinite(p.frequency_penalty) ||
       std::fabs(p.frequency_penalty) > 2)
     fail("presence_penalty and frequency_penalty must be in [-2, 2]");
+  if (p.n_logprobs < -1 || p.n_logprobs > c.vocab_size)
+    fail("n_logprobs must be -1 (none) or in [0, ", c.vocab_size, "], found ", p.n_logprobs);
   if (dead_.load()) fail("the engine has stopped after an internal error");
   auto s = std::make_unique<Sequence>();
   s->params = std::move(p);

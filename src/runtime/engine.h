@@ -67,6 +67,11 @@ struct RequestParams {
   std::vector<int32_t> stop_token_ids;  // in addition to the model's eos unless ignore_eos
   bool ignore_eos = false;
   float presence_penalty = 0.f, frequency_penalty = 0.f;  // OpenAI semantics, on generated tokens
+  // Log-probabilities of the generated tokens (runtime/sampler.h
+  // token_logprob): -1 none; 0 the chosen token's; n > 0 also the top n.
+  // Speculative steps report them from the target's verify rows, so they
+  // are the ones plain decoding reports for the same tokens.
+  int n_logprobs = -1;
   // With EngineOptions::capture_taps: called on the engine thread whenever
   // the target has run and committed tokens [first, first + n) of prompt +
   // output, with their tapped hidden states taps: [n, n_taps * H]. Every
@@ -81,6 +86,7 @@ struct TokenEvent {
   // The last of `tokens` is the eos / stop token that ends the request (its
   // text is not part of the answer: vLLM's rule unless include_stop_str_in_output).
   bool ends_with_stop_token = false;
+  std::vector<TokenLogprob> logprobs;  // [tokens.size()] when RequestParams::n_logprobs >= 0
   bool finished = false;
   std::string finish_reason;    // "stop" (eos / stop token), "length", "abort" (cancelled), "error"
   std::string error;            // when finish_reason == "error"

@@ -122,6 +122,8 @@ void Engine::Impl::step() {
       TokenEvent ev;
       ev.tokens = s.out;
       ev.ends_with_stop_token = s.end_reason == "stop";  // set only by a stop token (ModelRunner::emit)
+      ev.logprobs = std::move(s.out_logprobs);
+      s.out_logprobs.clear();
       ev.prompt_tokens = s.st.prompt_len;
       ev.completion_tokens = s.st.n_generated;
       if (s.on_event) s.on_event(ev);

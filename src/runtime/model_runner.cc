@@ -8,17 +8,23 @@
 
 namespace blockspec {
 
-int32_t ModelRunner::pick(Sequence& s, const float* row) {
+const float* ModelRunner::processed(Sequence& s, const float* row) {
+  if (!s.penalized()) return row;
   const int64_t V = model_.config().vocab_size;
-  if (s.penalized()) {  // OpenAI: logit -= presence * [count > 0] + frequency * count
-    s.adjusted.assign(row, row + V);
-    for (const auto& [t, c] : s.counts) s.adjusted[t] -= s.params.presence_penalty + s.params.frequency_penalty * c;
-    row = s.adjusted.data();
-  }
-  return sample_token(row, V, s.params.sampling, s.rng, s.probs);
+  // OpenAI: logit -= presence * [count > 0] + frequency * count
+  s.adjusted.assign(row, row + V);
+  for (const auto& [t, c] : s.counts) s.adjusted[t] -= s.params.presence_penalty + s.params.frequency_penalty * c;
+  return s.adjusted.data();
 }
 
-bool ModelRunner::emit(Sequence& s, int32_t t) {
+int32_t ModelRunner::pick(Sequence& s, const float* row) {
+  return sample_token(processed(s, row), model_.config().vocab_size, s.params.sampling, s.rng, s.probs);
+}
+
+bool ModelRunner::emit(Sequence& s, int32_t t, const float* row) {
+  if (s.params.n_logprobs >= 0)  // before counts change: the distribution t was drawn from
+    s.out_logprobs.push_back(token_logprob(processed(s, row), model_.config().vocab_size,
+                                           s.params.sampling.temperature, t, s.params.n_logprobs));
   s.tokens.push_back(t);
   s.out.push_back(t);
   ++s.st.n_generated;
@@ -81,24 +87,26 @@ ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan,
     const Transformer::SeqChunk& ch = chunks[i];
     const float* taps = s.wants_taps ? s.taps.data() : nullptr;
     s.out.clear();
+    s.out_logprobs.clear();
     if (!plan.rows[i].decode) {
       const int64_t n_seen = s.st.n_prefilled;
       s.st.n_prefilled += ch.n;
       o.prompt_tokens += ch.n;
       if (s.proposer) s.proposer->observe(s.tokens, n_seen, ch.n, taps);
-      if (!s.st.prefilling()) emit(s, pick(s, logits_.data() + row * V));
+      if (!s.st.prefilling()) emit(s, pick(s, logits_.data() + row * V), logits_.data() + row * V);
       row += 1;
     } else {
       const int64_t kd = s.draft.size();
       const int64_t start = s.cache->size() - kd - 1;
       const int64_t remaining = s.params.max_tokens - s.st.n_generated;
+      // Token j of the block is decided by row j (the anchor's row predicts d1).
+      const float* rows = logits_.data() + row * V;  // [kd + 1, V]
       VerifyOutcome v;
       if (kd == 0) {
-        v.next = pick(s, logits_.data() + row * V);
+        v.next = pick(s, rows);
       } else {
-        v = s.params.sampling.temperature <= 0
-                ? verify_greedy(s.draft, logits_.data() + row * V, V)
-                : verify_sampled(s.draft, logits_.data() + row * V, V, s.params.sampling, s.rng);
+        v = s.params.sampling.temperature <= 0 ? verify_greedy(s.draft, rows, V)
+                                               : verify_sampled(s.draft, rows, V, s.params.sampling, s.rng);
         // Drafts accepted past max_tokens are verified but never emitted:
         // they count as accepted only up to what the request could use.
         s.stats.record(kd, std::min(v.accepted, remaining - 1));
@@ -111,8 +119,8 @@ ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan,
       model_.commit(*s.cache, start + v.accepted + 1);
       const int64_t n_seen = static_cast<int64_t>(s.tokens.size()) - 1;
       bool go = true;
-      for (int64_t j = 0; j < v.accepted && go; ++j) go = emit(s, s.draft.tokens[j]);
-      if (go) go = emit(s, v.next);
+      for (int64_t j = 0; j < v.accepted && go; ++j) go = emit(s, s.draft.tokens[j], rows + j * V);
+      if (go) go = emit(s, v.next, rows + v.accepted * V);
       if (go && s.proposer) s.proposer->observe(s.tokens, n_seen, v.accepted + 1, taps);
     }
     o.new_tokens += static_cast<int64_t>(s.out.size());

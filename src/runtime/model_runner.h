@@ -33,8 +33,10 @@ class ModelRunner {
   StepOutcome run(const StepPlan& plan, const std::function<Sequence&(const SeqState&)>& seq_of);
 
  private:
+  const float* processed(Sequence& s, const float* logits_row);  // with s's penalties applied
   int32_t pick(Sequence& s, const float* logits_row);
-  bool emit(Sequence& s, int32_t t);  // false when s ended
+  // Appends t (chosen from logits_row) to s; false when s ended.
+  bool emit(Sequence& s, int32_t t, const float* logits_row);
   Transformer& model_;
   std::vector<float> logits_;  // [rows, V]
 };

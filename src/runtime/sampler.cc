@@ -124,3 +124,28 @@ int32_t sample_from_probs(const float* probs, int64_t vocab, Rng& rng) {
 }
 
 }  // namespace blockspec
+
+namespace blockspec {
+
+TokenLogprob token_logprob(const float* logits, int64_t vocab, float temperature, int32_t token, int n_top) {
+  const double inv_t = temperature > 0 ? 1.0 / temperature : 1.0;
+  double mx = -INFINITY;
+  for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, logits[i] * inv_t);
+  double sum = 0;  // in double: the log-sum-exp over ~150k entries
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(logits[i] * inv_t - mx);
+  const double lse = mx + std::log(sum);
+  TokenLogprob out;
+  out.logprob = static_cast<float>(logits[token] * inv_t - lse);
+  if (n_top > 0) {
+    std::vector<int32_t> idx(vocab);
+    std::iota(idx.begin(), idx.end(), 0);
+    const int64_t k = std::min<int64_t>(n_top, vocab);
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (int64_t i = 0; i < k; ++i) out.top.emplace_back(idx[i], static_cast<float>(logits[idx[i]] * inv_t - lse));
+  }
+  return out;
+}
+
+}  // namespace blockspec

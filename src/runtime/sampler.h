@@ -3,6 +3,7 @@
 // xoshiro256** so a seed gives the same tokens on every platform and build.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace blockspec {
@@ -37,6 +38,16 @@ void sampling_probs(const float* logits, int64_t vocab, const SamplingParams& p,
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p, Rng& rng, std::vector<float>& probs);
 
 int32_t argmax(const float* x, int64_t n);  // first index of the maximum
+
+// A token's log-probability under the distribution it was chosen from:
+// log_softmax(logits / T) (T <= 0: greedy, T = 1), before top-k / top-p,
+// and the n_top largest entries (id, logprob), largest first (ties: lower id).
+//   logits: [vocab] (penalties already applied)
+struct TokenLogprob {
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+TokenLogprob token_logprob(const float* logits, int64_t vocab, float temperature, int32_t token, int n_top);
 
 // Inverse-CDF draw with one rng.uniform(): the first i whose running sum of
 // probs exceeds u (the last positive entry when rounding leaves u beyond the

@@ -43,6 +43,7 @@ struct Sequence {
   std::vector<float> taps;    // [rows, n_taps * H] the target's tapped hidden states
   std::vector<int32_t> block;  // the anchor and the drafts
   std::vector<int32_t> out;    // tokens emitted
+  std::vector<TokenLogprob> out_logprobs;  // [out.size()] when params.n_logprobs >= 0
   std::vector<float> adjusted, probs;  // [V] scratch of pick(): penalized logits, sampling probabilities
 
   bool penalized() const { return params.presence_penalty != 0.f || params.frequency_penalty != 0.f; }

@@ -81,6 +81,8 @@ void Generation::cancel() {
 void Generation::handle(const TokenEvent& ev, std::string& delta) {
   for (size_t i = 0; i < ev.tokens.size(); ++i) {
     ++completion_tokens_;
+    tokens_.push_back(ev.tokens[i]);
+    if (i < ev.logprobs.size()) logprobs_.push_back(ev.logprobs[i]);
     if (ev.ends_with_stop_token && i + 1 == ev.tokens.size()) break;  // counted, not shown
     delta += stop_.push(decoder_.push(ev.tokens[i]));
     if (stop_.stopped()) {

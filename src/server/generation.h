@@ -57,6 +57,10 @@ class Generation {
   int64_t prompt_tokens() const { return prompt_tokens_; }
   int64_t completion_tokens() const { return completion_tokens_; }
   uint64_t id() const { return id_; }
+  // The generated tokens (the eos / stop token included, tokens past a stop
+  // string not) and, when requested, their logprobs (parallel to tokens).
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  const std::vector<TokenLogprob>& logprobs() const { return logprobs_; }
 
  private:
   struct Channel {
@@ -74,6 +78,8 @@ class Generation {
   bool finished_ = false;
   std::string finish_reason_, error_;
   int64_t prompt_tokens_ = 0, completion_tokens_ = 0;
+  std::vector<int32_t> tokens_;
+  std::vector<TokenLogprob> logprobs_;
 };
 
 }  // namespace blockspec

@@ -78,10 +78,6 @@ void reject_unsupported(const json& j, bool chat) {
   auto unsupported = [](const char* name, const std::string& why = "") {
     bad(name, str_cat("'", name, "' is not supported by this server", why));
   };
-  if (const json* v = field(j, "logprobs")) {
-    if (!(v->is_boolean() && !v->get<bool>())) unsupported("logprobs");
-  }
-  if (field(j, "top_logprobs")) unsupported("top_logprobs");
   if (const json* v = field(j, "best_of")) {
     if (!(v->is_number_integer() && v->get<int64_t>() == 1)) unsupported("best_of", " (only 1)");
   }
@@ -165,9 +161,19 @@ void parse_sampling(const json& j, GenRequest& r, bool chat, const RequestDefaul
         r.params.stop_token_ids.push_back(id);
   }
   r.default_max_tokens = d.max_tokens;
+  // Logprobs: chat {"logprobs": true, "top_logprobs": n}; completions {"logprobs": n}.
+  if (chat) {
+    const bool lp = boolean(j, "logprobs", false);
+    const std::optional<int64_t> top = integer(j, "top_logprobs", 0, std::numeric_limits<int32_t>::max());
+    if (top && !lp) bad("top_logprobs", "when using 'top_logprobs', 'logprobs' must be set to true");
+    r.params.n_logprobs = lp ? static_cast<int>(top.value_or(0)) : -1;
+  } else {
+    r.params.n_logprobs = static_cast<int>(integer(j, "logprobs", 0, std::numeric_limits<int32_t>::max()).value_or(-1));
+  }
   r.params.presence_penalty = static_cast<float>(number(j, "presence_penalty", 0.0, -2.0, 2.0));
   r.params.frequency_penalty = static_cast<float>(number(j, "frequency_penalty", 0.0, -2.0, 2.0));
   r.skip_special_tokens = boolean(j, "skip_special_tokens", true);
+  r.tokens_as_ids = boolean(j, "return_tokens_as_token_ids", false);
   r.stream = boolean(j, "stream", false);
   if (const json* v = field(j, "stream_options")) {
     if (!v->is_object()) bad("stream_options", "'stream_options' must be an object");

@@ -47,6 +47,7 @@ struct GenRequest {
   std::vector<std::string> stop;
   bool stream = false, include_usage = false;
   bool skip_special_tokens = true;
+  bool tokens_as_ids = false;  // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N"
   bool has_seed = false;  // no seed: the server draws one (unseeded requests differ, as with OpenAI)
   // Chat tools, as vLLM renders them into the prompt (null: none), and
   // tool_choice: "none" or "auto" ("required" and named functions are refused).

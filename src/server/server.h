@@ -37,6 +37,7 @@ struct ServerOptions {
   // vLLM's --enable-auto-tool-choice and --tool-call-parser: chat requests
   // with tools (tool_choice "auto") get the model's tool calls as tool_calls
   // (server/tool_calls.h); without both, such requests are refused (400).
+  int max_logprobs = 20;  // vLLM's --max-logprobs: the most logprobs / top_logprobs a request may ask for
   bool enable_auto_tool_choice = false;
   std::string tool_call_parser;
   // A response still waiting for the engine writes a keep-alive after this

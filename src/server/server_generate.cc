@@ -16,6 +16,7 @@
 #include "server/generation.h"
 #include "server/reasoning.h"
 #include "server/tool_calls.h"
+#include "tokenizer/unicode_text.h"
 #include "server/server_impl.h"
 
 namespace blockspec {
@@ -47,6 +48,10 @@ struct Answer {
   std::optional<ToolCallStream> tool_stream;  // streaming: the split as pieces arrive
   bool parallel_tool_calls = true;
   std::function<std::string()> new_tool_id;
+  int n_logprobs = -1;       // the request's logprobs (-1: none)
+  bool tokens_as_ids = false;  // logprobs name tokens "token_id:N"
+  size_t logprobs_sent = 0;  // streaming: tokens whose logprobs went out
+  int64_t text_offset = 0;   // completions: characters of the tokens before them
   Clock::time_point last_write = Clock::now();
 };
 
@@ -62,12 +67,68 @@ json usage_json(const Generation& g) {
 
 json finish_json(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
 
+// A token as logprobs show it (vLLM: tokenizer.decode([id]), special tokens
+// included, bytes that are not valid UTF-8 on their own as U+FFFD).
+std::string token_text(const Tokenizer& tz, int32_t id, bool as_id = false) {
+  if (as_id) return "token_id:" + std::to_string(id);
+  std::string out;
+  tok::append_utf8_lossy(tz.decode({id}), /*final=*/true, &out);
+  return out;
+}
+
+json token_entry(const Tokenizer& tok, int32_t id, float lp, bool as_id) {
+  const std::string t = token_text(tok, id, as_id);
+  return {{"token", t}, {"logprob", std::max(lp, -9999.0f)},  // vLLM's floor: JSON has no -inf
+          {"bytes", std::vector<int>(t.begin(), t.end())}};
+}
+
+int64_t n_chars(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+// The logprobs of generated tokens [from, to) in the API's shape: chat
+// {"content": [{token, logprob, bytes, top_logprobs}]}, completions
+// {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}.
+json logprobs_json(Answer& st, size_t from, size_t to) {
+  const Tokenizer& tok = *st.model->tokenizer;
+  const std::vector<int32_t>& ids = st.gen->tokens();
+  const std::vector<TokenLogprob>& lps = st.gen->logprobs();
+  to = std::min({to, ids.size(), lps.size()});
+  if (st.reply.chat) {
+    json content = json::array();
+    for (size_t i = from; i < to; ++i) {
+      json e = token_entry(tok, ids[i], lps[i].logprob, st.tokens_as_ids);
+      json top = json::array();
+      for (const auto& [id, lp] : lps[i].top) top.push_back(token_entry(tok, id, lp, st.tokens_as_ids));
+      e["top_logprobs"] = std::move(top);
+      content.push_back(std::move(e));
+    }
+    return {{"content", std::move(content)}};
+  }
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
+  for (size_t i = from; i < to; ++i) {
+    const std::string t = token_text(tok, ids[i], st.tokens_as_ids);
+    tokens.push_back(t);
+    token_lps.push_back(std::max(lps[i].logprob, -9999.0f));
+    json top = json::object();  // the top n and the chosen token, as OpenAI's legacy completions
+    for (const auto& [id, lp] : lps[i].top) top[token_text(tok, id, st.tokens_as_ids)] = std::max(lp, -9999.0f);
+    top[t] = std::max(lps[i].logprob, -9999.0f);
+    tops.push_back(std::move(top));
+    offsets.push_back(st.text_offset);
+    st.text_offset += n_chars(t);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
 json base(const AnswerHead& r) { return {{"id", r.id}, {"object", r.object}, {"created", r.created}, {"model", r.model}}; }
 
 // One SSE chunk; finish: "" while streaming; reasoning: a chat delta's
 // reasoning_content; tool_calls: a chat delta's tool_calls.
 std::string chunk(const AnswerHead& r, const std::string* text, bool role, const std::string& finish, bool usage_null,
-                  const std::string* reasoning = nullptr, const json* tool_calls = nullptr) {
+                  const std::string* reasoning = nullptr, const json* tool_calls = nullptr,
+                  const json* logprobs = nullptr) {
   json c = base(r);
   json choice = {{"index", 0}};
   if (r.chat) {
@@ -80,7 +141,7 @@ std::string chunk(const AnswerHead& r, const std::string* text, bool role, const
   } else {
     choice["text"] = text ? *text : "";
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs ? *logprobs : json(nullptr);
   choice["finish_reason"] = finish_json(finish);
   c["choices"] = json::array({choice});
   if (usage_null) c["usage"] = nullptr;
@@ -93,7 +154,7 @@ json tool_call_json(const ToolCall& c) {
 }
 
 // The one JSON answer of a non-streaming request.
-json full_answer(const Answer& st) {
+json full_answer(Answer& st) {
   const Generation& g = *st.gen;
   json choice = {{"index", 0}};
   std::string finish = g.finish_reason();
@@ -118,7 +179,7 @@ json full_answer(const Answer& st) {
   } else {
     choice["text"] = st.text;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = st.n_logprobs >= 0 ? logprobs_json(st, 0, g.tokens().size()) : json(nullptr);
   choice["finish_reason"] = finish;
   json out = base(st.reply);
   out["choices"] = json::array({choice});
@@ -189,11 +250,21 @@ bool Server::Impl::sse_step(Answer& st, httplib::DataSink& sink) {
   }
   std::string delta;
   const bool fin = st.gen->poll(delta, kPoll);
+  // The logprobs of tokens not yet sent ride on the next chunk that goes out.
+  json lp_buf;
+  auto lp_now = [&]() -> const json* {
+    const size_t n = st.gen->logprobs().size();
+    if (st.n_logprobs < 0 || n <= st.logprobs_sent) return nullptr;
+    lp_buf = logprobs_json(st, st.logprobs_sent, n);
+    st.logprobs_sent = n;
+    return &lp_buf;
+  };
   if (st.think) {  // reasoning_content and content deltas
     std::string reasoning, content;
     st.think->feed(delta, reasoning, content);
     if (fin) st.think->finish(reasoning, content);
-    if (!reasoning.empty() && !send(st, sink, chunk(rp, nullptr, false, "", st.include_usage, &reasoning)))
+    if (!reasoning.empty() &&
+        !send(st, sink, chunk(rp, nullptr, false, "", st.include_usage, &reasoning, nullptr, lp_now())))
       return hang_up(st);
     delta = content;
   }
@@ -204,7 +275,8 @@ bool Server::Impl::sse_step(Answer& st, httplib::DataSink& sink) {
     delta.clear();
     for (const ToolCallDelta& d : pieces) {
       if (d.index < 0) {
-        if (!send(st, sink, chunk(rp, &d.content, false, "", st.include_usage))) return hang_up(st);
+        if (!send(st, sink, chunk(rp, &d.content, false, "", st.include_usage, nullptr, nullptr, lp_now())))
+          return hang_up(st);
         continue;
       }
       if (d.index > 0 && !st.parallel_tool_calls) continue;
@@ -217,10 +289,11 @@ bool Server::Impl::sse_step(Answer& st, httplib::DataSink& sink) {
         call["function"] = {{"arguments", d.arguments}};
       }
       const json calls = json::array({call});
-      if (!send(st, sink, chunk(rp, nullptr, false, "", st.include_usage, nullptr, &calls))) return hang_up(st);
+      if (!send(st, sink, chunk(rp, nullptr, false, "", st.include_usage, nullptr, &calls, lp_now()))) return hang_up(st);
     }
   }
-  if (!delta.empty() && !send(st, sink, chunk(rp, &delta, false, "", st.include_usage))) return hang_up(st);
+  if (!delta.empty() && !send(st, sink, chunk(rp, &delta, false, "", st.include_usage, nullptr, nullptr, lp_now())))
+    return hang_up(st);
   if (!fin) return still_there(st, sink, ": keep-alive\n\n") || hang_up(st);
   const Generation& g = *st.gen;
   st.counted = true;
@@ -229,7 +302,9 @@ bool Server::Impl::sse_step(Answer& st, httplib::DataSink& sink) {
     send(st, sink, "data: " + failure_body(g) + "\n\n");
   } else {
     const bool called = st.tool_stream && st.tool_stream->n_calls() > 0;
-    if (!send(st, sink, chunk(rp, nullptr, false, called ? "tool_calls" : g.finish_reason(), st.include_usage)))
+    if (!send(st, sink,
+              chunk(rp, nullptr, false, called ? "tool_calls" : g.finish_reason(), st.include_usage, nullptr, nullptr,
+                    lp_now())))
       return false;
     if (st.include_usage) {
       json u = base(rp);
@@ -263,6 +338,9 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
   resolve_max_tokens(r, static_cast<int64_t>(r.params.prompt.size()), m->engine->max_model_len());
   check_token_ids(r.params.stop_token_ids, m->engine->vocab_size(), "stop_token_ids");
   if (!r.has_seed) r.params.sampling.seed = random_seed();
+  if (r.params.n_logprobs > opts.max_logprobs)
+    throw ApiError(400, str_cat("requested ", r.params.n_logprobs, " logprobs, more than this server's maximum of ",
+                                opts.max_logprobs, " (--max-logprobs)"), chat ? "top_logprobs" : "logprobs");
 
   auto st = std::make_shared<Answer>();
   st->model = m;
@@ -271,6 +349,8 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
   const char* object = chat ? (r.stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
   st->reply = {new_id(chat ? "chatcmpl" : "cmpl"), object, opts.served_model_name, std::time(nullptr), chat};
   st->include_usage = r.include_usage;
+  st->n_logprobs = r.params.n_logprobs;
+  st->tokens_as_ids = r.tokens_as_ids;
   if (chat && opts.reasoning_parser == "qwen3") {
     st->thinking_enabled = r.template_opts.enable_thinking.value_or(true);  // Qwen3 thinks unless told not to
     st->think.emplace(st->thinking_enabled);

@@ -330,3 +330,149 @@ TEST_F(ServerSpec, WithoutKTheDraftLengthAdapts) {
 
 }  // namespace
 }  // namespace blockspec
+
+namespace blockspec {
+namespace {
+
+// Logprobs (issue 19): a request's logprobs are the target's log_softmax
+// (after its temperature) at the positions that chose each token, equal
+// within 1e-5 to a teacher-forced forward over prompt + answer (eval's way
+// of scoring), top lists included; and a speculative server (oracle drafts,
+// K = 3: drafts fully, partly and not accepted) reports the same values for
+// the same greedy tokens, JSON and SSE, completions and chat.
+struct Scored {
+  std::vector<int32_t> ids;
+  std::vector<float> lps;
+  std::vector<std::vector<std::pair<int32_t, float>>> tops;
+};
+
+int32_t id_of(const json& token) {
+  const std::string t = token.get<std::string>();
+  EXPECT_EQ(t.rfind("token_id:", 0), 0u) << t;
+  return std::stoi(t.substr(9));
+}
+
+// The logprobs of one answer; completions or chat, JSON or SSE.
+Scored scored(int port, const json& req) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(120, 0);
+  const bool chat = req.contains("messages");
+  auto r = c.Post(chat ? "/v1/chat/completions" : "/v1/completions", req.dump(), "application/json");
+  Scored out;
+  if (!r || r->status != 200) {
+    ADD_FAILURE() << (r ? r->body : std::string("no response"));
+    return out;
+  }
+  std::vector<json> parts;
+  if (req.value("stream", false)) {
+    for (size_t pos = 0; (pos = r->body.find("data: {", pos)) != std::string::npos;) {
+      const size_t end = r->body.find("\n\n", pos);
+      parts.push_back(json::parse(r->body.substr(pos + 6, end - pos - 6)));
+      pos = end;
+    }
+  } else {
+    parts.push_back(json::parse(r->body));
+  }
+  for (const json& p : parts) {
+    if (p["choices"].empty() || p["choices"][0]["logprobs"].is_null()) continue;
+    const json& lp = p["choices"][0]["logprobs"];
+    if (chat) {
+      for (const json& e : lp["content"]) {
+        out.ids.push_back(id_of(e["token"]));
+        out.lps.push_back(e["logprob"]);
+        out.tops.emplace_back();
+        for (const json& t : e["top_logprobs"]) out.tops.back().emplace_back(id_of(t["token"]), t["logprob"].get<float>());
+      }
+    } else {
+      for (size_t i = 0; i < lp["tokens"].size(); ++i) {
+        out.ids.push_back(id_of(lp["tokens"][i]));
+        out.lps.push_back(lp["token_logprobs"][i]);
+        out.tops.emplace_back();
+        // {token: logprob} of the top n and the chosen token: put in the reference's order below.
+        for (const auto& [k, v] : lp["top_logprobs"][i].items()) out.tops.back().emplace_back(id_of(json(k)), v.get<float>());
+      }
+    }
+  }
+  return out;
+}
+
+TEST_F(ServerSpec, LogprobsEqualTheForwardWithAndWithoutSpeculation) {
+  auto oracle_model = std::shared_ptr<Transformer>(Transformer::load(kModelDir, model_options()));
+  EngineOptions eo;
+  eo.wrap_proposer = [oracle_model](std::unique_ptr<Proposer>) { return std::make_unique<GreedyOracle>(oracle_model, 4); };
+  auto plain = serve(std::nullopt);
+  auto spec_server = serve(spec("dflash", 3), eo);
+  auto ref = Transformer::load(kModelDir, model_options());
+  const int64_t V = ref->config().vocab_size;
+  const std::vector<int32_t> prompt = {11, 42, 7, 99, 300, 12, 5, 77};
+  for (const float temp : {0.0f, 0.8f}) {
+    for (bool chat : {false, true}) {
+      for (bool stream : {false, true}) {
+        SCOPED_TRACE(std::string(chat ? "chat" : "completions") + (stream ? " SSE" : " JSON") + " T=" + std::to_string(temp));
+        json req = {{"max_tokens", 24}, {"temperature", temp}, {"seed", 5}, {"ignore_eos", true},
+                    {"stream", stream}, {"return_tokens_as_token_ids", true}};
+        if (chat) {
+          req["messages"] = json::array({{{"role", "user"}, {"content", "Speculative decoding"}}});
+          req["logprobs"] = true;
+          req["top_logprobs"] = 4;
+        } else {
+          req["prompt"] = prompt;
+          req["logprobs"] = 4;
+        }
+        std::vector<int32_t> prompt_ids = prompt;
+        if (chat) {
+          httplib::Client c("127.0.0.1", plain->port);
+          auto t = c.Post("/tokenize", json{{"messages", req["messages"]}}.dump(), "application/json");
+          prompt_ids = json::parse(t->body)["tokens"].get<std::vector<int32_t>>();
+        }
+        std::vector<Scored> got;
+        for (int port : {plain->port, spec_server->port}) got.push_back(scored(port, req));
+        for (const Scored& g : got) {
+          ASSERT_EQ(g.ids.size(), 24u);
+          // The reference: one teacher-forced forward over prompt + answer.
+          std::vector<int32_t> all = prompt_ids;
+          all.insert(all.end(), g.ids.begin(), g.ids.end() - 1);
+          KvCache cache = ref->new_cache(static_cast<int64_t>(all.size()) + 8);
+          std::vector<float> logits;
+          ref->forward(all.data(), static_cast<int64_t>(all.size()), cache, logits, true);
+          for (size_t i = 0; i < g.ids.size(); ++i) {
+            const float* row = logits.data() + (prompt_ids.size() - 1 + i) * V;
+            const TokenLogprob want = token_logprob(row, V, temp, g.ids[i], 4);
+            EXPECT_NEAR(g.lps[i], want.logprob, 1e-5) << "token " << i;
+            std::vector<std::pair<int32_t, float>> top = g.tops[i];
+            if (!chat) {  // completions: a dict of the top 4 and the chosen token, largest first as the reference
+              const bool chosen_in_top =
+                  std::any_of(want.top.begin(), want.top.end(), [&](const auto& e) { return e.first == g.ids[i]; });
+              ASSERT_EQ(top.size(), chosen_in_top ? 4u : 5u) << "token " << i;
+              std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) {
+                return a.second > b.second || (a.second == b.second && a.first < b.first);
+              });
+              if (!chosen_in_top) {
+                auto it = std::find_if(top.begin(), top.end(), [&](const auto& e) { return e.first == g.ids[i]; });
+                ASSERT_NE(it, top.end());
+                EXPECT_NEAR(it->second, want.logprob, 1e-5);
+                top.erase(it);
+              }
+            }
+            ASSERT_EQ(top.size(), 4u) << "token " << i;
+            for (size_t k = 0; k < 4; ++k) {
+              EXPECT_EQ(top[k].first, want.top[k].first) << "token " << i << " top " << k;
+              EXPECT_NEAR(top[k].second, want.top[k].second, 1e-5) << "token " << i << " top " << k;
+            }
+          }
+        }
+        if (temp == 0) {  // greedy: the same tokens, so the same logprobs
+          EXPECT_EQ(got[1].ids, got[0].ids);
+          for (size_t i = 0; i < got[0].lps.size() && i < got[1].lps.size(); ++i)
+            EXPECT_NEAR(got[1].lps[i], got[0].lps[i], 1e-5) << "token " << i;
+        }
+      }
+    }
+  }
+  auto m = metrics(spec_server->port);
+  EXPECT_GT(m["blockspec:spec_decode_num_accepted_tokens_total"], 0);
+  EXPECT_LT(m["blockspec:spec_decode_num_accepted_tokens_total"], m["blockspec:spec_decode_num_draft_tokens_total"]);
+}
+
+}  // namespace
+}  // namespace blockspec

@@ -15,6 +15,8 @@ namespace {
 
 [[noreturn]] void bad(const std::string& param, const std::string& msg) { throw ApiError(400, msg, param); }
 
+constexpr int64_t kMaxChoices = 128;  // n: each choice is an engine request with its own KV
+
 // The field, or nullptr when absent or null (OpenAI treats null as "not given").
 const json* field(const json& j, const char* name) {
   auto it = j.find(name);
@@ -114,8 +116,7 @@ void parse_sampling(const json& j, GenRequest& r, bool chat, const RequestDefaul
     if (!m->is_string()) bad("model", "'model' must be a string");
     r.model = m->get<std::string>();
   }
-  if (integer(j, "n", 1, std::numeric_limits<int32_t>::max()).value_or(1) != 1)
-    bad("n", "'n' must be 1: this server returns one choice per request");
+  r.n = static_cast<int>(integer(j, "n", 1, kMaxChoices).value_or(1));
   SamplingParams& s = r.params.sampling;
   s.temperature = static_cast<float>(number(j, "temperature", d.temperature.value_or(1.f), 0.0, 100.0));
   s.top_p = static_cast<float>(number(j, "top_p", d.top_p.value_or(1.f), 0.0, 1.0));

@@ -46,6 +46,7 @@ struct GenRequest {
   std::optional<int64_t> default_max_tokens;  // generation_config.json's max_new_tokens (cut to fit)
   std::vector<std::string> stop;
   bool stream = false, include_usage = false;
+  int n = 1;  // choices: n engine requests
   bool skip_special_tokens = true;
   bool tokens_as_ids = false;  // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N"
   bool has_seed = false;  // no seed: the server draws one (unseeded requests differ, as with OpenAI)

@@ -18,7 +18,7 @@
 
 namespace blockspec {
 
-struct Answer;  // server_generate.cc: one request's state while its answer is written
+struct Answer;  // server/answer.h: one request's state while its answer is written
 
 struct Server::Impl {
   ServerOptions opts;
@@ -47,6 +47,7 @@ struct Server::Impl {
   bool sse_step(Answer& a, httplib::DataSink& sink);
   bool still_there(Answer& a, httplib::DataSink& sink, const std::string& keep_alive);
   bool hang_up(Answer& a);
+  void count_ended(Answer& a);  // counts each ended choice's finish once
   void handle_tokenize(const httplib::Request& req, httplib::Response& res);
   void handle_detokenize(const httplib::Request& req, httplib::Response& res);
 };

@@ -4,6 +4,9 @@
 // cpp-httplib's client (raw sockets for the disconnect test).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+
+#include <map>
+#include <set>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -520,6 +523,65 @@ TEST(ServerTest, ToolCallParserOverHttp) {
   s.stop();
 }
 
+// n > 1: n choices (index 0..n-1), choice i sampled as the request with
+// seed + i alone, usage counting the prompt once and every choice's tokens;
+// streamed, each index's chunks add up to its choice.
+TEST(ServerTest, SeveralChoices) {
+  json req = completion("Once upon a time", 10);
+  req["temperature"] = 0.9;
+  req["seed"] = 21;
+  req["ignore_eos"] = true;
+  req["n"] = 3;
+  Reply r = post("/v1/completions", req);
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.j["choices"].size(), 3u);
+  std::set<std::string> distinct;
+  for (int i = 0; i < 3; ++i) {
+    const json& c = r.j["choices"][i];
+    EXPECT_EQ(c["index"], i);
+    json one = req;
+    one["n"] = 1;
+    one["seed"] = 21 + i;
+    EXPECT_EQ(c["text"], post("/v1/completions", one).j["choices"][0]["text"]) << "choice " << i;
+    distinct.insert(c["text"].get<std::string>());
+  }
+  EXPECT_GT(distinct.size(), 1u) << "three samples at T = 0.9 all equal";
+  EXPECT_EQ(r.j["usage"]["completion_tokens"], 30);
+  const json one_usage = post("/v1/completions", completion("Once upon a time", 1)).j["usage"];
+  EXPECT_EQ(r.j["usage"]["prompt_tokens"], one_usage["prompt_tokens"]);
+  // Chat, streamed with usage: per index, the same as the JSON answer's choices.
+  json chat = {{"messages", {{{"role", "user"}, {"content", "Tell me a story"}}}}, {"max_tokens", 8}, {"temperature", 0.9},
+               {"seed", 4}, {"ignore_eos", true}, {"n", 2}};
+  const json whole = post("/v1/chat/completions", chat).j;
+  ASSERT_EQ(whole["choices"].size(), 2u) << whole.dump();
+  chat["stream"] = true;
+  chat["stream_options"] = {{"include_usage", true}};
+  Reply s = post("/v1/chat/completions", chat);
+  ASSERT_EQ(s.status, 200);
+  std::map<int, std::string> text, finish;
+  std::map<int, int> roles;
+  json usage;
+  for (const std::string& e : sse_events(s.body)) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e);
+    if (c["choices"].empty()) {
+      usage = c["usage"];
+      continue;
+    }
+    const int i = c["choices"][0]["index"];
+    const json& d = c["choices"][0]["delta"];
+    roles[i] += d.contains("role");
+    if (d.contains("content")) text[i] += d["content"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finish[i] = c["choices"][0]["finish_reason"];
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(roles[i], 1) << i;
+    EXPECT_EQ(text[i], whole["choices"][i]["message"]["content"]) << i;
+    EXPECT_EQ(finish[i], "length") << i;
+  }
+  EXPECT_EQ(usage["completion_tokens"], 16);
+}
+
 TEST(ServerTest, TokenizeDetokenizeRoundTrip) {
   const std::string text = "Hello, world! 123 caf\xc3\xa9";
   Reply tk = post("/tokenize", json{{"prompt", text}});
@@ -583,8 +645,8 @@ TEST(ServerTest, BadRequestsAre400WithAnOpenAIErrorBody) {
       {"presence_penalty 3", "/v1/completions", with("presence_penalty", 3), "presence_penalty"},
       {"seed string", "/v1/completions", with("seed", "x"), "seed"},
       {"ignore_eos string", "/v1/completions", with("ignore_eos", "yes"), "ignore_eos"},
-      {"n 2", "/v1/completions", with("n", 2), "n"},
-      {"logprobs", "/v1/completions", with("logprobs", 1), "logprobs"},
+      {"n 0", "/v1/completions", with("n", 0), "n"},
+      {"n 129", "/v1/completions", with("n", 129), "n"},
       {"best_of 2", "/v1/completions", with("best_of", 2), "best_of"},
       {"logit_bias", "/v1/completions", with("logit_bias", {{"5", 10}}), "logit_bias"},
       {"echo", "/v1/completions", with("echo", true), "echo"},
@@ -624,10 +686,16 @@ TEST(ServerTest, BadRequestsAre400WithAnOpenAIErrorBody) {
                                {"tool_calls", {{{"type", "function"}, {"function", {{"name", "f"}, {"arguments", "{x"}}}}}}}}),
        "messages[0].tool_calls[0].function.arguments"},
       {"completions tools", "/v1/completions", with("tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}), "tools"},
-      {"chat logprobs", "/v1/chat/completions", chat_with("logprobs", true), "logprobs"},
+      {"chat logprobs number", "/v1/chat/completions", chat_with("logprobs", 3), "logprobs"},
       {"chat kwargs not object", "/v1/chat/completions", chat_with("chat_template_kwargs", 3), "chat_template_kwargs"},
       {"chat max_tokens too large", "/v1/chat/completions", chat_with("max_tokens", 100000), "max_tokens"},
-      {"chat n 3", "/v1/chat/completions", chat_with("n", 3), "n"},
+      {"chat n string", "/v1/chat/completions", chat_with("n", "3"), "n"},
+      {"chat top_logprobs without logprobs", "/v1/chat/completions", chat_with("top_logprobs", 2), "top_logprobs"},
+      {"chat top_logprobs over --max-logprobs", "/v1/chat/completions",
+       json{{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 4}, {"logprobs", true},
+            {"top_logprobs", 21}}.dump(), "top_logprobs"},
+      {"logprobs over --max-logprobs", "/v1/completions", with("logprobs", 21), "logprobs"},
+      {"logprobs bool on completions", "/v1/completions", with("logprobs", true), "logprobs"},
       {"tokenize nothing", "/tokenize", "{}", "prompt"},
       {"tokenize prompt number", "/tokenize", json{{"prompt", 3}}.dump(), "prompt"},
       {"detokenize not a list", "/detokenize", json{{"tokens", "abc"}}.dump(), "tokens"},

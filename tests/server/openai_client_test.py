@@ -215,6 +215,87 @@ class OpenAIClientTest(unittest.TestCase):
             time.sleep(0.05)
 
 
+def chat_logprobs(client, msgs, **kw):
+    """(tokens, logprobs, tops) of a greedy chat answer with logprobs, JSON or streamed."""
+    r = client.chat.completions.create(model=NAME, messages=msgs, max_tokens=24, temperature=0, logprobs=True,
+                                       top_logprobs=3, **kw)
+    entries = []
+    if kw.get("stream"):
+        for ch in r:
+            if ch.choices and ch.choices[0].logprobs:
+                entries += ch.choices[0].logprobs.content
+    else:
+        entries = r.choices[0].logprobs.content
+    return ([e.token for e in entries], [e.logprob for e in entries],
+            [[(t.token, t.logprob) for t in e.top_logprobs] for e in entries])
+
+
+class LogprobsAndChoicesTest(unittest.TestCase):
+    """logprobs / top_logprobs and n > 1 through the openai client on the real SmolLM2."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(ARGS.blockspec, ARGS.model)
+        cls.client = openai.OpenAI(base_url=cls.server.base + "/v1", api_key=KEY, max_retries=0, timeout=300)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        assert cls.server.proc.returncode == 0, "".join(cls.server.log)
+
+    def test_chat_logprobs(self):
+        msgs = [{"role": "user", "content": "Write one sentence about the sea."}]
+        r = self.client.chat.completions.create(model=NAME, messages=msgs, max_tokens=24, temperature=0)
+        tokens, lps, tops = chat_logprobs(self.client, msgs)
+        self.assertEqual(len(tokens), r.usage.completion_tokens)
+        text = "".join(tokens)
+        if r.choices[0].finish_reason == "stop":  # the eos token is scored but not part of the text
+            text = "".join(tokens[:-1])
+        self.assertEqual(text, r.choices[0].message.content)
+        for t, lp, top in zip(tokens, lps, tops):
+            self.assertLessEqual(lp, 0.0)
+            self.assertEqual(len(top), 3)
+            self.assertEqual(top[0][0], t)  # greedy: the chosen token is the most likely
+            self.assertAlmostEqual(top[0][1], lp, places=6)
+            self.assertGreaterEqual(top[0][1], top[1][1])
+            self.assertGreaterEqual(top[1][1], top[2][1])
+        # Streamed: the same tokens and values.
+        s_tokens, s_lps, s_tops = chat_logprobs(self.client, msgs, stream=True)
+        self.assertEqual(s_tokens, tokens)
+        self.assertEqual(s_lps, lps)
+        self.assertEqual(s_tops, tops)
+
+    def test_completion_logprobs(self):
+        r = self.client.completions.create(model=NAME, prompt="The capital of France is", max_tokens=8,
+                                           temperature=0, logprobs=2)
+        lp = r.choices[0].logprobs
+        self.assertEqual(len(lp.tokens), 8)
+        self.assertEqual("".join(lp.tokens), r.choices[0].text)
+        self.assertEqual(lp.text_offset[0], 0)
+        self.assertEqual(lp.text_offset[-1], len(r.choices[0].text) - len(lp.tokens[-1]))
+        for t, v, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+            self.assertIn(t, top)
+            self.assertEqual(top[t], v)
+            self.assertLessEqual(len(top), 3)
+
+    def test_n_choices(self):
+        msgs = [{"role": "user", "content": "Name a colour."}]
+        r = self.client.chat.completions.create(model=NAME, messages=msgs, max_tokens=12, temperature=1.0, n=3,
+                                                seed=9)
+        self.assertEqual([c.index for c in r.choices], [0, 1, 2])
+        for i, c in enumerate(r.choices):
+            one = self.client.chat.completions.create(model=NAME, messages=msgs, max_tokens=12, temperature=1.0,
+                                                      seed=9 + i)
+            self.assertEqual(c.message.content, one.choices[0].message.content)
+        parts = {}
+        for ch in self.client.completions.create(model=NAME, prompt="Once upon a time", max_tokens=10,
+                                                 temperature=1.0, n=2, seed=3, stream=True):
+            parts[ch.choices[0].index] = parts.get(ch.choices[0].index, "") + ch.choices[0].text
+        whole = self.client.completions.create(model=NAME, prompt="Once upon a time", max_tokens=10,
+                                               temperature=1.0, n=2, seed=3)
+        self.assertEqual([parts[0], parts[1]], [c.text for c in whole.choices])
+
+
 class SpeculativeServeTest(unittest.TestCase):
     """`blockspec serve --speculative-config` (n-gram, K = 3) answers greedy
     requests exactly as the server without it, through the openai client,
@@ -253,6 +334,15 @@ class SpeculativeServeTest(unittest.TestCase):
     def test_same_answers_and_drafts_accepted(self):
         plain, spec = self.answers(self.plain), self.answers(self.spec)
         self.assertEqual(spec, plain)
+        # Logprobs: speculation reports what plain decoding reports for the same tokens.
+        msgs = [{"role": "user", "content": "Repeat after me: red green blue red green blue red green blue"}]
+        clients = [openai.OpenAI(base_url=s.base + "/v1", api_key=KEY, max_retries=0, timeout=300)
+                   for s in (self.plain, self.spec)]
+        (pt, pl, ptop), (st, sl, stop) = [chat_logprobs(c, msgs) for c in clients]
+        self.assertEqual(st, pt)
+        for a, b in zip(sl, pl):
+            self.assertAlmostEqual(a, b, delta=1e-4)
+        self.assertEqual([[t for t, _ in x] for x in stop], [[t for t, _ in x] for x in ptop])
         req = urllib.request.Request(self.spec.base + "/metrics", headers={"Authorization": "Bearer " + KEY})
         with urllib.request.urlopen(req) as r:
             text = r.read().decode()

@@ -19,9 +19,6 @@ namespace blockspec {
 
 namespace {
 
-// The API features of issue 19 not in the server yet (prefix caching);
-// flags that turn them on say so.
-constexpr const char* kApiIssue = "issue 19, the serving API: prefix caching";
 
 const char* kFrontend = "Frontend (HTTP server)";
 const char* kModel = "ModelConfig";
@@ -116,9 +113,10 @@ std::vector<FlagSpec> serve_flags() {
       {"--kv-cache-memory", "", true, "KV cache budget in MiB (default: room for max-num-seqs x max-model-len tokens, "
                                       "at most 2 GiB)", kCache},
       {"--kv-cache-memory-bytes", "", true, "KV cache budget in bytes (512M, 2G, ...; vLLM's name)", kCache},
-      {"--enable-prefix-caching", "", false, "accepted: no prefix cache yet (issue 19), prompts are prefilled in full",
-       kCache},
-      {"--no-enable-prefix-caching", "", false, "no prefix cache (what blockspec does today)", kCache},
+      {"--enable-prefix-caching", "", false,
+       "reuse the KV pages of prompt prefixes seen before (the default; off for hybrid targets and DFlash drafters, "
+       "logged)", kCache},
+      {"--no-enable-prefix-caching", "", false, "compute every prompt in full", kCache},
       {"--tensor-parallel-size", "-tp", true, "1 (a single CPU process; larger sizes are refused)", kParallel},
       {"--pipeline-parallel-size", "-pp", true, "1 (larger sizes are refused)", kParallel},
       {"--data-parallel-size", "-dp", true, "1 (larger sizes are refused: run one server per replica)", kParallel},
@@ -263,9 +261,7 @@ ServeSettings read_serve_flags(const Args& a) {
   s.server.max_logprobs = max_lp < 0 ? (1 << 30) : static_cast<int>(max_lp);
   if (a.has("--enable-prefix-caching") && a.has("--no-enable-prefix-caching"))
     fail("--enable-prefix-caching contradicts --no-enable-prefix-caching; give one");
-  if (a.has("--enable-prefix-caching"))
-    note("--enable-prefix-caching", std::string("accepted; there is no prefix cache yet (") + kApiIssue +
-                                        "): every prompt is prefilled in full, the outputs are the same");
+  s.engine.enable_prefix_caching = !a.has("--no-enable-prefix-caching");  // on by default, as in vLLM
   return s;
 }
 

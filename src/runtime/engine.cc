@@ -94,6 +94,14 @@ Engine::Engine(std::unique_ptr<Transformer> model, const EngineOptions& opts) : 
     I.m.state_slots_total = opts.max_num_seqs;
     I.m.state_bytes_per_slot = sf * static_cast<int64_t>(sizeof(float));
   }
+  if (opts.enable_prefix_caching) {
+    if (I.state) I.prefix_caching_note = "prefix caching is off: a hybrid model's recurrent state is not cached";
+    else if (I.drafter) I.prefix_caching_note = "prefix caching is off: the drafter reads the target's features of every prompt token";
+    else if (!opts.capture_taps.empty()) I.prefix_caching_note = "prefix caching is off while capturing taps";
+    else I.prefix_caching = true;
+  }
+  so.prefix_caching = I.prefix_caching;
+  I.m.prefix_caching = I.prefix_caching;
   I.sched = std::make_unique<Scheduler>(so, *I.blocks, I.state_slots.get());
   I.runner = std::make_unique<ModelRunner>(*I.model);
   I.m.ttft_s = make_hist({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80});
@@ -138,6 +146,7 @@ uint64_t Engine::submit(RequestParams p, std::function<void(const TokenEvent&)> 
   if (dead_.load()) fail("the engine has stopped after an internal error");
   auto s = std::make_unique<Sequence>();
   s->params = std::move(p);
+  s->st.prompt_tokens = s->params.prompt.data();  // the scheduler's prefix-cache lookups
   s->st.prompt_len = static_cast<int64_t>(s->params.prompt.size());
   s->st.max_tokens = s->params.max_tokens;
   s->st.may_draft = I.spec.has_value() && !s->penalized();
@@ -165,6 +174,17 @@ void Engine::cancel(uint64_t id, const std::string& reason) {
   impl_->cv.notify_all();
 }
 
+bool Engine::prefix_caching() const { return impl_->prefix_caching; }
+const std::string& Engine::prefix_caching_note() const { return impl_->prefix_caching_note; }
+
+void Engine::reset_prefix_cache() {
+  {
+    std::lock_guard<std::mutex> g(impl_->mu);
+    impl_->reset_cache = true;
+  }
+  impl_->cv.notify_all();
+}
+
 EngineMetrics Engine::metrics() const {
   std::lock_guard<std::mutex> g(impl_->mu);
   return impl_->m;
@@ -179,6 +199,7 @@ void Engine::Impl::finish(Sequence& s, const std::string& reason, const std::str
   ev.error = error;
   ev.prompt_tokens = s.st.prompt_len;
   ev.completion_tokens = s.st.n_generated;
+  ev.cached_tokens = s.st.n_cached;
   ev.spec = s.stats;
   const double t = now_s();
   if (s.running) sched->finish(&s.st);  // its pages go back now
@@ -204,7 +225,7 @@ void Engine::Impl::loop() {
     for (;;) {
       {
         std::unique_lock<std::mutex> lk(mu);
-        cv.wait(lk, [&] { return stop || !incoming.empty() || !to_cancel.empty() || !live.empty(); });
+        cv.wait(lk, [&] { return stop || !incoming.empty() || !to_cancel.empty() || !live.empty() || reset_cache; });
         if (stop) break;
       }
       if (opts.before_step) opts.before_step();

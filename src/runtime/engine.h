@@ -58,6 +58,13 @@ struct EngineOptions {
   // known point (e.g. unfinished while a client hangs up), so it can wait on
   // a condition instead of racing the engine.
   std::function<void()> before_step;
+  // vLLM's automatic prefix caching (kv/block_allocator.h): full KV pages
+  // are kept under the hash of every token up to them and a request whose
+  // prompt starts with the same tokens skips computing them. Not used (and
+  // Engine::prefix_caching_note() says why) for hybrid targets, whose
+  // recurrent state is not cached, and with a DFlash / DFlash2 drafter or
+  // capture_taps, which need the target's features of every prompt token.
+  bool enable_prefix_caching = false;
 };
 
 struct RequestParams {
@@ -86,6 +93,7 @@ struct TokenEvent {
   // The last of `tokens` is the eos / stop token that ends the request (its
   // text is not part of the answer: vLLM's rule unless include_stop_str_in_output).
   bool ends_with_stop_token = false;
+  int64_t cached_tokens = 0;  // prompt tokens taken from the prefix cache
   std::vector<TokenLogprob> logprobs;  // [tokens.size()] when RequestParams::n_logprobs >= 0
   bool finished = false;
   std::string finish_reason;    // "stop" (eos / stop token), "length", "abort" (cancelled), "error"
@@ -118,6 +126,11 @@ struct EngineMetrics {
   // Steps that decoded, by the draft length K planned for them (speculative
   // engines): K follows num_speculative_tokens_per_batch_size or the adaptive choice.
   std::map<int64_t, uint64_t> steps_by_k;
+  // Prefix caching: prompt tokens looked up and found (vLLM's
+  // prefix_cache_queries / prefix_cache_hits), pages holding a cached prefix.
+  bool prefix_caching = false;
+  uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
+  int64_t kv_pages_cached = 0;
 };
 
 class Engine {
@@ -143,6 +156,12 @@ class Engine {
   void cancel(uint64_t id, const std::string& reason = "abort");
   EngineMetrics metrics() const;
   bool healthy() const { return !dead_.load(); }
+  // Whether prefix caching is on; when asked for but off, why (one line).
+  bool prefix_caching() const;
+  const std::string& prefix_caching_note() const;
+  // Forgets every cached prefix (the pages of running requests stay theirs);
+  // carried out by the step thread before its next step.
+  void reset_prefix_cache();
 
  private:
   struct Impl;

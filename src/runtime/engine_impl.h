@@ -44,6 +44,9 @@ struct Engine::Impl {
   uint64_t next_id = 1;
   std::deque<std::unique_ptr<Sequence>> incoming;  // submitted, not yet seen by the scheduler; guarded by mu
   std::vector<std::pair<uint64_t, std::string>> to_cancel;  // id, finish reason; guarded by mu
+  bool reset_cache = false;  // reset_prefix_cache() asked; guarded by mu
+  bool prefix_caching = false;
+  std::string prefix_caching_note;  // why it is off although asked for
   EngineMetrics m;                                // guarded by mu
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> live;  // queued or running; engine thread only
   std::thread thread;
@@ -54,6 +57,7 @@ struct Engine::Impl {
   void intake();  // submissions into the scheduler, cancellations carried out
   void start(Sequence& s);  // admitted: KV view and proposer
   void publish();  // running / waiting / KV page counts into m
+  void publish_pages(Sequence& s);  // s's full pages with final K/V into the prefix cache
   int64_t choose_k(int64_t n_decoding);
   // Reports the end and frees everything the request holds; the Sequence
   // itself is destroyed by the caller (it may still be in a loop's hands).

@@ -38,11 +38,14 @@ class TapRecorder : public Proposer {
 void Engine::Impl::intake() {
   std::deque<std::unique_ptr<Sequence>> arrived;
   std::vector<std::pair<uint64_t, std::string>> cancels;  // id, reason
+  bool reset = false;
   {
     std::lock_guard<std::mutex> g(mu);
     arrived.swap(incoming);
     cancels.swap(to_cancel);
+    std::swap(reset, reset_cache);
   }
+  if (reset) blocks->reset_cache();
   for (auto& s : arrived) {
     sched->add(&s->st);
     const uint64_t id = s->st.id;
@@ -61,6 +64,12 @@ void Engine::Impl::start(Sequence& s) {
   s.running = true;
   s.cache = std::make_unique<KvCache>(*pool);
   s.cache->append_pages(s.st.blocks);  // the whole worst case, reserved by the scheduler
+  s.cache->set_size(s.st.n_cached);    // a prompt prefix found in the prefix cache is already there
+  s.n_published = s.st.n_cached / kPageTokens;
+  if (s.n_published > 0) {  // the chain hash of those pages
+    for (int64_t i = 0; i < s.n_published; ++i)
+      s.last_page_hash = page_hash(s.last_page_hash, s.params.prompt.data() + i * kPageTokens, kPageTokens);
+  }
   if (state) {  // a hybrid model's recurrent state: the slot the scheduler gave it, from zero
     state->clear(s.st.state_slot);
     s.cache->attach_state(state->slot(s.st.state_slot), state->floats_per_slot());
@@ -77,11 +86,25 @@ void Engine::Impl::start(Sequence& s) {
   s.tokens = s.params.prompt;
 }
 
+void Engine::Impl::publish_pages(Sequence& s) {
+  if (!prefix_caching || !s.cache) return;
+  const int64_t full = s.cache->size() / kPageTokens;  // pages whose every position holds final K/V
+  for (; s.n_published < full; ++s.n_published) {
+    const int32_t* t = s.tokens.data() + s.n_published * kPageTokens;
+    const uint64_t h = page_hash(s.last_page_hash, t, kPageTokens);
+    blocks->publish(s.st.blocks[s.n_published], h, s.last_page_hash, t, kPageTokens);
+    s.last_page_hash = h;
+  }
+}
+
 void Engine::Impl::publish() {
   std::lock_guard<std::mutex> g(mu);
   m.running = sched->n_running();
   m.waiting = sched->n_waiting() + static_cast<int64_t>(incoming.size());
   m.kv_pages_used = blocks->n_used();
+  m.kv_pages_cached = blocks->n_cached();
+  m.prefix_cache_queries = sched->cache_queries();
+  m.prefix_cache_hits = sched->cache_hits();
   if (state_slots) m.state_slots_used = state_slots->n_used();
 }
 
@@ -113,6 +136,7 @@ void Engine::Impl::step() {
   std::vector<uint64_t> ended;
   for (Sequence* sp : o.touched) {
     Sequence& s = *sp;
+    publish_pages(s);  // before finish() frees the pages: they stay cached
     if (s.out.empty() && s.end_reason.empty()) continue;
     if (!s.out.empty()) {
       if (s.st.n_generated == static_cast<int64_t>(s.out.size())) {  // its first tokens
@@ -122,6 +146,7 @@ void Engine::Impl::step() {
       TokenEvent ev;
       ev.tokens = s.out;
       ev.ends_with_stop_token = s.end_reason == "stop";  // set only by a stop token (ModelRunner::emit)
+      ev.cached_tokens = s.st.n_cached;
       ev.logprobs = std::move(s.out_logprobs);
       s.out_logprobs.clear();
       ev.prompt_tokens = s.st.prompt_len;

@@ -35,10 +35,34 @@ SeqState* Scheduler::drop_waiting(uint64_t id) {
 void Scheduler::admit(StepPlan& plan) {
   while (!waiting_.empty() && n_running() < o_.max_num_seqs) {
     SeqState* s = waiting_.front();
-    const int64_t need = pages_for(*s);
-    if (!blocks_.can_allocate(need)) break;  // FIFO: the head waits for memory
+    // The prompt's leading full pages already in the prefix cache (never the
+    // page of its last token, which must run to give the first logits).
+    std::vector<int32_t> hits;
+    int64_t unowned = 0;  // hits that count as free now
+    if (o_.prefix_caching && s->prompt_tokens) {
+      uint64_t parent = 0;
+      for (int64_t i = 0; i < (s->prompt_len - 1) / o_.page_tokens; ++i) {
+        const int32_t* t = s->prompt_tokens + i * o_.page_tokens;
+        const uint64_t h = page_hash(parent, t, o_.page_tokens);
+        const int32_t b = blocks_.find_cached(h, parent, t, o_.page_tokens);
+        if (b < 0) break;
+        hits.push_back(b);
+        unowned += blocks_.ref_count(b) == 0;
+        parent = h;
+      }
+    }
+    const int64_t need = pages_for(*s) - static_cast<int64_t>(hits.size());
+    if (blocks_.n_free() - unowned < need) break;  // FIFO: the head waits for memory
     if (state_slots_ && !state_slots_->can_allocate(1)) break;  // ... or for a state slot
-    s->blocks = blocks_.allocate(need);
+    for (int32_t b : hits) blocks_.take_cached(b);  // first: allocate() must not evict them
+    s->blocks = hits;
+    const std::vector<int32_t> fresh = blocks_.allocate(need);
+    s->blocks.insert(s->blocks.end(), fresh.begin(), fresh.end());
+    s->n_cached = s->n_prefilled = static_cast<int64_t>(hits.size()) * o_.page_tokens;
+    if (o_.prefix_caching) {
+      cache_queries_ += static_cast<uint64_t>(s->prompt_len);
+      cache_hits_ += static_cast<uint64_t>(s->n_cached);
+    }
     if (state_slots_) s->state_slot = state_slots_->allocate(1)[0];
     waiting_.pop_front();
     running_.push_back(s);

@@ -39,6 +39,10 @@ struct SchedulerOptions {
   // their verify rows and, since a block-diffusion drafter drafts the block
   // jointly, reproduces the reference's drafts exactly.
   bool draft_within_budget = false;
+  // Admission takes the prompt's leading full pages from the prefix cache
+  // (BlockAllocator::find_cached) when they are there; the last prompt token
+  // is always computed (its logits start the answer).
+  bool prefix_caching = false;
 };
 
 // What the scheduler knows of a request.
@@ -49,6 +53,8 @@ struct SeqState {
   int64_t n_generated = 0;  // emitted tokens; in decode the last one is the anchor, not yet in the KV
   bool may_draft = false;   // has a proposer and no penalties (a penalized request decodes plainly)
   std::vector<int32_t> blocks;  // KV pages held while running (the scheduler's reference)
+  const int32_t* prompt_tokens = nullptr;  // [prompt_len] for prefix caching (the caller's, alive with this state)
+  int64_t n_cached = 0;         // prompt tokens whose K/V came from the prefix cache (n_prefilled starts there)
   int32_t state_slot = -1;      // the model-state slot held while running (-1: none)
 
   bool prefilling() const { return n_prefilled < prompt_len; }
@@ -87,6 +93,9 @@ class Scheduler {
   // running and its pages go back at once.
   void finish(SeqState* s);
 
+  // Prefix cache lookups so far, in tokens (vLLM's prefix_cache_queries / hits).
+  uint64_t cache_queries() const { return cache_queries_; }
+  uint64_t cache_hits() const { return cache_hits_; }
   int64_t n_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t n_running() const { return static_cast<int64_t>(running_.size()); }
   const std::vector<SeqState*>& running() const { return running_; }
@@ -101,6 +110,7 @@ class Scheduler {
   BlockAllocator* state_slots_;
   std::deque<SeqState*> waiting_;
   std::vector<SeqState*> running_;  // admission order
+  uint64_t cache_queries_ = 0, cache_hits_ = 0;
 };
 
 }  // namespace blockspec

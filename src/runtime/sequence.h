@@ -38,6 +38,8 @@ struct Sequence {
   bool running = false;    // admitted: the scheduler holds it and its pages
   bool ended = false;      // the end has been reported
   std::string end_reason;  // set by the step when a stop token or max_tokens ends the request
+  int64_t n_published = 0;  // prefix caching: leading full pages published (or taken from the cache)
+  uint64_t last_page_hash = 0;  // ... the hash of the last of them
   // This step:
   Draft draft;
   std::vector<float> taps;    // [rows, n_taps * H] the target's tapped hidden states

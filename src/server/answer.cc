@@ -81,7 +81,9 @@ json usage_json(const Answer& a) {
   const int64_t prompt = a.choices.empty() ? 0 : a.choices[0].gen->prompt_tokens();
   int64_t completion = 0;
   for (const Choice& c : a.choices) completion += c.gen->completion_tokens();
-  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  const int64_t cached = a.choices.empty() ? 0 : a.choices[0].gen->cached_tokens();
+  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 std::string sse_chunk(const AnswerHead& r, int index, const ChunkParts& p, bool usage_null) {

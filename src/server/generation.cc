@@ -79,6 +79,7 @@ void Generation::cancel() {
 }
 
 void Generation::handle(const TokenEvent& ev, std::string& delta) {
+  cached_tokens_ = std::max(cached_tokens_, ev.cached_tokens);
   for (size_t i = 0; i < ev.tokens.size(); ++i) {
     ++completion_tokens_;
     tokens_.push_back(ev.tokens[i]);

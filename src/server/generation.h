@@ -56,6 +56,7 @@ class Generation {
   const std::string& error() const { return error_; }
   int64_t prompt_tokens() const { return prompt_tokens_; }
   int64_t completion_tokens() const { return completion_tokens_; }
+  int64_t cached_tokens() const { return cached_tokens_; }  // prompt tokens the prefix cache supplied
   uint64_t id() const { return id_; }
   // The generated tokens (the eos / stop token included, tokens past a stop
   // string not) and, when requested, their logprobs (parallel to tokens).
@@ -77,7 +78,7 @@ class Generation {
   uint64_t id_ = 0;
   bool finished_ = false;
   std::string finish_reason_, error_;
-  int64_t prompt_tokens_ = 0, completion_tokens_ = 0;
+  int64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0;
   std::vector<int32_t> tokens_;
   std::vector<TokenLogprob> logprobs_;
 };

@@ -77,6 +77,17 @@ std::string render_metrics(const EngineMetrics& m, const ServerCounters& c, cons
     w.metric("recurrent_state_bytes", "gauge", "Bytes of recurrent state held by requests (f32).",
              static_cast<double>(m.state_slots_used * m.state_bytes_per_slot));
   }
+  // Prefix caching, by vLLM's names (v1: prefix_cache_queries / _hits in
+  // tokens; v0's gpu_prefix_cache_hit_rate as the running ratio).
+  w.metric("prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.",
+           static_cast<double>(m.prefix_cache_queries));
+  w.metric("prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+           static_cast<double>(m.prefix_cache_hits));
+  w.metric("gpu_prefix_cache_hit_rate", "gauge", "Prefix cache hit rate (cached / queried prompt tokens, all time).",
+           m.prefix_cache_queries ? static_cast<double>(m.prefix_cache_hits) / static_cast<double>(m.prefix_cache_queries)
+                                  : 0.0);
+  w.metric("kv_cache_pages_cached", "gauge", "KV-cache pages holding a cached prefix (owned or not).",
+           static_cast<double>(m.kv_pages_cached));
   w.metric("prompt_tokens_total", "counter", "Number of prefill tokens processed.",
            static_cast<double>(m.prompt_tokens));
   w.metric("generation_tokens_total", "counter", "Number of generation tokens processed.",

@@ -194,6 +194,14 @@ void Server::Impl::routes() {
   http.Post("/v1/chat/completions", [this](const Request& req, Response& res) {
     guarded(res, [&] { handle_generate(req, res, /*chat=*/true); });
   });
+  // vLLM's POST /reset_prefix_cache: forget every cached prefix (the step
+  // thread does it before its next step); 200 with an empty body.
+  http.Post("/reset_prefix_cache", [this](const Request&, Response& res) {
+    guarded(res, [&] {
+      model_or_503()->engine->reset_prefix_cache();
+      res.status = 200;
+    });
+  });
   http.Post("/tokenize", [this](const Request& req, Response& res) { guarded(res, [&] { handle_tokenize(req, res); }); });
   http.Post("/detokenize", [this](const Request& req, Response& res) {
     guarded(res, [&] { handle_detokenize(req, res); });

@@ -111,9 +111,11 @@ TEST(ServeFlags, AcceptedWithANote) {
   EXPECT_EQ(s.server.max_logprobs, 5);  // honoured, no note
   EXPECT_EQ(read({kModel}).server.max_logprobs, 20);
   EXPECT_EQ(read({kModel, "--max-logprobs", "-1"}).server.max_logprobs, 1 << 30);
-  EXPECT_TRUE(noted(s, "--enable-prefix-caching: accepted; there is no prefix cache yet"));
+  EXPECT_TRUE(s.engine.enable_prefix_caching);  // honoured, no note
+  EXPECT_TRUE(read({kModel}).engine.enable_prefix_caching);  // vLLM's default
+  EXPECT_FALSE(read({kModel, "--no-enable-prefix-caching"}).engine.enable_prefix_caching);
   EXPECT_TRUE(noted(s, "--speculative-config: \"enforce_eager\" accepted, no effect here"));
-  EXPECT_EQ(s.notes.size(), 4u);
+  EXPECT_EQ(s.notes.size(), 3u);
   EXPECT_TRUE(read({kModel, "--no-enable-prefix-caching"}).notes.empty());
   // An explicit KV budget wins over the memory fraction (as in vLLM), and says so.
   s = read({kModel, "--gpu-memory-utilization", "0.9", "--kv-cache-memory", "64"});

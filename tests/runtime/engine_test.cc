@@ -222,6 +222,86 @@ TEST(Engine, CancelFreesKvAndStopTokensEnd) {
   EXPECT_EQ(eng.metrics().requests_aborted, 1u);
 }
 
+// Prefix caching: requests whose prompts share leading pages with earlier
+// prompts and answers (a repeat, a longer continuation, a multi-turn history
+// that contains an earlier answer) take those pages from the cache and get
+// exactly what plain generation gives them, greedy and seeded sampling;
+// hits are counted in tokens; pages go back (cached pages count as free);
+// a reset forgets them.
+TEST(Engine, PrefixCachingGivesTheSameTokensAndHits) {
+  ModelOptions mo;
+  mo.n_threads = 2;
+  const std::string dir = golden("qwen3-tiny-f32");
+  auto ref = Transformer::load(dir, mo);
+  const int64_t V = ref->config().vocab_size;
+  const std::vector<int32_t> base = prompt_of(3, 70, V);
+  GenerateOptions go;
+  go.max_new_tokens = 20;
+  go.stop_at_eos = false;
+  const std::vector<int32_t> first_answer = generate(*ref, base, go).tokens;
+  std::vector<std::vector<int32_t>> prompts = {base};
+  prompts.push_back(base);                                                   // a repeat
+  prompts.push_back(base);
+  prompts.back().insert(prompts.back().end(), {5, 6, 7, 8, 9});              // a continuation
+  prompts.push_back(base);                                                   // a second turn: history + answer + more
+  prompts.back().insert(prompts.back().end(), first_answer.begin(), first_answer.end());
+  prompts.back().insert(prompts.back().end(), {11, 12, 13});
+  prompts.push_back(prompt_of(9, 40, V));                                    // unrelated
+  for (const float temp : {0.0f, 0.9f}) {
+    SCOPED_TRACE("temperature " + std::to_string(temp));
+    std::vector<std::vector<int32_t>> got[2];
+    EngineMetrics m_cached;
+    for (int cached = 0; cached < 2; ++cached) {
+      EngineOptions eo;
+      eo.max_num_seqs = 4;
+      eo.max_step_tokens = 32;
+      eo.enable_prefix_caching = cached == 1;
+      auto eng = test_engine(Transformer::load(dir, mo), eo);
+      EXPECT_EQ(eng->prefix_caching(), cached == 1);
+      // The first request alone (it fills the cache), then the rest at once.
+      Collector col;
+      std::vector<uint64_t> slots(prompts.size());
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        RequestParams rp;
+        rp.prompt = prompts[i];
+        rp.max_tokens = 20;
+        rp.ignore_eos = true;
+        rp.sampling.temperature = temp;
+        rp.sampling.seed = 100 + i;
+        eng->submit(rp, col.make(&slots[i]));
+        if (i == 0) col.wait(1);
+      }
+      col.wait(prompts.size());
+      for (size_t i = 0; i < prompts.size(); ++i) got[cached].push_back(col.tokens[reinterpret_cast<uint64_t>(&slots[i])]);
+      for (int t = 0; t < 100 && eng->metrics().kv_pages_used != 0; ++t)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      const EngineMetrics m = eng->metrics();
+      EXPECT_EQ(m.kv_pages_used, 0);
+      if (cached) {
+        m_cached = m;
+        EXPECT_GT(m.kv_pages_cached, 0);
+        eng->reset_prefix_cache();
+        for (int t = 0; t < 100 && eng->metrics().kv_pages_cached != 0; ++t)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        EXPECT_EQ(eng->metrics().kv_pages_cached, 0);
+        EXPECT_EQ(eng->metrics().kv_pages_used, 0);
+      } else {
+        EXPECT_EQ(m.prefix_cache_queries, 0u);
+      }
+    }
+    EXPECT_EQ(got[1], got[0]);
+    if (temp == 0) EXPECT_EQ(got[0][0], first_answer);
+    uint64_t queried = 0;
+    for (const auto& p : prompts) queried += p.size();
+    EXPECT_EQ(m_cached.prefix_cache_queries, queried);
+    // Hits: the repeat and the continuation find the base's 4 full pages (64
+    // tokens; never the page of the last prompt token); the second turn, whose
+    // history holds the greedy answer, also the page that answer filled (70 +
+    // 20 = 90 tokens: 5 full pages) when the first request answered greedily.
+    EXPECT_EQ(m_cached.prefix_cache_hits, temp == 0 ? 64u + 64u + 80u : 64u + 64u + 64u);
+  }
+}
+
 TEST(Engine, RejectsBadRequests) {
   ModelOptions mo;
   EngineOptions eo;

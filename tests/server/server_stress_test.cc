@@ -73,6 +73,7 @@ void stress(std::optional<SpecConfig> spec, const std::string& kModelDir = kDens
   EngineOptions eo;
   eo.max_num_seqs = 8;
   eo.spec = std::move(spec);
+  eo.enable_prefix_caching = true;  // as `serve` runs (off by itself for the hybrid model)
   auto model = make_served_model(test_engine(Transformer::load(kModelDir, mo), eo),
                                  Tokenizer::from_file(kModelDir + "/tokenizer.json"),
                                  read_chat_assets(kModelDir, kTemplate), kModelDir);
@@ -181,6 +182,19 @@ void stress(std::optional<SpecConfig> spec, const std::string& kModelDir = kDens
     ASSERT_TRUE(mt);
     EXPECT_NE(mt->body.find("recurrent_state_slots_total"), std::string::npos);
     EXPECT_NE(mt->body.find("recurrent_state_bytes"), std::string::npos);
+  }
+  if (model->engine->prefix_caching()) {  // the repeated prompts hit; a flush leaves no cached page
+    EXPECT_GT(m.prefix_cache_hits, 0u);
+    EXPECT_GT(m.kv_pages_cached, 0);
+    auto rs = c.Post("/reset_prefix_cache", "", "application/json");
+    ASSERT_TRUE(rs);
+    EXPECT_EQ(rs->status, 200);
+    for (int i = 0; i < 100 && model->engine->metrics().kv_pages_cached != 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(model->engine->metrics().kv_pages_cached, 0);
+    EXPECT_EQ(model->engine->metrics().kv_pages_used, 0);
+  } else {
+    EXPECT_EQ(kModelDir, kHybridDir);
   }
   if (eo.spec) {
     const EngineMetrics em = model->engine->metrics();

@@ -67,6 +67,7 @@ std::shared_ptr<ServedModel> load_model(const std::shared_ptr<StepGate>& gate) {
   EngineOptions eo;
   eo.max_num_seqs = 8;
   eo.before_step = [gate] { gate->pass(); };
+  eo.enable_prefix_caching = true;  // as `serve` runs
   auto engine = std::make_unique<Engine>(Transformer::load(kModelDir, mo), eo);
   return make_served_model(std::move(engine), Tokenizer::from_file(kModelDir + "/tokenizer.json"),
                            read_chat_assets(kModelDir, kTemplate), kModelDir);
@@ -969,6 +970,35 @@ TEST(ServerTest, MetricsParseAndCount) {
   for (size_t i = 1; i < buckets.size(); ++i) EXPECT_LE(buckets[i - 1], buckets[i]);
   EXPECT_EQ(buckets.back(), m["blockspec:time_to_first_token_seconds_count"]);
   EXPECT_NE(r.body.find("# TYPE blockspec:e2e_request_latency_seconds histogram"), std::string::npos);
+}
+
+// Prefix caching over HTTP: a repeated chat reports cached prompt tokens in
+// usage.prompt_tokens_details and answers the same; /metrics counts queries
+// and hits in tokens; POST /reset_prefix_cache empties the cache.
+TEST(ServerTest, PrefixCacheHitsAreReportedAndFlushed) {
+  const json req = {{"messages", {{{"role", "user"}, {"content", "A long and winding prompt that fills a few pages of "
+                                                                  "sixteen tokens each, so that a repeat can reuse them."}}}},
+                    {"max_tokens", 6}, {"temperature", 0}};
+  const json a = post("/v1/chat/completions", req).j;
+  const json b = post("/v1/chat/completions", req).j;
+  EXPECT_EQ(b["choices"][0]["message"]["content"], a["choices"][0]["message"]["content"]);
+  const int64_t prompt = b["usage"]["prompt_tokens"];
+  const int64_t cached = b["usage"]["prompt_tokens_details"]["cached_tokens"];
+  EXPECT_EQ(cached, (prompt - 1) / 16 * 16) << b.dump();  // every full page but the one of the last prompt token
+  EXPECT_GT(cached, 0);
+  auto m = parse_metrics(get("/metrics").body);
+  EXPECT_GE(m["blockspec:prefix_cache_hits_total"], cached);
+  EXPECT_GE(m["blockspec:prefix_cache_queries_total"], 2 * prompt);
+  EXPECT_GT(m["blockspec:gpu_prefix_cache_hit_rate"], 0);
+  EXPECT_GT(m["blockspec:kv_cache_pages_cached"], 0);
+  EXPECT_EQ(post("/reset_prefix_cache", std::string("")).status, 200);
+  for (int i = 0; i < 100 && parse_metrics(get("/metrics").body)["blockspec:kv_cache_pages_cached"] != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  m = parse_metrics(get("/metrics").body);
+  EXPECT_EQ(m["blockspec:kv_cache_pages_cached"], 0);
+  const json c = post("/v1/chat/completions", req).j;  // after the flush: computed again, the same answer
+  EXPECT_EQ(c["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(c["choices"][0]["message"]["content"], a["choices"][0]["message"]["content"]);
 }
 
 TEST(ServerTest, EightConcurrentClients) {

@@ -5,7 +5,12 @@ short text answer once a tool result is in the conversation. No offline model sa
 (Qwen2.5-Coder-1.5B answers tool prompts with ```json fences), so this is what lets the tool-call
 path of `serve` be tested end to end with the real `openai` client (tests/server/openai_client_test.py).
 
-  python3 scripts/make_toolcall_model.py [OUT_DIR]
+  python3 scripts/make_toolcall_model.py            # both fixtures
+  python3 scripts/make_toolcall_model.py --variant think OUT_DIR
+
+Variant "think" (tests/fixtures/toolcall/qwen3-think-tiny) answers a first turn with
+"<think>\nThe user asks about the weather.\n</think>\n\nIt is sunny in Paris today." instead, for the
+reasoning parser (`--reasoning-parser qwen3`); <think> and </think> are added tokens as in Qwen3.
 
 Only the standard library. The tokenizer is the 512-token BPE of tests/fixtures/golden/qwen3-tiny-f32
 with added tokens (non-special, as Qwen's own <tool_call> is): <tool_call>, </tool_call>,
@@ -43,6 +48,8 @@ ADDED = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
          "It is sunny", " in Paris today."]
 TOOL_SCRIPT = ["<tool_call>", '{"name": "', "get_current_weather", '", "arguments": {"city": "', "Paris", '"}}',
                "</tool_call>"]
+THINK_ADDED = ["<think>", "</think>", "\nThe user asks about the weather.\n", "\n\nIt is sunny in Paris today."]
+THINK_SCRIPT = ["<think>", "\nThe user asks about the weather.\n", "</think>", "\n\nIt is sunny in Paris today."]
 TEXT_SCRIPT = ["It is sunny", " in Paris today."]
 EOS = 511  # <|im_end|>
 
@@ -72,17 +79,28 @@ def write_safetensors(path, tensors):
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests/fixtures/toolcall/qwen3-toolcall-tiny")
+    if len(sys.argv) == 1:
+        make("toolcall", os.path.join(ROOT, "tests/fixtures/toolcall/qwen3-toolcall-tiny"))
+        make("think", os.path.join(ROOT, "tests/fixtures/toolcall/qwen3-think-tiny"))
+    elif sys.argv[1] == "--variant":
+        make(sys.argv[2], sys.argv[3])
+    else:
+        make("toolcall", sys.argv[1])
+
+
+def make(variant, out):
+    added = ADDED + (THINK_ADDED if variant == "think" else [])
+    first_script = THINK_SCRIPT if variant == "think" else TOOL_SCRIPT
     os.makedirs(out, exist_ok=True)
     tok = json.load(open(os.path.join(SRC, "tokenizer.json")))
     base_vocab = 512
     ids = {}
-    for i, content in enumerate(ADDED):
+    for i, content in enumerate(added):
         ids[content] = base_vocab + i
         tok["added_tokens"].append({"id": base_vocab + i, "content": content, "single_word": False, "lstrip": False,
                                     "rstrip": False, "normalized": False, "special": False})
     newline = tok["model"]["vocab"]["\u010a"]  # byte-level "\n"
-    vocab = base_vocab + len(ADDED)
+    vocab = base_vocab + len(added)
     json.dump(tok, open(os.path.join(out, "tokenizer.json"), "w"), ensure_ascii=False, indent=1)
     template = open(os.path.join(ROOT, "tests/fixtures/chat/qwen3.jinja")).read()
     json.dump({"chat_template": template, "eos_token": "<|im_end|>", "bos_token": None, "pad_token": "<|endoftext|>",
@@ -99,7 +117,7 @@ def main():
 
     # Directions: one per scripted token and "\n", then the marker and the flag.
     dims = {}
-    for t in [newline] + [ids[c] for c in TOOL_SCRIPT + TEXT_SCRIPT]:
+    for t in [newline] + [ids[c] for c in first_script + TEXT_SCRIPT]:
         dims.setdefault(t, len(dims))
     marker = ids["<tool_response>"]
     dims[marker] = len(dims)
@@ -117,11 +135,11 @@ def main():
     def step(cur, nxt, w=A):
         head[nxt * H + dims[cur]] += w
 
-    for script in (TOOL_SCRIPT, TEXT_SCRIPT):
+    for script in (first_script, TEXT_SCRIPT):
         seq = [ids[c] for c in script] + [EOS]
         for cur, nxt in zip(seq, seq[1:]):
             step(cur, nxt)
-    step(newline, ids[TOOL_SCRIPT[0]])
+    step(newline, ids[first_script[0]])
     step(newline, ids[TEXT_SCRIPT[0]], 0.99 * A)
     head[ids[TEXT_SCRIPT[0]] * H + flag] += B
 
@@ -150,8 +168,10 @@ def main():
     }
     write_safetensors(os.path.join(out, "model.safetensors"), tensors)
     with open(os.path.join(out, "README.md"), "w") as f:
+        first = ("a hermes tool call (get_current_weather, city Paris)" if variant == "toolcall" else
+                 "\"<think>\\nThe user asks about the weather.\\n</think>\\n\\nIt is sunny in Paris today.\"")
         f.write("Made by `python3 scripts/make_toolcall_model.py` (see its docstring): a hand-set 1-layer Qwen3 whose\n"
-                "greedy chat answer is a hermes tool call (get_current_weather, city Paris) on a first turn and\n"
+                "greedy chat answer is " + first + " on a first turn and\n"
                 "\"It is sunny in Paris today.\" once a tool result is in the conversation. Tokenizer: the tiny BPE of\n"
                 "tests/fixtures/golden/qwen3-tiny-f32 plus added tokens; chat template: Qwen3's (Apache-2.0).\n")
     print("wrote", out, "vocab", vocab, "directions", len(dims) + 1)

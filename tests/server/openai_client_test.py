@@ -464,6 +464,37 @@ class ToolCallsTest(unittest.TestCase):
         self.assertTrue(r.choices[0].message.content.startswith("<tool_call>"))
 
 
+class ReasoningTest(unittest.TestCase):
+    """`serve --reasoning-parser qwen3` through the openai client: the <think> span is reasoning_content in the
+    message and in the stream deltas, the rest content. The model is tests/fixtures/toolcall/qwen3-think-tiny
+    (hand-set weights, scripts/make_toolcall_model.py): its greedy answer opens with a thought."""
+
+    MSGS = [{"role": "user", "content": "What is the weather like in Paris today?"}]
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(ARGS.blockspec, ARGS.think_model, ["--reasoning-parser", "qwen3"])
+        cls.client = openai.OpenAI(base_url=cls.server.base + "/v1", api_key=KEY, max_retries=0, timeout=300)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        assert cls.server.proc.returncode == 0, "".join(cls.server.log)
+
+    def test_reasoning_split(self):
+        r = self.client.chat.completions.create(model=NAME, messages=self.MSGS, max_tokens=16, temperature=0)
+        m = r.choices[0].message
+        self.assertEqual(m.reasoning_content, "\nThe user asks about the weather.\n")
+        self.assertEqual(m.content, "\n\nIt is sunny in Paris today.")
+        reasoning, content = "", ""
+        for ch in self.client.chat.completions.create(model=NAME, messages=self.MSGS, max_tokens=16, temperature=0,
+                                                      stream=True):
+            if ch.choices:
+                reasoning += getattr(ch.choices[0].delta, "reasoning_content", None) or ""
+                content += ch.choices[0].delta.content or ""
+        self.assertEqual((reasoning, content), (m.reasoning_content, m.content))
+
+
 def main():
     global ARGS
     p = argparse.ArgumentParser()
@@ -471,6 +502,8 @@ def main():
     p.add_argument("--model", required=True)
     p.add_argument("--toolcall-model",
                    default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "../fixtures/toolcall/qwen3-toolcall-tiny"))
+    p.add_argument("--think-model",
+                   default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "../fixtures/toolcall/qwen3-think-tiny"))
     ARGS, rest = p.parse_known_args()
     if not os.path.exists(ARGS.model):
         sys.exit(f"{ARGS.model} is missing: run scripts/fetch_models.sh smollm2")

@@ -2,7 +2,7 @@
 # The layer rules of docs/design_notes.md ("Serving layers", link order)
 # checked on the sources; prints every violation and exits 1 if any.
 #   1. a folder includes only folders below it in the link order
-#      base, tensor, formats, kernels, kv, tokenizer, chat, model, runtime,
+#      base, tensor, formats, kernels, kv, tokenizer, {chat, grammar}, model, runtime,
 #      {server, quantize, train}, ptqr, cli   (those three do not include each other; ptqr uses
 #      quantize and train);
 #   2. runtime reads no JSON and no files (no nlohmann, <fstream>, <filesystem>);
@@ -11,7 +11,7 @@
 #      formats/ header even through other headers (g++ -MM).
 set -u
 cd "$(dirname "$0")/.."
-declare -A rank=([base]=0 [tensor]=1 [formats]=2 [kernels]=3 [kv]=4 [tokenizer]=5 [chat]=6 [model]=7
+declare -A rank=([base]=0 [tensor]=1 [formats]=2 [kernels]=3 [kv]=4 [tokenizer]=5 [chat]=6 [grammar]=6 [model]=7
                  [runtime]=8 [server]=9 [quantize]=9 [train]=9 [ptqr]=10 [cli]=11)
 bad=0
 say() { echo "check_layers: $*"; bad=1; }

@@ -23,11 +23,13 @@ $SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null
 
 # tests/server/openai_client_test.py drives `blockspec serve` with the real
 # openai client from its own venv; reinstalled only when the pin changes.
+# jsonschema validates the structured outputs of that test (an implementation nobody here wrote).
 OPENAI_VERSION=3.51.0
+JSONSCHEMA_VERSION=4.23.0
 venv=${BLOCKSPEC_CACHE:-$HOME/.cache/blockspec}/venv-openai
-if ! "$venv/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '$OPENAI_VERSION')" 2>/dev/null; then
+if ! "$venv/bin/python" -c "import sys, importlib.metadata as m; sys.exit(m.version('openai') != '$OPENAI_VERSION' or m.version('jsonschema') != '$JSONSCHEMA_VERSION')" 2>/dev/null; then
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check "openai==$OPENAI_VERSION"
+  "$venv/bin/pip" install -q --disable-pip-version-check "openai==$OPENAI_VERSION" "jsonschema==$JSONSCHEMA_VERSION"
 fi
 
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

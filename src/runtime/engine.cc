@@ -141,6 +141,7 @@ uint64_t Engine::submit(RequestParams p, std::function<void(const TokenEvent&)> 
   if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2 || !std::isfinite(p.frequency_penalty) ||
       std::fabs(p.frequency_penalty) > 2)
     fail("presence_penalty and frequency_penalty must be in [-2, 2]");
+  if (p.grammar && p.ignore_eos) fail("structured output cannot be combined with ignore_eos: a complete output ends the answer");
   if (p.n_logprobs < -1 || p.n_logprobs > c.vocab_size)
     fail("n_logprobs must be -1 (none) or in [0, ", c.vocab_size, "], found ", p.n_logprobs);
   if (dead_.load()) fail("the engine has stopped after an internal error");
@@ -173,6 +174,8 @@ void Engine::cancel(uint64_t id, const std::string& reason) {
   }
   impl_->cv.notify_all();
 }
+
+const std::vector<int32_t>& Engine::eos_token_ids() const { return impl_->model->config().eos_token_ids; }
 
 bool Engine::prefix_caching() const { return impl_->prefix_caching; }
 const std::string& Engine::prefix_caching_note() const { return impl_->prefix_caching_note; }

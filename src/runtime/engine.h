@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "grammar/token_grammar.h"
 #include "runtime/sampler.h"
 #include "runtime/spec_config.h"
 #include "runtime/spec_types.h"
@@ -79,6 +80,9 @@ struct RequestParams {
   // Speculative steps report them from the target's verify rows, so they
   // are the ones plain decoding reports for the same tokens.
   int n_logprobs = -1;
+  // Structured output: the tokens this request may generate (grammar/token_grammar.h);
+  // null: any. The target's logits are masked before sampling and before verifying drafts.
+  std::shared_ptr<TokenGrammar> grammar;
   // With EngineOptions::capture_taps: called on the engine thread whenever
   // the target has run and committed tokens [first, first + n) of prompt +
   // output, with their tapped hidden states taps: [n, n_taps * H]. Every
@@ -143,6 +147,7 @@ class Engine {
   const ModelConfig& model_config() const;  // include formats/hf_config.h to read it
   int64_t vocab_size() const;
   int64_t max_model_len() const { return max_model_len_; }
+  const std::vector<int32_t>& eos_token_ids() const;  // the model's (they end every request unless ignore_eos)
 
   // Validates (prompt length + max_tokens <= max_model_len, ids in the
   // vocabulary, sampling params); throws Error with the reason. on_event

@@ -84,6 +84,7 @@ void Engine::Impl::start(Sequence& s) {
     s.use_proposer(s.owned_proposer.get());  // observed only: without spec the request never drafts
   }
   s.tokens = s.params.prompt;
+  if (s.params.grammar) s.grammar_state = s.params.grammar->start_state();
 }
 
 void Engine::Impl::publish_pages(Sequence& s) {

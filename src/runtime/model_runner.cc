@@ -1,5 +1,7 @@
 #include "runtime/model_runner.h"
 
+#include <cmath>
+
 #include <algorithm>
 
 #include "base/error.h"
@@ -8,13 +10,35 @@
 
 namespace blockspec {
 
+// Sets the logits of the tokens `mask` forbids to -inf.
+void apply_mask(float* row, int64_t V, const std::vector<uint64_t>& mask) {
+  for (int64_t t = 0; t < V; ++t)
+    if (!token_allowed(mask, static_cast<int32_t>(t))) row[t] = -INFINITY;
+}
+
 const float* ModelRunner::processed(Sequence& s, const float* row) {
-  if (!s.penalized()) return row;
+  if (!s.penalized() && !s.params.grammar) return row;
   const int64_t V = model_.config().vocab_size;
-  // OpenAI: logit -= presence * [count > 0] + frequency * count
   s.adjusted.assign(row, row + V);
+  // OpenAI: logit -= presence * [count > 0] + frequency * count
   for (const auto& [t, c] : s.counts) s.adjusted[t] -= s.params.presence_penalty + s.params.frequency_penalty * c;
+  if (s.params.grammar) apply_mask(s.adjusted.data(), V, s.params.grammar->allowed(s.grammar_state));
   return s.adjusted.data();
+}
+
+// A verify block's rows under s's grammar: row j masked in the state after
+// drafts d1..dj. A draft the grammar forbids gets probability 0 in its row,
+// so verification rejects it; rows after it are never read.
+//   rows: [kd + 1, V] -> s.masked
+const float* ModelRunner::masked_block(Sequence& s, const float* rows, int64_t kd) {
+  const int64_t V = model_.config().vocab_size;
+  s.masked.assign(rows, rows + (kd + 1) * V);
+  int32_t st = s.grammar_state;
+  for (int64_t j = 0; j <= kd && st >= 0; ++j) {
+    apply_mask(s.masked.data() + j * V, V, s.params.grammar->allowed(st));
+    if (j < kd) st = s.params.grammar->next(st, s.draft.tokens[j]);
+  }
+  return s.masked.data();
 }
 
 int32_t ModelRunner::pick(Sequence& s, const float* row) {
@@ -25,6 +49,10 @@ bool ModelRunner::emit(Sequence& s, int32_t t, const float* row) {
   if (s.params.n_logprobs >= 0)  // before counts change: the distribution t was drawn from
     s.out_logprobs.push_back(token_logprob(processed(s, row), model_.config().vocab_size,
                                            s.params.sampling.temperature, t, s.params.n_logprobs));
+  if (s.params.grammar) {
+    s.grammar_state = s.params.grammar->next(s.grammar_state, t);
+    BS_ASSERT(s.grammar_state >= 0);  // t was drawn from the masked distribution
+  }
   s.tokens.push_back(t);
   s.out.push_back(t);
   ++s.st.n_generated;
@@ -101,6 +129,7 @@ ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan,
       const int64_t remaining = s.params.max_tokens - s.st.n_generated;
       // Token j of the block is decided by row j (the anchor's row predicts d1).
       const float* rows = logits_.data() + row * V;  // [kd + 1, V]
+      if (kd > 0 && s.params.grammar) rows = masked_block(s, rows, kd);
       VerifyOutcome v;
       if (kd == 0) {
         v.next = pick(s, rows);

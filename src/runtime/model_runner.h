@@ -33,7 +33,8 @@ class ModelRunner {
   StepOutcome run(const StepPlan& plan, const std::function<Sequence&(const SeqState&)>& seq_of);
 
  private:
-  const float* processed(Sequence& s, const float* logits_row);  // with s's penalties applied
+  const float* processed(Sequence& s, const float* logits_row);  // with s's penalties and grammar mask applied
+  const float* masked_block(Sequence& s, const float* rows, int64_t kd);
   int32_t pick(Sequence& s, const float* logits_row);
   // Appends t (chosen from logits_row) to s; false when s ended.
   bool emit(Sequence& s, int32_t t, const float* logits_row);

@@ -46,7 +46,9 @@ struct Sequence {
   std::vector<int32_t> block;  // the anchor and the drafts
   std::vector<int32_t> out;    // tokens emitted
   std::vector<TokenLogprob> out_logprobs;  // [out.size()] when params.n_logprobs >= 0
-  std::vector<float> adjusted, probs;  // [V] scratch of pick(): penalized logits, sampling probabilities
+  std::vector<float> adjusted, probs;  // [V] scratch of pick(): penalized / masked logits, sampling probabilities
+  int32_t grammar_state = -1;          // structured output: the grammar's state after the emitted tokens
+  std::vector<float> masked;           // [k + 1, V] a verify block's rows under the grammar
 
   bool penalized() const { return params.presence_penalty != 0.f || params.frequency_penalty != 0.f; }
   // Sets the proposer (nullptr: none); asks it once whether it needs taps.

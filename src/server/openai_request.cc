@@ -95,9 +95,6 @@ void reject_unsupported(const json& j, bool chat) {
     if (field(j, "tool_choice")) bad("tool_choice", "'tool_choice' is a /v1/chat/completions parameter");
   }
   if (field(j, "functions")) unsupported("functions");
-  if (const json* v = field(j, "response_format")) {
-    if (!(v->is_object() && v->value("type", "") == "text")) unsupported("response_format", " (only {\"type\":\"text\"})");
-  }
   if (!chat) {
     if (boolean(j, "echo", false)) unsupported("echo");
     if (const json* v = field(j, "suffix")) {
@@ -109,9 +106,17 @@ void reject_unsupported(const json& j, bool chat) {
   if (number(j, "min_p", 0.0, 0.0, 1.0) != 0.0) unsupported("min_p");
 }
 
+}  // namespace
+
+template <class J>
+std::optional<GenRequest::Structured> structured_output(const J& j);
+
+namespace {
+
 void parse_sampling(const json& j, GenRequest& r, bool chat, const RequestDefaults& d) {
   if (!j.is_object()) bad("", "the request body must be a JSON object");
   reject_unsupported(j, chat);
+  r.structured = structured_output(j);
   if (const json* m = field(j, "model")) {
     if (!m->is_string()) bad("model", "'model' must be a string");
     r.model = m->get<std::string>();
@@ -345,6 +350,81 @@ GenRequest parse_completion_request(const json& j, const RequestDefaults& defaul
   return r;
 }
 
+// The structured-output request, if any: response_format, guided_json /
+// guided_regex / guided_choice, or structured_outputs {json, regex, choice,
+// json_object}; at most one. J: json, or ordered_json for the schema's order.
+template <class J>
+std::optional<GenRequest::Structured> structured_output(const J& j) {
+  std::optional<GenRequest::Structured> out;
+  auto set = [&](GenRequest::Structured s) {
+    if (out) bad(s.param, str_cat("'", s.param, "' and '", out->param, "' both constrain the output; give one"));
+    out = std::move(s);
+  };
+  auto schema_of = [&](const J& v, const std::string& param) {
+    GenRequest::Structured s{"json_schema", param, {}, {}, {}};
+    if (v.is_string()) {  // vLLM takes a schema as JSON text too
+      try {
+        s.schema = nlohmann::ordered_json::parse(v.template get<std::string>());
+      } catch (const std::exception&) {
+        bad(param, str_cat("'", param, "' is a string that is not JSON"));
+      }
+    } else if (v.is_object() || v.is_boolean()) {
+      s.schema = nlohmann::ordered_json::parse(v.dump());
+    } else {
+      bad(param, str_cat("'", param, "' must be a JSON schema object"));
+    }
+    return s;
+  };
+  auto has = [&](const J& o, const char* k) { auto it = o.find(k); return it != o.end() && !it->is_null(); };
+  if (has(j, "response_format")) {
+    const J& rf = j["response_format"];
+    const std::string type = rf.is_object() && rf.contains("type") && rf["type"].is_string() ? rf["type"].template get<std::string>() : "";
+    if (type == "json_object") {
+      set({"json_object", "response_format", {}, {}, {}});
+    } else if (type == "json_schema") {
+      if (!rf.contains("json_schema") || !rf["json_schema"].is_object() || !rf["json_schema"].contains("schema"))
+        bad("response_format", "'response_format' of type json_schema needs json_schema.schema");
+      set(schema_of(rf["json_schema"]["schema"], "response_format"));
+    } else if (type != "text") {
+      bad("response_format", "'response_format.type' must be text, json_object or json_schema");
+    }
+  }
+  if (has(j, "guided_json")) set(schema_of(j["guided_json"], "guided_json"));
+  if (has(j, "guided_regex")) {
+    if (!j["guided_regex"].is_string()) bad("guided_regex", "'guided_regex' must be a string");
+    set({"regex", "guided_regex", {}, j["guided_regex"].template get<std::string>(), {}});
+  }
+  if (has(j, "guided_choice")) {
+    GenRequest::Structured s{"choice", "guided_choice", {}, {}, {}};
+    if (!j["guided_choice"].is_array() || j["guided_choice"].empty()) bad("guided_choice", "'guided_choice' must be a non-empty list of strings");
+    for (const auto& c : j["guided_choice"]) {
+      if (!c.is_string()) bad("guided_choice", "'guided_choice' must be a non-empty list of strings");
+      s.choices.push_back(c.template get<std::string>());
+    }
+    set(std::move(s));
+  }
+  if (has(j, "structured_outputs")) {  // vLLM >= 0.10's spelling
+    const J& so = j["structured_outputs"];
+    if (!so.is_object()) bad("structured_outputs", "'structured_outputs' must be an object");
+    if (has(so, "json")) set(schema_of(so["json"], "structured_outputs"));
+    if (has(so, "regex") && so["regex"].is_string())
+      set({"regex", "structured_outputs", {}, so["regex"].template get<std::string>(), {}});
+    if (has(so, "choice") && so["choice"].is_array()) {
+      GenRequest::Structured s{"choice", "structured_outputs", {}, {}, {}};
+      for (const auto& c : so["choice"])
+        if (c.is_string()) s.choices.push_back(c.template get<std::string>());
+      set(std::move(s));
+    }
+    if (has(so, "json_object") && so["json_object"].is_boolean() && so["json_object"].template get<bool>())
+      set({"json_object", "structured_outputs", {}, {}, {}});
+    for (const char* k : {"grammar", "structural_tag"})
+      if (has(so, k)) bad("structured_outputs", str_cat("'structured_outputs.", k, "' is not supported (json, regex, choice, json_object are)"));
+  }
+  for (const char* k : {"guided_grammar", "guided_decoding_backend"})
+    if (has(j, k)) bad(k, str_cat("'", k, "' is not supported (guided_json, guided_regex, guided_choice are)"));
+  return out;
+}
+
 template <class J>
 nlohmann::ordered_json normalized_tools(const J& j) {
   auto it = j.find("tools");
@@ -427,9 +507,13 @@ GenRequest parse_chat_request(const json& j, const RequestDefaults& defaults) {
 }
 
 void keep_client_order(GenRequest& r, const std::string& body) {
-  if (r.tools.is_null()) return;
-  r.tools = normalized_tools(nlohmann::ordered_json::parse(body));
-  r.template_opts.tools = r.tools;
+  if (r.tools.is_null() && !(r.structured && r.structured->kind == "json_schema")) return;
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body);
+  if (!r.tools.is_null()) {
+    r.tools = normalized_tools(ordered);
+    r.template_opts.tools = r.tools;
+  }
+  if (r.structured && r.structured->kind == "json_schema") r.structured = structured_output(ordered);
 }
 
 void resolve_max_tokens(GenRequest& r, int64_t n_prompt, int64_t max_model_len) {

@@ -55,6 +55,16 @@ struct GenRequest {
   nlohmann::ordered_json tools;
   std::string tool_choice = "none";
   bool parallel_tool_calls = true;  // false: only the first tool call is returned
+  // Structured output: response_format json_object / json_schema, or vLLM's
+  // guided_json / guided_regex / guided_choice (and structured_outputs {...}).
+  struct Structured {
+    std::string kind;               // "json_schema", "json_object", "regex", "choice"
+    std::string param;              // the field it came from (for errors)
+    nlohmann::ordered_json schema;  // json_schema, in the client's key order (keep_client_order)
+    std::string regex;
+    std::vector<std::string> choices;
+  };
+  std::optional<Structured> structured;
 };
 
 // Fields the request omits take their value from `defaults` (the model's
@@ -62,8 +72,9 @@ struct GenRequest {
 // unless ignore_eos.
 GenRequest parse_completion_request(const nlohmann::json& j, const RequestDefaults& defaults = {});
 GenRequest parse_chat_request(const nlohmann::json& j, const RequestDefaults& defaults = {});
-// Re-reads `tools` from the raw body in the client's key order (parse_body's
-// JSON sorts keys; the prompt renders tools with tojson, as the client sent them).
+// Re-reads `tools` and a structured-output schema from the raw body in the
+// client's key order (parse_body's JSON sorts keys; the prompt renders tools
+// with tojson, and a schema's properties are generated in their order).
 void keep_client_order(GenRequest& r, const std::string& body);
 
 // Resolves max_tokens against the prompt length (when not given: the

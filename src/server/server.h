@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -17,6 +18,7 @@
 #include "runtime/engine.h"
 #include "chat/chat_assets.h"
 #include "server/generation_config.h"
+#include "grammar/compiled_grammar.h"
 #include "tokenizer/tokenizer.h"
 
 namespace blockspec {
@@ -55,6 +57,10 @@ struct ServedModel {
   std::string path;               // what was loaded (GET /v1/models "root")
   RequestDefaults defaults;       // generation_config.json's, for fields a request omits
   std::unique_ptr<Engine> engine;
+  // Structured output: the vocabulary as byte strings with its trie, made on
+  // the first request that needs it (server/structured.h).
+  std::once_flag vocab_once;
+  std::shared_ptr<const grammar::Vocab> vocab;
 };
 
 // Compiles the chat template (a syntax error throws Error naming the file)

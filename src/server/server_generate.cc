@@ -10,11 +10,13 @@
 // (leading whitespace is valid JSON), an SSE stream gets comment lines.
 // Errors found before generation starts keep their status (400, 503, ...);
 // the 200 is only committed once the engine has the request.
+#include <algorithm>
 #include <chrono>
 
 #include "base/error.h"
 #include "server/answer.h"
 #include "server/server_impl.h"
+#include "server/structured.h"
 
 namespace blockspec {
 
@@ -212,6 +214,15 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
   r.params.prompt = prompt_ids_for(*m, r);
   resolve_max_tokens(r, static_cast<int64_t>(r.params.prompt.size()), m->engine->max_model_len());
   check_token_ids(r.params.stop_token_ids, m->engine->vocab_size(), "stop_token_ids");
+  if (r.structured) {
+    if (r.params.ignore_eos)
+      throw ApiError(400, "'ignore_eos' cannot be combined with structured output: a complete output ends the answer",
+                     "ignore_eos");
+    std::vector<int32_t> stops = r.params.stop_token_ids;
+    for (int32_t id : m->engine->eos_token_ids())
+      if (std::find(stops.begin(), stops.end(), id) == stops.end()) stops.push_back(id);
+    r.params.grammar = compile_structured(*m, *r.structured, std::move(stops));
+  }
   if (r.params.n_logprobs > opts.max_logprobs)
     throw ApiError(400, str_cat("requested ", r.params.n_logprobs, " logprobs, more than this server's maximum of ",
                                 opts.max_logprobs, " (--max-logprobs)"), chat ? "top_logprobs" : "logprobs");

@@ -130,6 +130,14 @@ std::vector<json> requests() {
     r["stream"] = true;
     out.push_back(r);
   }
+  // Structured output: the grammar masks the rows drafts are verified
+  // against, so speculation stays lossless under it too.
+  json js = {{"model", "tiny"}, {"max_tokens", kMaxTokens}, {"temperature", 0}, {"prompt", prompts[0]},
+             {"response_format", {{"type", "json_object"}}}};
+  out.push_back(js);
+  json rx = {{"model", "tiny"}, {"max_tokens", kMaxTokens}, {"temperature", 0}, {"prompt", prompts[1]},
+             {"guided_regex", "(one|two|three)( (one|two|three|four))*"}, {"stream", true}};
+  out.push_back(rx);
   return out;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "server/python_json.h"
 #include "server/server_impl.h"
 #include "tokenizer/unicode_text.h"
 
@@ -52,7 +53,14 @@ json full_choice(Answer& a, Choice& c) {
       reasoning = sp.reasoning;
     }
     json calls = json::array();
-    if (s.tool_format) {
+    if (!s.forced_tool.empty()) {
+      const std::vector<ToolCall> forced = forced_tool_calls(s, content.value_or(""));
+      for (const ToolCall& call : forced) calls.push_back(tool_call_json(call));
+      if (!forced.empty()) {
+        content = "";  // vLLM's message for forced tool calls
+        if (s.forced_tool == "required") finish = "tool_calls";
+      }
+    } else if (s.tool_format) {
       ToolCallSplit tc = extract_tool_calls(*s.tool_format, content.value_or(""), s.tools, s.new_tool_id);
       if (!s.parallel_tool_calls && tc.calls.size() > 1) tc.calls.resize(1);
       for (const ToolCall& call : tc.calls) calls.push_back(tool_call_json(call));
@@ -158,6 +166,21 @@ json tool_call_delta_json(const ToolCallDelta& d) {
     call["function"] = {{"arguments", d.arguments}};
   }
   return call;
+}
+
+std::vector<ToolCall> forced_tool_calls(const AnswerStyle& s, const std::string& text) {
+  std::vector<ToolCall> out;
+  if (s.forced_tool != "required") {
+    out.push_back({s.new_tool_id(), s.forced_tool, text});
+    return out;
+  }
+  const std::optional<nlohmann::ordered_json> v = py_json_loads(text);
+  if (!v || !v->is_array()) return out;
+  for (const auto& e : *v) {
+    if (!e.is_object() || !e.contains("name") || !e["name"].is_string() || !e.contains("parameters")) return {};
+    out.push_back({s.new_tool_id(), e["name"].get<std::string>(), py_dumps(e["parameters"])});
+  }
+  return out;
 }
 
 }  // namespace blockspec

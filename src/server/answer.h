@@ -35,6 +35,9 @@ struct AnswerStyle {
   nlohmann::ordered_json tools;
   bool parallel_tool_calls = true;
   std::function<std::string()> new_tool_id;
+  // tool_choice "required" or a named function: the output (constrained by
+  // structured output) is the tool calls; "" otherwise.
+  std::string forced_tool;
   int n_logprobs = -1;            // the request's logprobs (-1: none)
   bool tokens_as_ids = false;     // logprobs name tokens "token_id:N"
 };
@@ -48,6 +51,7 @@ struct Choice {
   std::optional<ToolCallStream> tool_stream;
   bool role_sent = false, ended = false, counted = false;
   size_t logprobs_sent = 0;                  // streaming: tokens whose logprobs went out
+  bool forced_header_sent = false;           // streaming a named tool choice: its call's first delta is out
   int64_t text_offset = 0;                   // completions: characters of the tokens before them
 };
 
@@ -82,5 +86,10 @@ nlohmann::json logprobs_json(const Answer& a, Choice& c, size_t from, size_t to)
 
 // A tool-call delta as the API streams it (delta.tool_calls[0]).
 nlohmann::json tool_call_delta_json(const ToolCallDelta& d);
+
+// The calls of a forced tool choice's output: a named function's output is
+// its arguments; "required" outputs [{"name", "parameters"}, ...] (empty
+// when the text is not that, e.g. cut by max_tokens).
+std::vector<ToolCall> forced_tool_calls(const AnswerStyle& s, const std::string& text);
 
 }  // namespace blockspec

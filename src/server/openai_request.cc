@@ -461,6 +461,32 @@ nlohmann::ordered_json normalized_tools(const J& j) {
   return out;
 }
 
+// tool_choice "required" and named functions are forced as vLLM forces them,
+// by structured output: a named function's output is its arguments (the
+// function's parameters schema); "required" outputs a JSON array of
+// {"name", "parameters"} objects, at least one, each for one of the tools.
+void force_tool_schema(GenRequest& r) {
+  auto params = [](const nlohmann::ordered_json& f) {
+    return f.contains("parameters") && f["parameters"].is_object() ? f["parameters"]
+                                                                    : nlohmann::ordered_json{{"type", "object"}};
+  };
+  GenRequest::Structured s{"json_schema", "tool_choice", {}, {}, {}};
+  if (r.tool_choice == "required") {
+    nlohmann::ordered_json any = nlohmann::ordered_json::array();
+    for (const auto& t : r.tools) {
+      const auto& f = t["function"];
+      any.push_back({{"type", "object"},
+                     {"properties", {{"name", {{"enum", {f["name"]}}}}, {"parameters", params(f)}}},
+                     {"required", {"name", "parameters"}}});
+    }
+    s.schema = {{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", any}}}};
+  } else {
+    for (const auto& t : r.tools)
+      if (t["function"]["name"] == r.tool_choice.substr(9)) s.schema = params(t["function"]);
+  }
+  r.structured = std::move(s);
+}
+
 // tool_choice: "none", "auto" (the default with tools), "required" or
 // {"type": "function", "function": {"name": ...}}.
 void parse_tool_choice(const json& j, GenRequest& r) {
@@ -478,18 +504,17 @@ void parse_tool_choice(const json& j, GenRequest& r) {
   }
   if (r.tool_choice != "none" && r.tools.is_null())
     bad("tool_choice", str_cat("'tool_choice' is ", quote_for_message(r.tool_choice), " but the request has no 'tools'"));
+  if (r.tool_choice.rfind("function:", 0) == 0) {
+    const std::string name = r.tool_choice.substr(9);
+    bool found = false;
+    for (const auto& t : r.tools) found = found || t["function"]["name"] == name;
+    if (!found)
+      bad("tool_choice", str_cat("'tool_choice' names the function ", quote_for_message(name), ", which is not in 'tools'"));
+  }
   if (r.tool_choice == "required" || r.tool_choice.rfind("function:", 0) == 0) {
-    if (r.tool_choice != "required") {
-      const std::string name = r.tool_choice.substr(9);
-      bool found = false;
-      for (const auto& t : r.tools) found = found || t["function"]["name"] == name;
-      if (!found) bad("tool_choice", str_cat("'tool_choice' names the function ", quote_for_message(name),
-                                             ", which is not in 'tools'"));
-    }
-    // vLLM forces these with guided decoding (a JSON schema grammar); this
-    // server has no constrained decoding yet (issue 19, structured output).
-    bad("tool_choice", "'tool_choice' \"required\" and named functions need constrained decoding, which this server "
-                       "does not have yet; use \"auto\" (the model decides) or \"none\"");
+    if (r.structured) bad("tool_choice", str_cat("'tool_choice' ", quote_for_message(r.tool_choice), " and '",
+                                               r.structured->param, "' both constrain the output; give one"));
+    force_tool_schema(r);
   }
   r.parallel_tool_calls = boolean(j, "parallel_tool_calls", true);
 }
@@ -513,7 +538,8 @@ void keep_client_order(GenRequest& r, const std::string& body) {
     r.tools = normalized_tools(ordered);
     r.template_opts.tools = r.tools;
   }
-  if (r.structured && r.structured->kind == "json_schema") r.structured = structured_output(ordered);
+  if (r.structured && r.structured->param == "tool_choice") force_tool_schema(r);  // from the tools in order
+  else if (r.structured && r.structured->kind == "json_schema") r.structured = structured_output(ordered);
 }
 
 void resolve_max_tokens(GenRequest& r, int64_t n_prompt, int64_t max_model_len) {

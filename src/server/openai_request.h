@@ -51,7 +51,8 @@ struct GenRequest {
   bool tokens_as_ids = false;  // vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:N"
   bool has_seed = false;  // no seed: the server draws one (unseeded requests differ, as with OpenAI)
   // Chat tools, as vLLM renders them into the prompt (null: none), and
-  // tool_choice: "none" or "auto" ("required" and named functions are refused).
+  // tool_choice: "none", "auto", "required" or "function:NAME" (the last two
+  // forced through `structured`).
   nlohmann::ordered_json tools;
   std::string tool_choice = "none";
   bool parallel_tool_calls = true;  // false: only the first tool call is returned

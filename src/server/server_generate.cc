@@ -85,6 +85,38 @@ bool stream_choice(Answer& a, Choice& c, std::string delta, bool fin, httplib::D
     if (!reasoning.empty() && !out({.reasoning = &reasoning})) return false;
     delta = content;
   }
+  if (!a.style.forced_tool.empty() && a.style.forced_tool != "required") {  // a named function: its arguments stream
+    if (!delta.empty()) {
+      ToolCallDelta d;
+      d.index = 0;
+      d.arguments = delta;
+      if (!c.forced_header_sent) {
+        d.id = a.style.new_tool_id();
+        d.name = a.style.forced_tool;
+        c.forced_header_sent = true;
+      }
+      const json calls = json::array({tool_call_delta_json(d)});
+      if (!out({.tool_calls = &calls})) return false;
+    }
+    delta.clear();
+  } else if (a.style.forced_tool == "required") {  // the array of calls: sent once complete
+    c.text += delta;
+    delta.clear();
+    if (fin && !failed(*c.gen)) {
+      const std::vector<ToolCall> calls = forced_tool_calls(a.style, c.text);
+      if (calls.empty() && !out({.text = &c.text})) return false;
+      for (size_t i = 0; i < calls.size(); ++i) {
+        ToolCallDelta d;
+        d.index = static_cast<int>(i);
+        d.id = calls[i].id;
+        d.name = calls[i].name;
+        d.arguments = calls[i].arguments;
+        const json j = json::array({tool_call_delta_json(d)});
+        if (!out({.tool_calls = &j})) return false;
+      }
+      return out({.finish = calls.empty() ? c.gen->finish_reason() : "tool_calls"});
+    }
+  }
   if (c.tool_stream) {  // content and tool_calls deltas
     std::vector<ToolCallDelta> pieces;
     c.tool_stream->feed(delta, pieces);
@@ -238,6 +270,10 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
   if (chat && opts.reasoning_parser == "qwen3") {
     st.thinking = true;
     st.thinking_enabled = r.template_opts.enable_thinking.value_or(true);  // Qwen3 thinks unless told not to
+  }
+  if (chat && (r.tool_choice == "required" || r.tool_choice.rfind("function:", 0) == 0)) {
+    st.forced_tool = r.tool_choice == "required" ? "required" : r.tool_choice.substr(9);
+    st.new_tool_id = [this] { return new_id("chatcmpl-tool"); };
   }
   if (chat && r.tool_choice == "auto") {
     st.tool_format = tool_call_format(opts.tool_call_parser);

@@ -278,6 +278,38 @@ class LogprobsAndChoicesTest(unittest.TestCase):
             self.assertEqual(top[t], v)
             self.assertLessEqual(len(top), 3)
 
+    def test_forced_tool_choice(self):
+        """tool_choice "required" and a named function, forced by structured output (as vLLM forces them)."""
+        tools = ToolCallsTest.TOOLS + [{"type": "function", "function": {
+            "name": "add", "description": "Add two integers", "parameters": {
+                "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"]}}}]
+        msgs = [{"role": "user", "content": "What is the weather like in Paris today?"}]
+        named = {"type": "function", "function": {"name": "get_current_weather"}}
+        r = self.client.chat.completions.create(model=NAME, messages=msgs, tools=tools, tool_choice=named,
+                                                max_tokens=60, temperature=0)
+        m = r.choices[0].message
+        self.assertEqual(len(m.tool_calls), 1)
+        self.assertEqual(m.tool_calls[0].function.name, "get_current_weather")
+        args = json.loads(m.tool_calls[0].function.arguments)
+        self.assertIsInstance(args["city"], str)
+        # Streamed: the arguments arrive as they are generated and add up to the same call.
+        name, pieces = None, ""
+        for ch in self.client.chat.completions.create(model=NAME, messages=msgs, tools=tools, tool_choice=named,
+                                                      max_tokens=60, temperature=0, stream=True):
+            for tc in (ch.choices[0].delta.tool_calls or []) if ch.choices else []:
+                name = name or tc.function.name
+                pieces += tc.function.arguments or ""
+        self.assertEqual((name, pieces), ("get_current_weather", m.tool_calls[0].function.arguments))
+        ask = [{"role": "user", "content": "What is 2+3? Also what's the weather in Rome?"}]
+        r = self.client.chat.completions.create(model=NAME, messages=ask, tools=tools, tool_choice="required",
+                                                max_tokens=200, temperature=0)
+        self.assertEqual(r.choices[0].finish_reason, "tool_calls")
+        for tc in r.choices[0].message.tool_calls:
+            self.assertIn(tc.function.name, ("get_current_weather", "add"))
+            json.loads(tc.function.arguments)
+        self.assertGreaterEqual(len(r.choices[0].message.tool_calls), 1)
+
     def test_n_choices(self):
         msgs = [{"role": "user", "content": "Name a colour."}]
         r = self.client.chat.completions.create(model=NAME, messages=msgs, max_tokens=12, temperature=1.0, n=3,
@@ -444,10 +476,6 @@ class ToolCallsTest(unittest.TestCase):
         self.assertFalse(r.choices[0].message.tool_calls)
         self.assertEqual(r.choices[0].finish_reason, "stop")
         self.assertEqual(self.call(client, self.ASK, parallel_tool_calls=False).choices[0].finish_reason, "tool_calls")
-        for choice in ("required", {"type": "function", "function": {"name": "get_current_weather"}}):
-            with self.assertRaises(openai.BadRequestError) as e:
-                self.call(client, self.ASK, tool_choice=choice)
-            self.assertIn("constrained decoding", str(e.exception))
         with self.assertRaises(openai.BadRequestError) as e:
             self.call(client, self.ASK, tool_choice={"type": "function", "function": {"name": "nope"}})
         self.assertIn("not in 'tools'", str(e.exception))

@@ -41,7 +41,8 @@ flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,addre
 # takes only the objects a target uses. Each is compiled once per change
 # (make-style check on mtime).
 sources=("$root"/src/base/*.cc "$root"/src/tensor/*.cc "$root"/src/formats/*.cc
-         "$root"/src/server/openai_request.cc)
+         "$root"/src/server/openai_request.cc "$root"/src/server/python_json.cc "$root"/src/server/tool_calls.cc
+         "$root"/src/grammar/*.cc)
 objs=()
 pids=()
 jobs=${JOBS:-2}
@@ -88,6 +89,10 @@ if [[ $target == openai_request ]]; then
   printf '%s' '{"prompt":[[1,2,3]],"max_tokens":2,"stop_token_ids":[5],"ignore_eos":true,"presence_penalty":0.5,"frequency_penalty":-0.5,"n":1,"logprobs":null}' > "$out/corpus/completion_ids.json"
   printf '%s' '{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"}]},{"role":"assistant","content":null}],"max_completion_tokens":16,"chat_template_kwargs":{"enable_thinking":false,"x":[1,{"y":2}]}}' > "$out/corpus/chat.json"
   printf '%s' '{"messages":[{"role":"user","content":"Hi"}],"add_generation_prompt":true}' > "$out/corpus/tokenize.json"
+  printf '%s' '{"messages":[{"role":"user","content":"Hi"},{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\": [1, 2.5]}"}}]},{"role":"tool","tool_call_id":"c","content":"ok"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"array"}}}}}],"tool_choice":"required","logprobs":true,"top_logprobs":2,"n":2}' > "$out/corpus/tools.json"
+  printf '%s' '{"messages":[{"role":"user","content":"Hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"a":{"type":"string","pattern":"^[a-z]{2,4}(x|y)+$"},"b":{"anyOf":[{"type":"integer","minimum":0},{"enum":[1,"z",null]}]},"c":{"type":"array","items":{"$ref":"#/$defs/d"},"maxItems":3}},"required":["a"],"$defs":{"d":{"type":"boolean"}}}}}}' > "$out/corpus/schema.json"
+  printf '%s' '{"prompt":"x","guided_regex":"(ab|c[d-f]*){1,3}\\d?","logprobs":3}' > "$out/corpus/regex.json"
+  printf '%s' 'Sure<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call><tool_call>\n<function=g>\n<parameter=p>\nv\n</parameter>\n</function>\n</tool_call>' > "$out/corpus/toolcall_text.txt"
   printf '%s' '{"tokens":[1,2,3]}' > "$out/corpus/detokenize.json"
 fi
 

@@ -8,7 +8,10 @@ namespace blockspec::grammar {
 
 namespace {
 
-constexpr int64_t kMaxDfaStates = 200000;
+// Bounds on the lazily built DFA: states (1 KiB of transitions each) and the
+// NFA-state sets they hold, so a hostile schema costs at most ~100 MB.
+constexpr int64_t kMaxDfaStates = 20000;
+constexpr int64_t kMaxSetEntries = int64_t(1) << 24;
 constexpr int64_t kMaxMasks = 4096;  // cached masks (each vocab / 8 bytes)
 
 }  // namespace
@@ -40,7 +43,11 @@ void Vocab::build_trie() {
 CompiledGrammar::CompiledGrammar(Nfa nfa, std::shared_ptr<const Vocab> vocab, std::vector<int32_t> stop_ids)
     : nfa_(std::move(nfa)), vocab_(std::move(vocab)), stop_ids_(std::move(stop_ids)) {
   if (vocab_->trie.kids.empty()) fail("structured output: the vocabulary's trie is not built");
+  stop_mask_.assign((vocab_->bytes.size() + 63) / 64, 0);
+  for (int32_t id : stop_ids_)
+    if (id >= 0 && static_cast<size_t>(id) < vocab_->bytes.size()) stop_mask_[id / 64] |= uint64_t(1) << (id % 64);
   start_ = dstate({nfa_.start});
+  if (start_ < 0) fail("structured output: the grammar is too large");
 }
 
 int32_t CompiledGrammar::dstate(std::vector<int32_t> set) {
@@ -59,8 +66,11 @@ int32_t CompiledGrammar::dstate(std::vector<int32_t> set) {
   if (closed.empty()) return -1;
   auto it = by_set_.find(closed);
   if (it != by_set_.end()) return it->second;
-  if (static_cast<int64_t>(dfa_.size()) >= kMaxDfaStates)
-    fail("structured output: the grammar's automaton grew past ", kMaxDfaStates, " states; simplify the schema");
+  // Past the bounds the automaton stops growing: the transition is dead (it
+  // runs on the engine thread mid-answer, where throwing would stop the engine).
+  if (static_cast<int64_t>(dfa_.size()) >= kMaxDfaStates || set_entries_ + static_cast<int64_t>(closed.size()) > kMaxSetEntries)
+    return -1;
+  set_entries_ += static_cast<int64_t>(closed.size());
   DState d;
   d.nfa = closed;
   d.next.assign(256, -2);
@@ -93,7 +103,8 @@ void CompiledGrammar::walk(int32_t node, int32_t d, std::vector<uint64_t>& mask)
 }
 
 const std::vector<uint64_t>& CompiledGrammar::allowed(int32_t state) {
-  BS_ASSERT(state >= 0 && state < static_cast<int32_t>(dfa_.size()));
+  // A dead state (the automaton outgrew its bounds) allows only the stop tokens: the answer ends.
+  if (state < 0 || state >= static_cast<int32_t>(dfa_.size())) return stop_mask_;
   if (!dfa_[state].mask.empty()) return dfa_[state].mask;
   if (n_masks_ >= kMaxMasks) {  // bound the cache: drop every mask and start again
     for (DState& d : dfa_) std::vector<uint64_t>().swap(d.mask);
@@ -104,6 +115,7 @@ const std::vector<uint64_t>& CompiledGrammar::allowed(int32_t state) {
   if (dfa_[state].accept)
     for (int32_t id : stop_ids_)
       if (id >= 0 && static_cast<size_t>(id) < vocab_->bytes.size()) mask[id / 64] |= uint64_t(1) << (id % 64);
+  if (std::all_of(mask.begin(), mask.end(), [](uint64_t w) { return w == 0; })) return stop_mask_;
   ++n_masks_;
   dfa_[state].mask = std::move(mask);
   return dfa_[state].mask;
@@ -111,8 +123,7 @@ const std::vector<uint64_t>& CompiledGrammar::allowed(int32_t state) {
 
 int32_t CompiledGrammar::next(int32_t state, int32_t token) {
   if (state < 0 || token < 0 || static_cast<size_t>(token) >= vocab_->bytes.size()) return -1;
-  if (std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end())
-    return dfa_[state].accept ? state : -1;
+  if (std::find(stop_ids_.begin(), stop_ids_.end(), token) != stop_ids_.end()) return state;  // allowed() said when
   if (vocab_->special[token]) return -1;
   int32_t d = state;
   for (unsigned char b : vocab_->bytes[token]) {

@@ -51,10 +51,12 @@ class CompiledGrammar : public TokenGrammar {
   Nfa nfa_;
   std::shared_ptr<const Vocab> vocab_;
   std::vector<int32_t> stop_ids_;
+  std::vector<uint64_t> stop_mask_;  // the stop ids alone: a dead state's mask
   std::vector<DState> dfa_;
   std::map<std::vector<int32_t>, int32_t> by_set_;
   int32_t start_ = 0;
   int64_t n_masks_ = 0;
+  int64_t set_entries_ = 0;  // sum of the DFA states' NFA-set sizes
 };
 
 }  // namespace blockspec::grammar

@@ -12,6 +12,7 @@ namespace {
 
 constexpr int kFreeDepth = 4;  // nesting of free JSON (json_object, {} schemas)
 constexpr int kMaxRefDepth = 6;
+constexpr int kMaxSchemaDepth = 64;
 
 const std::set<std::string> kAnnotations = {"title", "description", "default", "examples", "$schema", "$id",
                                             "$comment", "deprecated", "readOnly", "writeOnly", "additionalProperties",
@@ -61,6 +62,12 @@ class SchemaCompiler {
   }
 
   Frag value(const ojson& s, const std::string& path, int refs) {
+    struct Depth {  // nesting of the schema itself (recursion here)
+      int& d;
+      explicit Depth(int& x) : d(x) { ++d; }
+      ~Depth() { --d; }
+    } depth(depth_);
+    if (depth_ > kMaxSchemaDepth) fail(where(path), ": the schema nests more than ", kMaxSchemaDepth, " levels");
     if (s.is_boolean()) {
       if (!s.get<bool>()) fail(where(path), ": the schema false allows no value");
       return any_value(kFreeDepth);
@@ -110,6 +117,7 @@ class SchemaCompiler {
  private:
   Builder& b_;
   const ojson& root_;
+  int depth_ = 0;
 
   static std::string where(const std::string& path) { return "response schema at " + (path.empty() ? "/" : path); }
 

@@ -142,6 +142,7 @@ class RegexParser {
  private:
   const std::string& p_;
   size_t i_ = 0;
+  int depth_ = 0;
 
   [[noreturn]] void bad(const std::string& why) const {
     fail("regex ", quote_for_message(p_), " at offset ", i_, ": ", why);
@@ -251,12 +252,14 @@ class RegexParser {
   std::unique_ptr<Node> atom() {
     const char c = p_[i_];
     if (c == '(') {
+      if (++depth_ > 64) bad("groups nest more than 64 levels");
       ++i_;
       if (p_.compare(i_, 2, "?:") == 0) i_ += 2;
       else if (i_ < p_.size() && p_[i_] == '?') bad("only (?:...) groups are supported");
       auto n = alternation();
       if (i_ >= p_.size() || p_[i_] != ')') bad("missing ')'");
       ++i_;
+      --depth_;
       return n;
     }
     if (c == '[') return bracket();

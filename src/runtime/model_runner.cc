@@ -34,9 +34,11 @@ const float* ModelRunner::masked_block(Sequence& s, const float* rows, int64_t k
   const int64_t V = model_.config().vocab_size;
   s.masked.assign(rows, rows + (kd + 1) * V);
   int32_t st = s.grammar_state;
-  for (int64_t j = 0; j <= kd && st >= 0; ++j) {
-    apply_mask(s.masked.data() + j * V, V, s.params.grammar->allowed(st));
-    if (j < kd) st = s.params.grammar->next(st, s.draft.tokens[j]);
+  for (int64_t j = 0; j <= kd; ++j) {
+    const std::vector<uint64_t>& mask = s.params.grammar->allowed(st);
+    apply_mask(s.masked.data() + j * V, V, mask);
+    if (j == kd || !token_allowed(mask, s.draft.tokens[j])) break;  // rows past a forbidden draft are never read
+    st = s.params.grammar->next(st, s.draft.tokens[j]);
   }
   return s.masked.data();
 }
@@ -49,10 +51,9 @@ bool ModelRunner::emit(Sequence& s, int32_t t, const float* row) {
   if (s.params.n_logprobs >= 0)  // before counts change: the distribution t was drawn from
     s.out_logprobs.push_back(token_logprob(processed(s, row), model_.config().vocab_size,
                                            s.params.sampling.temperature, t, s.params.n_logprobs));
-  if (s.params.grammar) {
-    s.grammar_state = s.params.grammar->next(s.grammar_state, t);
-    BS_ASSERT(s.grammar_state >= 0);  // t was drawn from the masked distribution
-  }
+  // t was drawn from the masked distribution; -1 only when the grammar's
+  // automaton outgrew its bounds, and then only stop tokens are allowed.
+  if (s.params.grammar) s.grammar_state = s.params.grammar->next(s.grammar_state, t);
   s.tokens.push_back(t);
   s.out.push_back(t);
   ++s.st.n_generated;

@@ -138,7 +138,7 @@ class OpenAIClientTest(unittest.TestCase):
 
     def test_errors(self):
         with self.assertRaises(openai.BadRequestError) as e:
-            self.client.completions.create(model=NAME, prompt="hi", max_tokens=4, n=2)
+            self.client.completions.create(model=NAME, prompt="hi", max_tokens=4, n=0)
         self.assertEqual(e.exception.body["param"], "n")
         with self.assertRaises(openai.BadRequestError):
             self.client.chat.completions.create(model=NAME, messages=[], max_tokens=4)

@@ -61,6 +61,11 @@ struct ServedModel {
   // the first request that needs it (server/structured.h).
   std::once_flag vocab_once;
   std::shared_ptr<const grammar::Vocab> vocab;
+  // Compiled grammars by constraint (the 32 most recent): requests with the
+  // same schema share one automaton and its cached masks. The grammars are
+  // only ever stepped on the engine thread; the map is guarded by grammars_mu.
+  std::mutex grammars_mu;
+  std::vector<std::pair<std::string, std::shared_ptr<TokenGrammar>>> grammars;  // most recent last
 };
 
 // Compiles the chat template (a syntax error throws Error naming the file)

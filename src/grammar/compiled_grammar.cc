@@ -52,13 +52,18 @@ CompiledGrammar::CompiledGrammar(Nfa nfa, std::shared_ptr<const Vocab> vocab, st
 
 int32_t CompiledGrammar::dstate(std::vector<int32_t> set) {
   // Epsilon closure, then the canonical (sorted) set names the DFA state.
-  std::vector<char> seen(static_cast<size_t>(nfa_.n_states()), 0);
-  std::vector<int32_t> stack = set, closed;
+  // seen_ is stamped per call (no O(NFA) clearing for each new transition).
+  if (seen_.size() != static_cast<size_t>(nfa_.n_states())) seen_.assign(static_cast<size_t>(nfa_.n_states()), 0);
+  if (++stamp_ == 0) {
+    std::fill(seen_.begin(), seen_.end(), 0);
+    stamp_ = 1;
+  }
+  std::vector<int32_t> stack = std::move(set), closed;
   while (!stack.empty()) {
     const int32_t s = stack.back();
     stack.pop_back();
-    if (seen[s]) continue;
-    seen[s] = 1;
+    if (seen_[s] == stamp_) continue;
+    seen_[s] = stamp_;
     closed.push_back(s);
     for (int32_t t : nfa_.eps[s]) stack.push_back(t);
   }

@@ -57,6 +57,8 @@ class CompiledGrammar : public TokenGrammar {
   int32_t start_ = 0;
   int64_t n_masks_ = 0;
   int64_t set_entries_ = 0;  // sum of the DFA states' NFA-set sizes
+  std::vector<uint32_t> seen_;  // [NFA states] epsilon-closure marks, stamped
+  uint32_t stamp_ = 0;
 };
 
 }  // namespace blockspec::grammar

@@ -123,6 +123,37 @@ TEST(BlockQuant, EveryIsaMatchesTheScalarTwinBitwise) {
   }
 }
 
+// The activation quantizer of every ISA equals the scalar twin bit for bit: codes, scales, sub-block sums and
+// their scaled copies, with values that round exactly half-way (x * 127 / amax = k + 0.5), zeros, an all-zero
+// block and outliers.
+TEST(BlockQuant, ActivationQuantizerMatchesTheTwinBitwise) {
+  for (const std::string& isa : available_isas()) {
+    if (isa == "ref") continue;
+    const KernelTable kt = select_kernels(isa);
+    for (int S : {16, 32}) {
+      for (int64_t K : {32, 64, 256}) {
+        for (int64_t M : {1, 3, 5}) {
+          auto x = randv(M * K, static_cast<uint32_t>(K * 7 + M + S), 2.f);
+          x[0] = 127.f;  // amax 127 in block 0 of row 0: x * inv = x exactly, so halves stay halves
+          x[1] = 2.5f, x[2] = -3.5f, x[3] = 0.5f, x[4] = -0.5f, x[5] = 0.f;
+          if (K >= 64) std::fill(x.begin() + 32, x.begin() + 64, 0.f);  // a block of zeros
+          if (M > 1) x[K + 7] = -1e4f;
+          std::vector<int8_t> q(M * K), qr(M * K);
+          std::vector<float> d(M * K / 32), dr(M * K / 32), c(M * K / S), cr(M * K / S);
+          std::vector<int32_t> sm(M * K / S), smr(M * K / S);
+          kt.quantize_acts_block(x.data(), M, K, S, q.data(), d.data(), sm.data(), c.data());
+          quantize_acts_block_ref(x.data(), M, K, S, qr.data(), dr.data(), smr.data(), cr.data());
+          const std::string at = isa + " S=" + std::to_string(S) + " K=" + std::to_string(K) + " M=" + std::to_string(M);
+          EXPECT_EQ(q, qr) << at;
+          EXPECT_EQ(std::memcmp(d.data(), dr.data(), d.size() * 4), 0) << at;
+          EXPECT_EQ(sm, smr) << at;
+          EXPECT_EQ(std::memcmp(c.data(), cr.data(), c.size() * 4), 0) << at;
+        }
+      }
+    }
+  }
+}
+
 // The AVX2 kernel sums in int16 (vpmaddubsw, saturating, then vpaddw over several quads; kernels/x86/block_avx2.cc):
 // rows of all-largest codes against activation codes all +127 or all -127 reach each int16 bound (Q4: 30480, Q5:
 // 31496, Q6_K: 32004; Q8_0's |u - 128| = 128 at code 0: 32512), and must still equal the twin bit for bit.

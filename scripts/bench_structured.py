@@ -2,7 +2,8 @@
 """The cost of structured output's token masks (issue 19): N random JSON schemas (the generator of
 tests/server/openai_client_test.py) answered at T = 1 with response_format json_schema by `blockspec serve`, then
 the same prompts unconstrained with the same number of tokens each (ignore_eos), both at concurrency C, rounds
-interleaved. Prints output tok/s of both and how many constrained outputs validate (jsonschema).
+interleaved, each pass from an empty prefix cache (POST /reset_prefix_cache: the prompts repeat). Prints output
+tok/s of both and how many constrained outputs validate (jsonschema).
 
   ~/.cache/blockspec/venv-openai/bin/python scripts/bench_structured.py --blockspec build/blockspec \
       --model ~/.cache/blockspec/models/qwen2.5-coder-1.5b.gguf --n 40 --concurrency 8 --rounds 2
@@ -43,6 +44,7 @@ def main():
     res = {"constrained": [], "free": []}
     try:
         for r in range(a.rounds):
+            server.reset_prefix_cache()  # both passes start from an empty prefix cache
             def constrained(i):
                 out = client.chat.completions.create(
                     model=oct_.NAME, messages=msgs(i), max_tokens=256, temperature=1.0, seed=i + 1000 * r,
@@ -66,6 +68,7 @@ def main():
                 return client.chat.completions.create(model=oct_.NAME, messages=msgs(i), max_tokens=max(1, outs[i][1]),
                                                       temperature=1.0, seed=i, extra_body={"ignore_eos": True}
                                                       ).usage.completion_tokens
+            server.reset_prefix_cache()
             t0 = time.time()
             with concurrent.futures.ThreadPoolExecutor(a.concurrency) as ex:
                 ftoks = sum(ex.map(free, range(a.n)))

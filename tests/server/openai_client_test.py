@@ -64,6 +64,12 @@ class Server:
                 raise RuntimeError("server never became healthy:\n" + "".join(self.log))
             time.sleep(0.2)
 
+    def reset_prefix_cache(self):
+        req = urllib.request.Request(self.base + "/reset_prefix_cache", data=b"", method="POST",
+                                     headers={"Authorization": "Bearer " + KEY})
+        with urllib.request.urlopen(req) as r:
+            assert r.status == 200
+
     def stop(self):
         self.proc.terminate()
         try:
@@ -607,7 +613,9 @@ class StructuredOutputTest(unittest.TestCase):
             print(f"[structured {name}] {self.N} schemas, {tokens} tokens in {secs:.1f} s "
                   f"({tokens / secs:.1f} tok/s at concurrency 8), invalid: {len(bad)}", file=sys.stderr)
             self.assertEqual(bad, [], f"{len(bad)} outputs do not validate; first: {bad[:1]}")
-        # The mask's cost: the same prompts unconstrained, as many tokens each (ignore_eos).
+        # The mask's cost: the same prompts unconstrained, as many tokens each (ignore_eos), from an empty prefix
+        # cache as the constrained pass had (its prompts would otherwise be cached).
+        self.servers[0].reset_prefix_cache()
         def free(i):
             msgs = [{"role": "user", "content": "Reply with a JSON value for this schema: " + json.dumps(schemas[i])}]
             return self.clients[0].chat.completions.create(

@@ -124,7 +124,8 @@ TEST(ThreadPool, DescheduledWorkerIsBenchedAndComesBack) {
       if (!slow.load()) least_benched = std::min(least_benched, pool.benched_workers());
     }
   };
-  run_for(400);
+  // A machine loaded by other work may keep the worker from joining 32 jobs in a window for a while: give it up to 3 s.
+  for (int t = 0; t < 8 && most_benched == 0; ++t) run_for(400);
   EXPECT_EQ(most_benched, 1) << "a worker off its CPU for whole windows was not benched";
   slow = false;  // back after the bench (a loaded machine may bench it again, but not at once)
   for (int t = 0; t < 60 && least_benched != 0; ++t) run_for(50);

@@ -10,6 +10,8 @@ namespace blockspec {
 
 Args::Args(const std::string& command, const std::vector<FlagSpec>& specs, const std::vector<std::string>& argv)
     : command_(command) {
+  for (const FlagSpec& f : specs)  // a table mistake (e.g. a default in the alias slot) shows at once
+    BS_ASSERT(f.name.rfind("--", 0) == 0 && (f.alias.empty() || f.alias[0] == '-'));
   for (size_t i = 0; i < argv.size(); ++i) {
     std::string a = argv[i];
     if (a.size() < 2 || a[0] != '-' || a == "--") {

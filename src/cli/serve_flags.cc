@@ -104,7 +104,8 @@ std::vector<FlagSpec> serve_flags() {
       {"--override-generation-config", "", true,
        "JSON object over the generation config, e.g. '{\"temperature\": 0.5}' (generation_config.json's keys)", kModel},
       {"--trust-remote-code", "", false, "accepted: blockspec runs no code from checkpoints", kModel},
-      {"--max-logprobs", "20", true, "the most logprobs / top_logprobs a request may ask for (-1: no limit)", kModel},
+      {"--max-logprobs", "", true, "the most logprobs / top_logprobs a request may ask for (default 20; -1: no limit)",
+       kModel},
       {"--language-model-only", "", false, "accepted: blockspec loads the language model only", kModel},
       {"--gpu-memory-utilization", "", true,
        "fraction of this machine's memory (RAM, or the cgroup limit) for weights, KV cache and state; the KV "

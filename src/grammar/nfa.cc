@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "base/error.h"
+#include "tokenizer/unicode_text.h"
 
 namespace blockspec::grammar {
 
@@ -213,32 +214,22 @@ class RegexParser {
         if (i_ + 4 > p_.size()) bad("\\u needs 4 hex digits");
         const uint32_t cp = static_cast<uint32_t>(std::stoul(p_.substr(i_, 4), nullptr, 16));
         i_ += 4;
-        return utf8(cp);
+        std::string out;
+        tok::append_utf8(out, cp);
+        return out;
       }
       case 'x': {
         if (i_ + 2 > p_.size()) bad("\\x needs 2 hex digits");
         const uint32_t cp = static_cast<uint32_t>(std::stoul(p_.substr(i_, 2), nullptr, 16));
         i_ += 2;
-        return utf8(cp);
+        std::string out;
+        tok::append_utf8(out, cp);
+        return out;
       }
       default:
         if (std::isalnum(static_cast<unsigned char>(e))) bad(std::string("unsupported escape \\") + e);
         return std::string(1, e);  // \. \\ \( ... : the character itself
     }
-  }
-  static std::string utf8(uint32_t cp) {
-    std::string s;
-    if (cp < 0x80) {
-      s += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      s += static_cast<char>(0xC0 | (cp >> 6));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      s += static_cast<char>(0xE0 | (cp >> 12));
-      s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-    return s;
   }
   // The UTF-8 bytes of the character at i_ (advances).
   std::string next_char() {

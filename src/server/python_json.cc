@@ -9,6 +9,9 @@
 #include <cstring>
 #include <cstdio>
 
+#include "grammar/nfa.h"
+#include "tokenizer/unicode_text.h"
+
 namespace blockspec {
 
 using ojson = nlohmann::ordered_json;
@@ -69,22 +72,8 @@ std::string canonical_digits(bool neg, const std::string& digits) {
 }
 
 void append_utf8(std::string& out, uint32_t cp) {
-  if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0xFFFD;  // a lone surrogate cannot be UTF-8
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+  // A lone surrogate (\ud800 alone) cannot be UTF-8: U+FFFD, as Python's encode(errors="replace") writes it.
+  tok::append_utf8(out, cp >= 0xD800 && cp <= 0xDFFF ? 0xFFFD : cp);
 }
 
 // One recursive-descent reader for both dialects: JSON as json.loads reads
@@ -251,10 +240,11 @@ class LiteralReader {
     return out;
   }
 
-  bool hex4(uint32_t& cp) {
-    if (i_ + 4 > s_.size()) return false;
+  // n hex digits at i_ (advances); false when fewer or not hex.
+  bool hex(int n, uint32_t& cp) {
+    if (i_ + n > s_.size()) return false;
     cp = 0;
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < n; ++k) {
       const char h = s_[i_++];
       cp <<= 4;
       if (is_digit(h)) cp |= h - '0';
@@ -289,12 +279,12 @@ class LiteralReader {
         case 't': out += '\t'; break;
         case 'u': {
           uint32_t cp;
-          if (!hex4(cp)) return fail();
+          if (!hex(4, cp)) return fail();
           if (cp >= 0xD800 && cp <= 0xDBFF && s_.compare(i_, 2, "\\u") == 0) {
             const size_t save = i_;
             i_ += 2;
             uint32_t lo;
-            if (hex4(lo) && lo >= 0xDC00 && lo <= 0xDFFF) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            if (hex(4, lo) && lo >= 0xDC00 && lo <= 0xDFFF) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             else i_ = save;
           }
           append_utf8(out, cp);
@@ -361,18 +351,8 @@ class LiteralReader {
         case 't': out += '\t'; break;
         case 'v': out += '\v'; break;
         case 'x': case 'u': case 'U': {
-          const int n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-          if (i_ + n > s_.size()) return false;
-          uint32_t cp = 0;
-          for (int k = 0; k < n; ++k) {
-            const char h = s_[i_++];
-            cp <<= 4;
-            if (is_digit(h)) cp |= h - '0';
-            else if (h >= 'a' && h <= 'f') cp |= h - 'a' + 10;
-            else if (h >= 'A' && h <= 'F') cp |= h - 'A' + 10;
-            else return false;
-          }
-          if (cp > 0x10FFFF) return false;
+          uint32_t cp;
+          if (!hex(e == 'x' ? 2 : e == 'u' ? 4 : 8, cp) || cp > 0x10FFFF) return false;
           append_utf8(out, cp);
           break;
         }
@@ -449,27 +429,8 @@ class LiteralReader {
 };
 
 void dump_string(const std::string& s, std::string& out) {
-  static const char* hex = "0123456789abcdef";
   out += '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          out += "\\u00";
-          out += hex[c >> 4];
-          out += hex[c & 15];
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
+  for (unsigned char c : s) out += grammar::json_escaped_byte(c);  // json.dumps's escapes, ensure_ascii=False
   out += '"';
 }
 

@@ -42,7 +42,7 @@ flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,addre
 # (make-style check on mtime).
 sources=("$root"/src/base/*.cc "$root"/src/tensor/*.cc "$root"/src/formats/*.cc
          "$root"/src/server/openai_request.cc "$root"/src/server/python_json.cc "$root"/src/server/tool_calls.cc
-         "$root"/src/grammar/*.cc)
+         "$root"/src/grammar/*.cc "$root"/src/tokenizer/unicode_text.cc)
 objs=()
 pids=()
 jobs=${JOBS:-2}
@@ -60,7 +60,7 @@ lib=$out/obj/libfuzz_deps.a
 rm -f "$lib"
 ar rcs "$lib" "${objs[@]}"
 bin=$out/${target}_fuzz
-"$cxx" "${flags[@]}" -fsanitize=fuzzer "$src" "$lib" -o "$bin" -lpthread
+"$cxx" "${flags[@]}" -fsanitize=fuzzer "$src" "$lib" -o "$bin" -lpthread -lutf8proc
 
 # Seed corpus: header bytes (8-byte length + JSON) of every fixture, plus the
 # whole small fixtures, plus index files.

@@ -44,13 +44,13 @@ const float* ModelRunner::masked_block(Sequence& s, const float* rows, int64_t k
 }
 
 int32_t ModelRunner::pick(Sequence& s, const float* row) {
-  return sample_token(processed(s, row), model_.config().vocab_size, s.params.sampling, s.rng, s.probs);
+  return sample_token(row, model_.config().vocab_size, s.params.sampling, s.rng, s.probs);
 }
 
 bool ModelRunner::emit(Sequence& s, int32_t t, const float* row) {
-  if (s.params.n_logprobs >= 0)  // before counts change: the distribution t was drawn from
-    s.out_logprobs.push_back(token_logprob(processed(s, row), model_.config().vocab_size,
-                                           s.params.sampling.temperature, t, s.params.n_logprobs));
+  if (s.params.n_logprobs >= 0)  // the distribution t was drawn from
+    s.out_logprobs.push_back(
+        token_logprob(row, model_.config().vocab_size, s.params.sampling.temperature, t, s.params.n_logprobs));
   // t was drawn from the masked distribution; -1 only when the grammar's
   // automaton outgrew its bounds, and then only stop tokens are allowed.
   if (s.params.grammar) s.grammar_state = s.params.grammar->next(s.grammar_state, t);
@@ -122,15 +122,22 @@ ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan,
       s.st.n_prefilled += ch.n;
       o.prompt_tokens += ch.n;
       if (s.proposer) s.proposer->observe(s.tokens, n_seen, ch.n, taps);
-      if (!s.st.prefilling()) emit(s, pick(s, logits_.data() + row * V), logits_.data() + row * V);
+      if (!s.st.prefilling()) {
+        const float* p = processed(s, logits_.data() + row * V);
+        emit(s, pick(s, p), p);
+      }
       row += 1;
     } else {
       const int64_t kd = s.draft.size();
       const int64_t start = s.cache->size() - kd - 1;
       const int64_t remaining = s.params.max_tokens - s.st.n_generated;
-      // Token j of the block is decided by row j (the anchor's row predicts d1).
+      // Token j of the block is decided by row j (the anchor's row predicts d1);
+      // the rows as sampled: with penalties (a penalized request never
+      // drafts, so kd = 0 then) and the grammar's masks.
       const float* rows = logits_.data() + row * V;  // [kd + 1, V]
-      if (kd > 0 && s.params.grammar) rows = masked_block(s, rows, kd);
+      BS_ASSERT(kd == 0 || !s.penalized());
+      if (kd == 0) rows = processed(s, rows);
+      else if (s.params.grammar) rows = masked_block(s, rows, kd);
       VerifyOutcome v;
       if (kd == 0) {
         v.next = pick(s, rows);

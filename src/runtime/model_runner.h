@@ -35,9 +35,9 @@ class ModelRunner {
  private:
   const float* processed(Sequence& s, const float* logits_row);  // with s's penalties and grammar mask applied
   const float* masked_block(Sequence& s, const float* rows, int64_t kd);
-  int32_t pick(Sequence& s, const float* logits_row);
-  // Appends t (chosen from logits_row) to s; false when s ended.
-  bool emit(Sequence& s, int32_t t, const float* logits_row);
+  int32_t pick(Sequence& s, const float* processed_row);  // samples from a row processed() gave
+  // Appends t (chosen from processed_row, whose log-softmax gives its logprob) to s; false when s ended.
+  bool emit(Sequence& s, int32_t t, const float* processed_row);
   Transformer& model_;
   std::vector<float> logits_;  // [rows, V]
 };

@@ -65,11 +65,8 @@ void Engine::Impl::start(Sequence& s) {
   s.cache = std::make_unique<KvCache>(*pool);
   s.cache->append_pages(s.st.blocks);  // the whole worst case, reserved by the scheduler
   s.cache->set_size(s.st.n_cached);    // a prompt prefix found in the prefix cache is already there
-  s.n_published = s.st.n_cached / kPageTokens;
-  if (s.n_published > 0) {  // the chain hash of those pages
-    for (int64_t i = 0; i < s.n_published; ++i)
-      s.last_page_hash = page_hash(s.last_page_hash, s.params.prompt.data() + i * kPageTokens, kPageTokens);
-  }
+  s.n_published = s.st.n_cached / kPageTokens;  // those pages are published already
+  s.last_page_hash = s.st.cached_hash;
   if (state) {  // a hybrid model's recurrent state: the slot the scheduler gave it, from zero
     state->clear(s.st.state_slot);
     s.cache->attach_state(state->slot(s.st.state_slot), state->floats_per_slot());

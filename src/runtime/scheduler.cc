@@ -38,6 +38,7 @@ void Scheduler::admit(StepPlan& plan) {
     // The prompt's leading full pages already in the prefix cache (never the
     // page of its last token, which must run to give the first logits).
     std::vector<int32_t> hits;
+    uint64_t last_hash = 0;
     int64_t unowned = 0;  // hits that count as free now
     if (o_.prefix_caching && s->prompt_tokens) {
       uint64_t parent = 0;
@@ -48,7 +49,7 @@ void Scheduler::admit(StepPlan& plan) {
         if (b < 0) break;
         hits.push_back(b);
         unowned += blocks_.ref_count(b) == 0;
-        parent = h;
+        parent = last_hash = h;
       }
     }
     const int64_t need = pages_for(*s) - static_cast<int64_t>(hits.size());
@@ -59,6 +60,7 @@ void Scheduler::admit(StepPlan& plan) {
     const std::vector<int32_t> fresh = blocks_.allocate(need);
     s->blocks.insert(s->blocks.end(), fresh.begin(), fresh.end());
     s->n_cached = s->n_prefilled = static_cast<int64_t>(hits.size()) * o_.page_tokens;
+    s->cached_hash = hits.empty() ? 0 : last_hash;
     if (o_.prefix_caching) {
       cache_queries_ += static_cast<uint64_t>(s->prompt_len);
       cache_hits_ += static_cast<uint64_t>(s->n_cached);

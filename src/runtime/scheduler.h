@@ -55,6 +55,7 @@ struct SeqState {
   std::vector<int32_t> blocks;  // KV pages held while running (the scheduler's reference)
   const int32_t* prompt_tokens = nullptr;  // [prompt_len] for prefix caching (the caller's, alive with this state)
   int64_t n_cached = 0;         // prompt tokens whose K/V came from the prefix cache (n_prefilled starts there)
+  uint64_t cached_hash = 0;     // page_hash of the last of those pages (0: none), where publishing continues
   int32_t state_slot = -1;      // the model-state slot held while running (-1: none)
 
   bool prefilling() const { return n_prefilled < prompt_len; }

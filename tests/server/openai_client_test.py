@@ -70,6 +70,11 @@ class Server:
         with urllib.request.urlopen(req) as r:
             assert r.status == 200
 
+    def stop_checked(self):
+        """Stops the server and checks it shut down cleanly on SIGTERM."""
+        self.stop()
+        assert self.proc.returncode == 0, "".join(self.log)
+
     def stop(self):
         self.proc.terminate()
         try:
@@ -87,9 +92,7 @@ class OpenAIClientTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.server.stop()
-        # A clean shutdown on SIGTERM.
-        assert cls.server.proc.returncode == 0, "".join(cls.server.log)
+        cls.server.stop_checked()
 
     def test_models(self):
         ids = [m.id for m in self.client.models.list().data]
@@ -246,8 +249,7 @@ class LogprobsAndChoicesTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.server.stop()
-        assert cls.server.proc.returncode == 0, "".join(cls.server.log)
+        cls.server.stop_checked()
 
     def test_chat_logprobs(self):
         msgs = [{"role": "user", "content": "Write one sentence about the sea."}]
@@ -352,8 +354,7 @@ class SpeculativeServeTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         for s in (cls.plain, cls.spec):
-            s.stop()
-            assert s.proc.returncode == 0, "".join(s.log)
+            s.stop_checked()
 
     def answers(self, server):
         c = openai.OpenAI(base_url=server.base + "/v1", api_key=KEY, max_retries=0, timeout=300)
@@ -418,8 +419,7 @@ class ToolCallsTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         for s in cls.servers:
-            s.stop()
-            assert s.proc.returncode == 0, "".join(s.log)
+            s.stop_checked()
 
     def call(self, client, messages, **kw):
         return client.chat.completions.create(model=NAME, messages=messages, tools=self.TOOLS, max_tokens=32,
@@ -512,8 +512,7 @@ class ReasoningTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.server.stop()
-        assert cls.server.proc.returncode == 0, "".join(cls.server.log)
+        cls.server.stop_checked()
 
     def test_reasoning_split(self):
         r = self.client.chat.completions.create(model=NAME, messages=self.MSGS, max_tokens=16, temperature=0)
@@ -580,8 +579,7 @@ class StructuredOutputTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         for s in cls.servers:
-            s.stop()
-            assert s.proc.returncode == 0, "".join(s.log)
+            s.stop_checked()
 
     def run_schemas(self, client, schemas):
         def one(i):

@@ -9,7 +9,9 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_files.h"
+#include "formats/dflash_config.h"
 #include "ptqr/ptqr.h"
+#include "ptqr/ptqr_drafter.h"
 #include "tokenizer/tokenizer.h"
 
 namespace blockspec {
@@ -38,9 +40,76 @@ std::vector<FlagSpec> flags() {
       {"--stop-after", "", true, "stop once N layers are retrained (the state is kept; continue with --resume)"},
       {"--resume", "", false, "continue from OUT.ptqr-state/ (the last finished layer)"},
       {"--threads", "", true, "worker threads (default: all cores)"},
+      {"--target", "", true, "IN is a DFlash drafter: the target whose taps it reads (GGUF or HF directory)"},
+      {"--drafter-data", "", true,
+       "IN is a DFlash drafter: draft_data.bin of `train-drafter TARGET DIR --data-only` (records, taps)"},
+      {"--max-anchors", "", true, "drafter: blocks per training row (default 64)"},
+      {"--seq-len", "", true, "drafter: tokens per packed row (default 2048)"},
       {"--json", "", false, "print the report as JSON on stdout"},
       {"--help", "-h", false, "show this help"},
   };
+}
+
+// IN is a DFlash drafter (ptqr/ptqr_drafter.h).
+int ptqr_drafter(const Args& a, const std::string& in, const std::string& out) {
+  for (const char* f : {"--calib", "--tokens", "--window", "--kv-cache-dtype", "--smooth", "--train-vectors",
+                        "--lr-vectors", "--max-layers", "--stop-after", "--group"})
+    if (a.has(f)) fail("ptqr: ", f, " is for targets; ", in, " is a drafter (see --target, --drafter-data)");
+  if (a.str("--scheme", "w8a8") != "w8a8") fail("ptqr: --scheme ", a.str("--scheme"), ": only w8a8 trains so far");
+  PtqrDrafterOptions o;
+  o.drafter = in, o.out = out;
+  o.target = a.required("--target");
+  o.data = a.required("--drafter-data");
+  o.steps = a.integer("--steps", 200);
+  o.lr = a.number("--lr", 1e-5);
+  if (!(o.lr > 0 && o.lr < 1)) fail("ptqr: --lr must be in (0, 1), found ", o.lr);
+  o.dither_start = a.number("--dither-start", 1.0);
+  o.dither_decay = a.number("--dither-decay", 0.0);
+  o.max_anchors = a.integer("--max-anchors", 64);
+  o.seq_len = a.integer("--seq-len", 2048);
+  if (o.max_anchors < 1) fail("ptqr: --max-anchors must be >= 1, found ", o.max_anchors);
+  if (o.seq_len < 16) fail("ptqr: --seq-len must be >= 16, found ", o.seq_len);
+  o.seed = a.u64("--seed", 0);
+  o.resume = a.has("--resume");
+  o.n_threads = static_cast<int>(a.integer("--threads", 0));
+  const PtqrDrafterReport r = run_ptqr_drafter(o);
+  FILE* h = a.has("--json") ? stderr : stdout;
+  auto acc = [](const std::vector<double>& v) {
+    std::string s;
+    for (size_t k = 1; k < v.size(); ++k) s += (k > 1 ? " " : "") + std::to_string(v[k]).substr(0, 5);
+    return s;
+  };
+  std::fprintf(h, "held-out (%lld records): %-14s %-10s %-6s %s\n", static_cast<long long>(r.n_val_records), "drafter",
+               "KL", "eal", "accuracy per slot");
+  for (const auto& [name, e] : {std::pair<const char*, const PtqrDrafterEval&>{"bf16 (teacher)", r.teacher},
+                                {"W8A8 RTN", r.rtn}, {"W8A8 PTQR", r.trained}})
+    std::fprintf(h, "  %-14s %-10.5f %-6.3f %s\n", name, e.kl, e.eal, acc(e.slot_acc).c_str());
+  double worst = 0;
+  std::string worst_m;
+  for (const auto& [m, e] : r.rel_err)
+    if (e > worst) worst = e, worst_m = m;
+  std::fprintf(h, "ptqr: %lld steps (resumed at %lld) on %lld training records; %.0f s, %.0f context tok/s, peak RSS "
+               "%.0f MB; wrote %s (%.1f MB, %lld tensors copied byte for byte; largest relative dequantization "
+               "error %.5f, %s)\n",
+               static_cast<long long>(r.steps), static_cast<long long>(r.resumed_from),
+               static_cast<long long>(r.n_train_records), r.seconds, r.tokens_per_s, r.peak_rss_mb, out.c_str(),
+               r.out_bytes / 1e6, static_cast<long long>(r.n_copied), worst, worst_m.c_str());
+  if (a.has("--json")) {
+    nlohmann::ordered_json j;
+    j["out"] = out;
+    for (const auto& [name, e] : {std::pair<const char*, const PtqrDrafterEval&>{"teacher", r.teacher},
+                                  {"rtn", r.rtn}, {"ptqr", r.trained}})
+      j[name] = {{"kl", e.kl}, {"eal", e.eal}, {"slot_acc", e.slot_acc}};
+    j["steps"] = r.steps;
+    j["seconds"] = r.seconds;
+    j["tokens_per_s"] = r.tokens_per_s;
+    j["peak_rss_mb"] = r.peak_rss_mb;
+    j["copied"] = r.n_copied;
+    j["out_bytes"] = r.out_bytes;
+    for (const auto& [m, e] : r.rel_err) j["rel_err"][m] = e;
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
 }
 
 }  // namespace
@@ -48,11 +117,14 @@ std::vector<FlagSpec> flags() {
 int cmd_ptqr(const std::vector<std::string>& argv) {
   Args a("ptqr", flags(), argv);
   if (a.has("--help")) {
-    std::fputs(Args::usage("ptqr", "IN OUT --calib FILE [--kv-cache-dtype int8_block_g128] [--steps N] ...", flags()).c_str(),
+    std::fputs(Args::usage("ptqr", "IN OUT --calib FILE [--kv-cache-dtype int8_block_g128] [--steps N] ...  |  DRAFTER OUT --target T --drafter-data F", flags()).c_str(),
                stdout);
     return 0;
   }
   if (a.positionals().size() != 2) fail("ptqr: expected IN OUT (a dense model and the output directory)");
+  if (is_draft_checkpoint(a.positionals()[0])) return ptqr_drafter(a, a.positionals()[0], a.positionals()[1]);
+  for (const char* f : {"--target", "--drafter-data", "--max-anchors", "--seq-len"})
+    if (a.has(f)) fail("ptqr: ", f, " is for DFlash drafters; ", a.positionals()[0], " is not one");
   PtqrOptions o;
   o.in = a.positionals()[0];
   o.out = a.positionals()[1];

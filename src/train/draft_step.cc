@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "kernels/ops.h"
+#include "kernels/quant.h"
 #include "model/hf_names.h"
 #include "train/gemm.h"
 #include "train/grad_ops.h"
@@ -30,6 +31,10 @@ struct LayerActs {
   std::vector<float> x, a, q, kb, kc, vb, vc, qr, K, V, att, probs, x1, m, gu, sw;  // q, kb, kc: before q/k norm
   // DFlash2: the sublayers' normed inputs and raw outputs before their convolutions, and the dynamic kernels.
   std::vector<float> ua, dyn_a, o, um, dyn_m, d;
+  // What the quantized linears multiply: a, att, m, sw themselves, or (DraftShape::act_int8) their int8
+  // rounding in the *q buffers.
+  std::vector<float> aq, attq, mq, swq;
+  const float *a_in = nullptr, *att_in = nullptr, *m_in = nullptr, *sw_in = nullptr;
 };
 
 }  // namespace
@@ -158,13 +163,24 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
     dio = std::move(du);
   };
 
+  // The input a quantized linear multiplies for x [M, K]: x, or its per-token int8 rounding in buf.
+  auto lin_in = [&](const float* x, int64_t M, int64_t K, std::vector<float>& buf) -> const float* {
+    if (!s.act_int8) return x;
+    buf.resize(M * K);
+    round_acts_token(ctx, x, M, K, buf.data());
+    return buf.data();
+  };
+  if (row.teacher_logits != nullptr && d2) fail("draft_step: distilling a DFlash2 drafter is not supported");
+
   // ---- forward ----
-  std::vector<float> c_pre(S * H), c(S * H);
-  matmul(ctx, row.taps, p.fc, S, s.tap_width, H, c_pre.data());
+  std::vector<float> c_pre(S * H), c(S * H), taps_q, cq;
+  const float* taps_in = lin_in(row.taps, S, s.tap_width, taps_q);
+  matmul(ctx, taps_in, p.fc, S, s.tap_width, H, c_pre.data());
   rmsnorm(c_pre.data(), p.hidden_norm.data(), s.eps, S, H, c.data());
   std::vector<float> x(Nq * H);
   t.embed(row.block_ids.data(), Nq, x.data());
   std::vector<LayerActs> acts(s.n_layers);
+  const float* c_in = c.data();  // what the context K/V projections multiply (set by layer 0)
   for (int64_t li = 0; li < s.n_layers; ++li) {
     const DraftParams::Layer& l = p.layers[li];
     LayerActs& A = acts[li];
@@ -177,11 +193,13 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
       conv(A.ua.data(), l.attn_conv_base, 0, A.dyn_a.data(), A.a.data());
     }
     A.q.resize(Nq * nq), A.kb.resize(Nq * nk), A.vb.resize(Nq * nk), A.kc.resize(S * nk), A.vc.resize(S * nk);
-    matmul(ctx, A.a.data(), l.q, Nq, H, nq, A.q.data());
-    matmul(ctx, A.a.data(), l.k, Nq, H, nk, A.kb.data());
-    matmul(ctx, A.a.data(), l.v, Nq, H, nk, A.vb.data());
-    matmul(ctx, c.data(), l.k, S, H, nk, A.kc.data());  // context K/V: no input norm (dflash.md §2)
-    matmul(ctx, c.data(), l.v, S, H, nk, A.vc.data());
+    A.a_in = lin_in(A.a.data(), Nq, H, A.aq);
+    if (li == 0) c_in = lin_in(c.data(), S, H, cq);
+    matmul(ctx, A.a_in, l.q, Nq, H, nq, A.q.data());
+    matmul(ctx, A.a_in, l.k, Nq, H, nk, A.kb.data());
+    matmul(ctx, A.a_in, l.v, Nq, H, nk, A.vb.data());
+    matmul(ctx, c_in, l.k, S, H, nk, A.kc.data());  // context K/V: no input norm (dflash.md §2)
+    matmul(ctx, c_in, l.v, S, H, nk, A.vc.data());
     std::vector<float> qr(A.q.size()), kbr(A.kb.size()), kcr(A.kc.size());
     rmsnorm(A.q.data(), l.q_norm.data(), s.eps, Nq * nh, D, qr.data());
     rmsnorm(A.kb.data(), l.k_norm.data(), s.eps, Nq * nkv, D, kbr.data());
@@ -197,7 +215,8 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
     A.att.resize(Nq * nq);
     masked_attention_forward(A.qr.data(), A.K.data(), A.V.data(), spans_of(li), as, A.att.data(), A.probs, *ctx.pool);
     std::vector<float> o(Nq * H);
-    matmul(ctx, A.att.data(), l.o, Nq, nq, H, o.data());
+    A.att_in = lin_in(A.att.data(), Nq, nq, A.attq);
+    matmul(ctx, A.att_in, l.o, Nq, nq, H, o.data());
     if (d2) A.o = o, conv(A.o.data(), l.attn_conv_base, 1, A.dyn_a.data(), o.data());
     for (int64_t i = 0; i < Nq * H; ++i) x[i] += o[i];
     A.x1 = x;
@@ -208,14 +227,16 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
       matmul(ctx, A.um.data(), l.mlp_conv_proj, Nq, H, dw, A.dyn_m.data());
       conv(A.um.data(), l.mlp_conv_base, 0, A.dyn_m.data(), A.m.data());
     }
-    matmul(ctx, A.m.data(), l.gate_up, Nq, H, 2 * F, A.gu.data());
+    A.m_in = lin_in(A.m.data(), Nq, H, A.mq);
+    matmul(ctx, A.m_in, l.gate_up, Nq, H, 2 * F, A.gu.data());
     for (int64_t r = 0; r < Nq; ++r)
       for (int64_t i = 0; i < F; ++i) {
         const double g = A.gu[r * 2 * F + i];
         A.sw[r * F + i] = static_cast<float>(g / (1 + std::exp(-g)) * A.gu[r * 2 * F + F + i]);
       }
     std::vector<float> d(Nq * H);
-    matmul(ctx, A.sw.data(), l.down, Nq, F, H, d.data());
+    A.sw_in = lin_in(A.sw.data(), Nq, F, A.swq);
+    matmul(ctx, A.sw_in, l.down, Nq, F, H, d.data());
     if (d2) A.d = d, conv(A.d.data(), l.mlp_conv_base, 1, A.dyn_m.data(), d.data());
     for (int64_t i = 0; i < Nq * H; ++i) x[i] += d[i];
   }
@@ -241,8 +262,12 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
   }
   // Training: dlogits overwrite the logits (the largest buffer of the step).
   std::vector<float>& dlogits = logits;
-  res.unary_loss = cross_entropy_rows(ctx, logits.data(), row.labels.data(), row.weight.data(), Nq, s.V, row.denom,
-                                      grad_out ? dlogits.data() : nullptr, res.correct.data());
+  res.unary_loss =
+      row.teacher_logits != nullptr
+          ? kl_rows(ctx, logits.data(), row.teacher_logits, row.labels.data(), row.weight.data(), Nq, s.V, row.denom,
+                    grad_out ? dlogits.data() : nullptr, res.correct.data())
+          : cross_entropy_rows(ctx, logits.data(), row.labels.data(), row.weight.data(), Nq, s.V, row.denom,
+                               grad_out ? dlogits.data() : nullptr, res.correct.data());
   res.loss = res.unary_loss + res.selector_loss;
   if (d2) res.correct = sel.correct;  // serving drafts the selector's pick
   if (grad_out == nullptr) {  // loss, what serving drafts, and the logits
@@ -277,9 +302,9 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
       conv_bwd(A.d.data(), l.mlp_conv_base, 1, A.dyn_m.data(), dx.data(), dd.data(), gl.mlp_conv_base, ddyn.data());
       ddown = dd.data();
     }
-    gemm_backward(ctx, A.sw.data(), l.down.data(), nullptr, ddown, Nq, F, H, dsw.data(), gl.down.data());
+    gemm_backward(ctx, A.sw_in, l.down.data(), nullptr, ddown, Nq, F, H, dsw.data(), gl.down.data());
     swiglu_backward(A.gu.data(), dsw.data(), Nq, F, dgu.data());
-    gemm_backward(ctx, A.m.data(), l.gate_up.data(), nullptr, dgu.data(), Nq, H, 2 * F, dm.data(), gl.gate_up.data());
+    gemm_backward(ctx, A.m_in, l.gate_up.data(), nullptr, dgu.data(), Nq, H, 2 * F, dm.data(), gl.gate_up.data());
     if (d2) conv_in_backward(A.um, l.mlp_conv_base, l.mlp_conv_proj, A.dyn_m, ddyn, gl.mlp_conv_base, gl.mlp_conv_proj, dm);
     rmsnorm_backward(A.x1.data(), l.ffn_norm.data(), s.eps, dm.data(), Nq, H, dx1.data(), gl.ffn_norm.data());
     add_to(dx1, dx);  // residual
@@ -292,7 +317,7 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
                ddyn.data());
       dattn = dout.data();
     }
-    gemm_backward(ctx, A.att.data(), l.o.data(), nullptr, dattn, Nq, nq, H, datt.data(), gl.o.data());
+    gemm_backward(ctx, A.att_in, l.o.data(), nullptr, dattn, Nq, nq, H, datt.data(), gl.o.data());
     masked_attention_backward(A.qr.data(), A.K.data(), A.V.data(), spans_of(li), as, A.probs, datt.data(), dq.data(),
                               dK.data(), dV.data(), *ctx.pool);
     std::vector<float> dkc(dK.begin(), dK.begin() + S * nk), dkb(dK.begin() + S * nk, dK.end());
@@ -307,14 +332,14 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
     rmsnorm_backward(A.kc.data(), l.k_norm.data(), s.eps, dkc.data(), S * nkv, D, dkc0.data(), gl.k_norm.data());
     // projections of the block rows (from a) and of the context (from c)
     std::vector<float> da(Nq * H), tmp(Nq * H), dct(S * H);
-    gemm_backward(ctx, A.a.data(), l.q.data(), nullptr, dq0.data(), Nq, H, nq, da.data(), gl.q.data());
-    gemm_backward(ctx, A.a.data(), l.k.data(), nullptr, dkb0.data(), Nq, H, nk, tmp.data(), gl.k.data());
+    gemm_backward(ctx, A.a_in, l.q.data(), nullptr, dq0.data(), Nq, H, nq, da.data(), gl.q.data());
+    gemm_backward(ctx, A.a_in, l.k.data(), nullptr, dkb0.data(), Nq, H, nk, tmp.data(), gl.k.data());
     add_to(da, tmp);
-    gemm_backward(ctx, A.a.data(), l.v.data(), nullptr, dvb.data(), Nq, H, nk, tmp.data(), gl.v.data());
+    gemm_backward(ctx, A.a_in, l.v.data(), nullptr, dvb.data(), Nq, H, nk, tmp.data(), gl.v.data());
     add_to(da, tmp);
-    gemm_backward(ctx, c.data(), l.k.data(), nullptr, dkc0.data(), S, H, nk, dct.data(), gl.k.data());
+    gemm_backward(ctx, c_in, l.k.data(), nullptr, dkc0.data(), S, H, nk, dct.data(), gl.k.data());
     add_to(dc, dct);
-    gemm_backward(ctx, c.data(), l.v.data(), nullptr, dvc.data(), S, H, nk, dct.data(), gl.v.data());
+    gemm_backward(ctx, c_in, l.v.data(), nullptr, dvc.data(), S, H, nk, dct.data(), gl.v.data());
     add_to(dc, dct);
     if (d2) conv_in_backward(A.ua, l.attn_conv_base, l.attn_conv_proj, A.dyn_a, ddyn, gl.attn_conv_base, gl.attn_conv_proj, da);
     rmsnorm_backward(A.x.data(), l.attn_norm.data(), s.eps, da.data(), Nq, H, dx.data(), gl.attn_norm.data());
@@ -323,7 +348,7 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
   // dx reaches the frozen embedding and stops. Context: c = hidden_norm(fc(taps)).
   std::vector<float> dcpre(S * H);
   rmsnorm_backward(c_pre.data(), p.hidden_norm.data(), s.eps, dc.data(), S, H, dcpre.data(), grad.hidden_norm.data());
-  gemm_backward(ctx, row.taps, p.fc.data(), nullptr, dcpre.data(), S, s.tap_width, H, nullptr, grad.fc.data());
+  gemm_backward(ctx, taps_in, p.fc.data(), nullptr, dcpre.data(), S, s.tap_width, H, nullptr, grad.fc.data());
   return res;
 }
 

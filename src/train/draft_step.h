@@ -30,6 +30,11 @@ struct DraftShape {
   // groups of conv_group, the selector's rank, top-k and loss weight alpha.
   int64_t conv_kernel = 0, conv_group = 16, selector_rank = 0, selector_top_k = 16;
   double selector_alpha = 1.0;
+  // W8A8 student (ptqr/ptqr_drafter.h): the input of every quantized linear
+  // (fc, q/k/v, o, gate/up, down) is rounded per token to int8 as the serving
+  // kernels round it (kernels/quant.h round_acts_token); the gradient passes
+  // the rounding straight through, the weights' gradients see the rounded input.
+  bool act_int8 = false;
   bool dflash2() const { return conv_kernel > 0; }
 };
 
@@ -79,6 +84,9 @@ struct DraftRow {
   std::vector<float> weight;      // [nA * B] mask * position weight
   std::vector<int32_t> prev_ids;  // [nA * B] DFlash2: each slot's selector predecessor (the data token before it)
   double denom = 1;               // the loss's denominator (sum of the mask, training.md §3)
+  // Distillation (drafter PTQR): when set, the unary loss is the weighted KL(teacher || draft) per slot against
+  // these teacher logits [nA * B, V] instead of the cross-entropy against `labels` (which still score `correct`).
+  const float* teacher_logits = nullptr;
   int64_t B = 0;
 };
 

@@ -66,12 +66,14 @@ void gemm_backward(const OpContext& c, const float* x, const float* w, const flo
   }
 }
 
-double cross_entropy_rows(const OpContext& c, const float* logits, const int32_t* labels, const float* weight,
-                          int64_t n, int64_t V, double denom, float* dlogits, uint8_t* correct) {
-  if (denom <= 0) fail("cross_entropy: the denominator must be > 0, found ", denom);
-  for (int64_t i = 0; i < n; ++i)
-    if (weight[i] != 0 && (labels[i] < 0 || labels[i] >= V))
-      fail("cross_entropy: label ", labels[i], " of row ", i, " outside [0, ", V, ")");
+namespace {
+
+// The rows of a weighted per-row loss, threaded over rows: correct[i] = (argmax z_i == label_i) for every row; a
+// row of weight 0 gets dlogits 0 and no loss; fn(i, z, argmax, dz) returns the loss of each other row (dz nullptr
+// without dlogits). Returns the sum in row order.
+template <class Fn>
+double weighted_rows(const OpContext& c, const float* logits, const int32_t* labels, const float* weight, int64_t n,
+                     int64_t V, float* dlogits, uint8_t* correct, Fn fn) {
   std::vector<double> row_loss(n, 0.0);
   c.pool->parallel_for(n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
@@ -83,22 +85,57 @@ double cross_entropy_rows(const OpContext& c, const float* logits, const int32_t
         if (dz) std::fill(dz, dz + V, 0.f);
         continue;
       }
-      const float mx = z[am];
-      double sum = 0;
-      for (int64_t j = 0; j < V; ++j) sum += std::exp(z[j] - mx);
-      const double lse = mx + std::log(sum), cw = weight[i] / denom;
-      row_loss[i] = cw * (lse - z[labels[i]]);
-      if (dz) {
-        const float lse_f = static_cast<float>(lse), cf = static_cast<float>(cw);
-        const float zl = z[labels[i]];
-        for (int64_t j = 0; j < V; ++j) dz[j] = cf * std::exp(z[j] - lse_f);
-        dz[labels[i]] = cf * std::exp(zl - lse_f) - cf;
-      }
+      row_loss[i] = fn(i, z, am, dz);
     }
   });
   double loss = 0;
   for (double l : row_loss) loss += l;
   return loss;
+}
+
+// log-sum-exp of a row whose maximum is mx: f32 exp, double sum.
+double row_lse(const float* z, int64_t V, float mx) {
+  double sum = 0;
+  for (int64_t j = 0; j < V; ++j) sum += std::exp(z[j] - mx);
+  return mx + std::log(sum);
+}
+
+}  // namespace
+
+double cross_entropy_rows(const OpContext& c, const float* logits, const int32_t* labels, const float* weight,
+                          int64_t n, int64_t V, double denom, float* dlogits, uint8_t* correct) {
+  if (denom <= 0) fail("cross_entropy: the denominator must be > 0, found ", denom);
+  for (int64_t i = 0; i < n; ++i)
+    if (weight[i] != 0 && (labels[i] < 0 || labels[i] >= V))
+      fail("cross_entropy: label ", labels[i], " of row ", i, " outside [0, ", V, ")");
+  return weighted_rows(c, logits, labels, weight, n, V, dlogits, correct,
+                       [&](int64_t i, const float* z, int64_t am, float* dz) {
+    const double lse = row_lse(z, V, z[am]), cw = weight[i] / denom, loss = cw * (lse - z[labels[i]]);
+    if (dz) {  // dz may alias z: read before written
+      const float lse_f = static_cast<float>(lse), cf = static_cast<float>(cw);
+      const float zl = z[labels[i]];
+      for (int64_t j = 0; j < V; ++j) dz[j] = cf * std::exp(z[j] - lse_f);
+      dz[labels[i]] = cf * std::exp(zl - lse_f) - cf;
+    }
+    return loss;
+  });
+}
+
+double kl_rows(const OpContext& c, const float* logits, const float* teacher, const int32_t* labels, const float* weight,
+               int64_t n, int64_t V, double denom, float* dlogits, uint8_t* correct) {
+  if (denom <= 0) fail("kl: the denominator must be > 0, found ", denom);
+  return weighted_rows(c, logits, labels, weight, n, V, dlogits, correct,
+                       [&](int64_t i, const float* z, int64_t am, float* dz) {
+    const float* t = teacher + i * V;
+    const double lz = row_lse(z, V, z[am]), lt = row_lse(t, V, *std::max_element(t, t + V)), cw = weight[i] / denom;
+    double kl = 0;
+    for (int64_t j = 0; j < V; ++j) kl += std::exp(t[j] - lt) * ((t[j] - lt) - (z[j] - lz));
+    if (dz) {  // dz may alias z: each element is read before it is written, after the loss
+      const float lz_f = static_cast<float>(lz), lt_f = static_cast<float>(lt), cf = static_cast<float>(cw);
+      for (int64_t j = 0; j < V; ++j) dz[j] = cf * (std::exp(z[j] - lz_f) - std::exp(t[j] - lt_f));
+    }
+    return cw * kl;
+  });
 }
 
 namespace {

@@ -49,4 +49,9 @@ void causal_attention_backward(const OpContext& c, const float* q, const float* 
 double cross_entropy_rows(const OpContext& c, const float* logits, const int32_t* labels, const float* weight,
                           int64_t n, int64_t V, double denom, float* dlogits, uint8_t* correct);
 
+// The same rows distilled: sum_i weight_i / denom * KL(softmax(t_i) || softmax(z_i)), t = teacher logits [n, V];
+// dlogits_i = weight_i / denom * (softmax(z_i) - softmax(t_i)) (may alias logits); correct as above.
+double kl_rows(const OpContext& c, const float* logits, const float* teacher, const int32_t* labels, const float* weight,
+               int64_t n, int64_t V, double denom, float* dlogits, uint8_t* correct);
+
 }  // namespace blockspec

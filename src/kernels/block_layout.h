@@ -46,14 +46,24 @@ namespace blockspec {
 inline constexpr int64_t kBlockActs = 32;  // inputs per activation scale
 
 // Quantized activations of a block-format GEMM: q [M, K] int8, d [M, K / 32] f32, sums [M, K / S] int32 (X),
-// csums [M, K / S] f32 (c).
+// csums [M, K / S] f32 (c). interleave > 1: the same values with the rows in blocks of `interleave` (the last
+// block may be shorter) and, within a block of mb rows starting at m0, row m's element i at (i * mb + m - m0)
+// after the block's offset m0 * (row length): q in 4-code units [K / 4][mb][4], d [K / 32][mb], sums and csums
+// [K / S][mb]. The layout a kernel that reads several rows per weight load wants (KernelTable::
+// block_acts_interleave); made once per linear rather than once per tile range.
 struct BlockActs {
   const int8_t* q = nullptr;
   const float* d = nullptr;
   const int32_t* sums = nullptr;
   const float* csums = nullptr;
   int64_t M = 0;
+  int interleave = 0;
 };
+
+// Writes a's row-major activations (rows [m0, m1), m0 and m1 multiples of mb or m1 = M) interleaved in blocks
+// of mb rows into q, d, sums, csums (arrays of a's sizes), as BlockActs::interleave = mb lays them out.
+void interleave_block_acts(const BlockActs& a, int64_t K, int64_t S, int mb, int64_t m0, int64_t m1, int8_t* q,
+                           float* d, int32_t* sums, float* csums);
 
 // A packed block-format weight (a view into a QuantTensor's data).
 struct BlockWeights {

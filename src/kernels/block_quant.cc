@@ -108,6 +108,30 @@ void block_dequantize_row(const QuantTensor& w, int64_t n, float* out) {
   for (int64_t s = 0; s < b.n_blocks; ++s) qblock_values(b.spec, bq_block(b, n, s), out + s * b.spec.block);
 }
 
+namespace {
+
+// Rows m0 .. m0 + mb - 1 of src [M, n] into dst at m0 * n as [n][mb].
+template <class E>
+void interleave_rows(const E* src, int64_t n, int64_t m0, int64_t mb, E* dst) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t m = 0; m < mb; ++m) dst[m0 * n + i * mb + m] = src[(m0 + m) * n + i];
+}
+
+}  // namespace
+
+void interleave_block_acts(const BlockActs& a, int64_t K, int64_t S, int mb, int64_t m0, int64_t m1, int8_t* q,
+                           float* d, int32_t* sums, float* csums) {
+  const int64_t KS = K / S, KA = K / kBlockActs;
+  for (int64_t b = m0; b < m1; b += mb) {
+    const int64_t n = std::min<int64_t>(mb, a.M - b);
+    // q moves in 4-code units (int32), the unit the kernels broadcast.
+    interleave_rows<int32_t>(reinterpret_cast<const int32_t*>(a.q), K / 4, b, n, reinterpret_cast<int32_t*>(q));
+    interleave_rows(a.sums, KS, b, n, sums);
+    interleave_rows(a.csums, KS, b, n, csums);
+    interleave_rows(a.d, KA, b, n, d);
+  }
+}
+
 void block_linear(const OpContext& ctx, const float* x, const QuantTensor& w, const float* bias, float* y, int64_t M) {
   const BlockWeights b = block_weights(w);
   if (ctx.k->gemm_block == nullptr)
@@ -124,7 +148,21 @@ void block_linear(const OpContext& ctx, const float* x, const QuantTensor& w, co
   // A few rows (decode, verification) take microseconds: quantized here rather than behind a pool barrier.
   if (M <= 4) quantize(0, M);
   else ctx.pool->parallel_for(M, quantize);
-  const BlockActs a{xq.data(), xd.data(), xs.data(), xc.data(), M};
+  BlockActs a{xq.data(), xd.data(), xs.data(), xc.data(), M};
+  // The kernel's row interleave, made once here instead of in every tile range's call (4 per thread).
+  const int mb = ctx.k->block_acts_interleave;
+  std::vector<int8_t> iq;
+  std::vector<float> id, ic;
+  std::vector<int32_t> is;
+  if (mb > 1 && M > 1) {
+    iq.resize(xq.size()), id.resize(xd.size()), is.resize(xs.size()), ic.resize(xc.size());
+    auto inter = [&](int64_t m0, int64_t m1) {
+      interleave_block_acts(a, K, S, mb, m0, m1, iq.data(), id.data(), is.data(), ic.data());
+    };
+    if (M <= 4 * mb) inter(0, M);
+    else ctx.pool->parallel_for_grain(M, mb, inter);
+    a = BlockActs{iq.data(), id.data(), is.data(), ic.data(), M, mb};
+  }
   // Threads split the weight in whole panels, each one contiguous stream (as for Q8_G128 / Q4_G128).
   ctx.pool->parallel_for_grain(b.n_tiles, kQPanel, [&](int64_t t0, int64_t t1) {
     ctx.k->gemm_block(a, b, y, t0, t1);

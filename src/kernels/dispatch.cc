@@ -88,6 +88,7 @@ KernelTable select_kernels(const std::string& name) {
       t.gemm_q8g128 = gemm_q8g128_avx512vnni;
       t.gemm_q4g128 = gemm_q4g128_avx512vnni;
       t.gemm_block = gemm_block_avx512vnni;
+      t.block_acts_interleave = kBlockVnniRows;
     }
   }
   t.kv = select_kv_kernels(t.isa);

@@ -65,6 +65,9 @@ struct KernelTable {
   // Every ISA has one (ref; AVX-512 VNNI: vpdpbusd; AVX2 and AVX-512 without VNNI: vpmaddubsw): GGUF blocks
   // always load as stored (model/weight_loader.h).
   void (*gemm_block)(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) = nullptr;
+  // The activation layout gemm_block reads fastest for M > 1 (BlockActs::interleave; 0: row-major). It takes
+  // either layout; block_linear hands it this one.
+  int block_acts_interleave = 0;
   // Gated DeltaNet recurrence of one value head over T tokens (kernels/gdn_kernel.h).
   void (*gdn_recurrent)(const GdnHead& h) = nullptr;
   // Its chunked form (the same state and outputs up to summation order; kernels/gdn_kernel.h), for prefill.
@@ -128,6 +131,8 @@ void gemm_q8g128_wo_avx512(const PackedWeights& w, const float* x, float* y, int
 void gemm_q4g128_wo_avx512(const PackedWeights& w, const float* x, float* y, int64_t M, int64_t tile0, int64_t tile1);
 // AVX-512 VNNI (vpdpbusd); the "avx512" level uses them when the CPU has VNNI.
 void gemm_q8g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
+// Rows per micro-kernel of gemm_block_avx512vnni: the BlockActs interleave it reads.
+inline constexpr int kBlockVnniRows = 4;
 void gemm_block_avx512vnni(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q4g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 // AVX-512 BF16 (vdpbf16ps).

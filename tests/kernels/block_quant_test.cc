@@ -123,6 +123,46 @@ TEST(BlockQuant, EveryIsaMatchesTheScalarTwinBitwise) {
   }
 }
 
+// A kernel that reads activation rows interleaved (KernelTable::block_acts_interleave; block_linear prepares
+// them once per linear) gives the twin's result bit for bit from either layout, over whole panels and over a
+// range of tiles as the pool hands them out.
+TEST(BlockQuant, KernelTakesRowMajorOrInterleavedActivations) {
+  Fixture fx;
+  int checked = 0;
+  for (const std::string& isa : available_isas()) {
+    const KernelTable kt = select_kernels(isa);
+    const int mb = kt.block_acts_interleave;
+    if (mb <= 1) continue;
+    ++checked;
+    for (WeightFormat f : {WeightFormat::kQ4_0, WeightFormat::kQ4_K, WeightFormat::kQ6_K}) {
+      const int64_t N = 131, K = k_of(f), S = block_spec(f).sub, KS = K / S, KA = K / kBlockActs;
+      const QuantTensor w = pack(fx.ref_ctx, f, N, K, random_blocks(f, N, K, 9));
+      const BlockWeights b = block_weights(w);
+      for (int64_t M : {2, 5, 9}) {
+        const auto x = randv(M * K, static_cast<uint32_t>(M + 40), 1.f);
+        std::vector<int8_t> q(M * K), iq(M * K);
+        std::vector<float> d(M * KA), c(M * KS), id(M * KA), ic(M * KS);
+        std::vector<int32_t> sm(M * KS), is(M * KS);
+        quantize_acts_block_ref(x.data(), M, K, static_cast<int>(S), q.data(), d.data(), sm.data(), c.data());
+        const BlockActs rows{q.data(), d.data(), sm.data(), c.data(), M};
+        interleave_block_acts(rows, K, S, mb, 0, M, iq.data(), id.data(), is.data(), ic.data());
+        const BlockActs inter{iq.data(), id.data(), is.data(), ic.data(), M, mb};
+        for (auto [t0, t1] : {std::pair<int64_t, int64_t>{0, b.n_tiles}, {kQPanel, 2 * kQPanel}}) {
+          std::vector<float> y0(M * N, 0.f), y1(M * N, 0.f), y2(M * N, 0.f);
+          gemm_block_ref(rows, b, y0.data(), t0, t1);
+          kt.gemm_block(rows, b, y1.data(), t0, t1);
+          kt.gemm_block(inter, b, y2.data(), t0, t1);
+          const std::string at = isa + " " + weight_format_name(f) + " M=" + std::to_string(M) + " tiles " +
+                                 std::to_string(t0) + ".." + std::to_string(t1);
+          EXPECT_EQ(std::memcmp(y1.data(), y0.data(), y0.size() * 4), 0) << "row-major " << at;
+          EXPECT_EQ(std::memcmp(y2.data(), y0.data(), y0.size() * 4), 0) << "interleaved " << at;
+        }
+      }
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no kernel of this CPU reads interleaved activations (AVX-512 VNNI does)";
+}
+
 // The activation quantizer of every ISA equals the scalar twin bit for bit: codes, scales, sub-block sums and
 // their scaled copies, with values that round exactly half-way (x * 127 / amax = k + 0.5), zeros, an all-zero
 // block and outliers.

@@ -31,7 +31,7 @@ namespace blockspec {
 namespace {
 
 constexpr int kMaxT = kQPanel;
-constexpr int kMaxMB = 4;
+constexpr int kMaxMB = kBlockVnniRows;
 
 BS_VNNI inline __m512i bcast4(const int8_t* p) {
   int32_t v;
@@ -168,14 +168,6 @@ BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
   tiles<F, T, MB>(a, w, y, tile, T, 0, m0);
 }
 
-// Rows m0 .. m0 + MB - 1 of src [M, n] into dst at m0 * n as [n][MB]: the micro-kernel reads row m's element i
-// at (i * MB + m), one pointer for all its rows (with one pointer per row, 4 rows' 16 pointers spilled).
-template <class E>
-void interleave_rows(const E* src, int64_t n, int64_t m0, int64_t MB, E* dst) {
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t m = 0; m < MB; ++m) dst[m0 * n + i * MB + m] = src[(m0 + m) * n + i];
-}
-
 using MicroFn = void (*)(const BlockActs&, const BlockWeights&, float*, int64_t, int64_t);
 
 template <class F>
@@ -188,20 +180,15 @@ template <class F>
 BS_VNNI void gemm_impl(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) {
   constexpr auto table = panel_table<MicroFn, Micro<F>, kMaxMB>(std::make_integer_sequence<int, kMaxT>());
   BS_ASSERT(F::REC == w.record_bytes(), "record size of ", weight_format_name(w.format));
-  if (a.M == 1) return run_panels(table, a, w, y, tile0, tile1);  // one row is its own interleave
+  // One row is its own interleave; block_linear hands over several rows interleaved (block_acts_interleave).
+  if (a.M == 1 || a.interleave == kMaxMB) return run_panels(table, a, w, y, tile0, tile1);
+  BS_ASSERT(a.interleave == 0, "activations interleaved by ", a.interleave, " rows, the kernel reads ", kMaxMB);
   const int64_t K = w.K, KS = K / F::S, KA = K / kBlockActs;
   std::vector<int8_t> q(a.M * K);
   std::vector<int32_t> sums(a.M * KS);
   std::vector<float> csums(a.M * KS), d(a.M * KA);
-  BlockActs b{q.data(), d.data(), sums.data(), csums.data(), a.M};
-  for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMB) {
-    const int64_t MB = std::min<int64_t>(kMaxMB, a.M - m0);
-    interleave_rows<int32_t>(reinterpret_cast<const int32_t*>(a.q), K / 4, m0, MB, reinterpret_cast<int32_t*>(q.data()));
-    interleave_rows(a.sums, KS, m0, MB, sums.data());
-    interleave_rows(a.csums, KS, m0, MB, csums.data());
-    interleave_rows(a.d, KA, m0, MB, d.data());
-  }
-  run_panels(table, b, w, y, tile0, tile1);
+  interleave_block_acts(a, K, F::S, kMaxMB, 0, a.M, q.data(), d.data(), sums.data(), csums.data());
+  run_panels(table, BlockActs{q.data(), d.data(), sums.data(), csums.data(), a.M, kMaxMB}, w, y, tile0, tile1);
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ std::vector<FlagSpec> flags() {
       {"--smooth", "", true, "SmoothQuant alpha in (0, 1]: the student starts from the smoothed model (the teacher stays the original)"},
       {"--max-layers", "", true, "retrain only the first N layers (the rest are RTN)"},
       {"--seed", "", true, "seed of the dither and the window order (default 0)"},
-      {"--stop-after", "", true, "stop once N layers are retrained (the state is kept; continue with --resume)"},
+      {"--stop-after", "", true, "stop once N layers (a drafter: N optimizer steps) are trained; the state is kept, continue with --resume"},
       {"--resume", "", false, "continue from OUT.ptqr-state/ (the last finished layer)"},
       {"--threads", "", true, "worker threads (default: all cores)"},
       {"--target", "", true, "IN is a DFlash drafter: the target whose taps it reads (GGUF or HF directory)"},
@@ -53,7 +53,7 @@ std::vector<FlagSpec> flags() {
 // IN is a DFlash drafter (ptqr/ptqr_drafter.h).
 int ptqr_drafter(const Args& a, const std::string& in, const std::string& out) {
   for (const char* f : {"--calib", "--tokens", "--window", "--kv-cache-dtype", "--smooth", "--train-vectors",
-                        "--lr-vectors", "--max-layers", "--stop-after", "--group"})
+                        "--lr-vectors", "--max-layers", "--group"})
     if (a.has(f)) fail("ptqr: ", f, " is for targets; ", in, " is a drafter (see --target, --drafter-data)");
   if (a.str("--scheme", "w8a8") != "w8a8") fail("ptqr: --scheme ", a.str("--scheme"), ": only w8a8 trains so far");
   PtqrDrafterOptions o;
@@ -71,8 +71,14 @@ int ptqr_drafter(const Args& a, const std::string& in, const std::string& out) {
   if (o.seq_len < 16) fail("ptqr: --seq-len must be >= 16, found ", o.seq_len);
   o.seed = a.u64("--seed", 0);
   o.resume = a.has("--resume");
+  o.stop_after_steps = a.integer("--stop-after", -1);  // a drafter: steps
   o.n_threads = static_cast<int>(a.integer("--threads", 0));
   const PtqrDrafterReport r = run_ptqr_drafter(o);
+  if (r.stopped) {
+    std::fprintf(stderr, "ptqr: stopped after %lld steps; continue with the same command and --resume\n",
+                 static_cast<long long>(r.resumed_from + r.steps));
+    return 0;
+  }
   FILE* h = a.has("--json") ? stderr : stdout;
   auto acc = [](const std::vector<double>& v) {
     std::string s;

@@ -266,7 +266,8 @@ PtqrDrafterReport run_ptqr_drafter(const PtqrDrafterOptions& o) {
   std::vector<std::vector<int64_t>> rows;  // the current epoch's packed rows
   int64_t epoch = -1, row_base = 0, tokens = 0, steps_run = 0;
   double last_print = -1, t_train = now_s(), kl_sum = 0;
-  for (; step < o.steps; ++step) {
+  const int64_t stop = o.stop_after_steps >= 0 ? std::min(o.steps, o.stop_after_steps) : o.steps;
+  for (; step < stop; ++step) {
     // Row `step` of the concatenated epochs (each epoch a fresh shuffle of the training records).
     while (epoch < 0 || step - row_base >= static_cast<int64_t>(rows.size())) {
       if (epoch >= 0) row_base += static_cast<int64_t>(rows.size());
@@ -306,6 +307,14 @@ PtqrDrafterReport run_ptqr_drafter(const PtqrDrafterOptions& o) {
                    tokens / std::max(1e-9, el), el / steps_run * (o.steps - step - 1));
     }
     if ((step + 1) % o.eval_every == 0 && step + 1 < o.steps) save_state(o, mods, step + 1);
+  }
+  if (step < o.steps) {  // --stop-after: keep the state for --resume
+    save_state(o, mods, step);
+    rep.stopped = true;
+    rep.steps = steps_run;
+    rep.seconds = now_s() - t0;
+    rep.peak_rss_mb = peak_rss_mb();
+    return rep;
   }
   const double train_s = now_s() - t_train;
   rep.steps = steps_run;

@@ -35,6 +35,7 @@ struct PtqrDrafterOptions {
   int64_t max_val_records = 32, eval_every = 25;
   uint64_t seed = 0;
   bool resume = false;
+  int64_t stop_after_steps = -1;  // stop (state kept, nothing exported) once this many steps are done
   int n_threads = 0;
   bool progress = true;
 };
@@ -51,6 +52,7 @@ struct PtqrDrafterReport {
   double seconds = 0, tokens_per_s = 0, peak_rss_mb = 0;
   int64_t n_copied = 0;  // export audit: tensors copied from DRAFTER byte for byte
   uint64_t out_bytes = 0;
+  bool stopped = false;  // stop_after_steps: the state is kept, nothing exported, `trained` not evaluated
 };
 
 PtqrDrafterReport run_ptqr_drafter(const PtqrDrafterOptions& o);

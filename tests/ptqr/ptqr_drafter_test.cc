@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/error.h"
 #include "formats/dflash_config.h"
 #include "formats/safetensors.h"
 #include "kernels/quant.h"
@@ -155,27 +156,32 @@ TEST(PtqrDrafter, StudentDraftsWhatTheServedW8A8CheckpointDrafts) {
   EXPECT_GT(without, 20 * with);  // the activation rounding is what makes the student the served drafter
 }
 
+// Data of the tiny target as `train-drafter --data-only` makes it: 30 prompts answered one at a time (the record
+// order, hence the held-out split, is fixed), taps of layers 1 and 4.
+std::string make_data(const Tiny& t) {
+  const std::string data_path = (t.root / "data.bin").string();
+  ModelOptions mo;
+  mo.n_threads = 2;
+  mo.weights = WeightFormat::kF32;
+  EngineOptions eo;
+  eo.max_num_seqs = 1, eo.max_model_len = 128, eo.capture_taps = t.arch.target_layer_ids;
+  Engine eng(Transformer::load(t.target_dir, mo), eo);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 30; ++i) {
+    std::vector<int32_t> p;
+    for (int j = 0; j < 5 + i % 4; ++j) p.push_back((i * 37 + j * 11 + 1) % 240);
+    prompts.push_back(p);
+  }
+  DraftDataWriter w(data_path, 2, 64);
+  DatagenOptions dg;
+  dg.max_new_tokens = 40;
+  EXPECT_EQ(generate_draft_data(eng, prompts, w, dg), 0);
+  return data_path;
+}
+
 TEST(PtqrDrafter, RetrainingLowersHeldOutKlAndServesTheTrainedCodes) {
   Tiny t;
-  const std::string data_path = (t.root / "data.bin").string();
-  {
-    ModelOptions mo;
-    mo.n_threads = 2;
-    mo.weights = WeightFormat::kF32;
-    EngineOptions eo;
-    eo.max_num_seqs = 1, eo.max_model_len = 128, eo.capture_taps = t.arch.target_layer_ids;
-    Engine eng(Transformer::load(t.target_dir, mo), eo);
-    std::vector<std::vector<int32_t>> prompts;
-    for (int i = 0; i < 30; ++i) {
-      std::vector<int32_t> p;
-      for (int j = 0; j < 5 + i % 4; ++j) p.push_back((i * 37 + j * 11 + 1) % 240);
-      prompts.push_back(p);
-    }
-    DraftDataWriter w(data_path, 2, 64);
-    DatagenOptions dg;
-    dg.max_new_tokens = 40;
-    ASSERT_EQ(generate_draft_data(eng, prompts, w, dg), 0);
-  }
+  const std::string data_path = make_data(t);
   t.write_drafter("bf16", 0.3f, 7);  // large weights: the int8 rounding costs a visible KL
   PtqrDrafterOptions o;
   o.drafter = (t.root / "bf16").string(), o.out = (t.root / "ptqr").string(), o.target = t.target_dir;
@@ -214,6 +220,40 @@ TEST(PtqrDrafter, RetrainingLowersHeldOutKlAndServesTheTrainedCodes) {
   dm->forward(cache, taps.data(), 7, 42, t.arch.block_size - 1, hidden);
   dm->logits(hidden.data() + t.s.H, t.arch.block_size - 1, logits);
   for (float z : logits) ASSERT_TRUE(std::isfinite(z));
+}
+
+// A run stopped half way (--stop-after) and resumed writes the checkpoint an uninterrupted run writes, byte for
+// byte; a resume with other settings is refused.
+TEST(PtqrDrafter, ResumedRunEqualsUninterruptedRun) {
+  Tiny t;
+  const std::string data_path = make_data(t);
+  t.write_drafter("bf16", 0.3f, 7);
+  PtqrDrafterOptions o;
+  o.drafter = (t.root / "bf16").string(), o.target = t.target_dir, o.data = data_path;
+  o.steps = 30, o.seq_len = 128, o.max_anchors = 16, o.lr = 1e-4, o.n_threads = 2, o.eval_every = 10;
+  o.progress = false;
+  PtqrDrafterOptions whole = o, part = o;
+  whole.out = (t.root / "whole").string();
+  part.out = (t.root / "part").string();
+  run_ptqr_drafter(whole);
+  part.stop_after_steps = 13;  // between two periodic saves
+  const PtqrDrafterReport first = run_ptqr_drafter(part);
+  EXPECT_TRUE(first.stopped);
+  EXPECT_FALSE(fs::exists(part.out + "/model.safetensors"));
+  PtqrDrafterOptions other = part;
+  other.lr = 2e-4, other.resume = true, other.stop_after_steps = -1;
+  EXPECT_THROW(run_ptqr_drafter(other), Error);
+  part.resume = true, part.stop_after_steps = -1;
+  const PtqrDrafterReport second = run_ptqr_drafter(part);
+  EXPECT_EQ(second.resumed_from, 13);
+  EXPECT_EQ(second.steps, 17);
+  const SafetensorsCheckpoint a(whole.out), b(part.out);
+  ASSERT_EQ(a.names(), b.names());
+  for (const std::string& n : a.names()) {
+    const Tensor x = a.tensor(n), y = b.tensor(n);
+    ASSERT_EQ(x.nbytes(), y.nbytes()) << n;
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.nbytes()), 0) << n;
+  }
 }
 
 }  // namespace

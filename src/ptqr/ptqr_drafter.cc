@@ -15,6 +15,7 @@
 #include "model/transformer.h"
 #include "ptqr/ptqr.h"
 #include "ptqr/student.h"
+#include "quantize/drafter_calibration.h"
 #include "quantize/quantize.h"
 #include "quantize/writer.h"
 #include "runtime/sampler.h"
@@ -184,6 +185,7 @@ PtqrDrafterReport run_ptqr_drafter(const PtqrDrafterOptions& o) {
       fail("ptqr: ", o.drafter, ": layer ", i, " is causal or sliding; only full-block DFlash layers retrain so far");
   if (dc.output_multiplier != 1.0 || dc.final_logit_softcapping != 0.0 || dc.input_embedding_scale != 1.0)
     fail("ptqr: ", o.drafter, ": logit / embedding scales are not supported by the trainer's forward");
+  check_drafter_against_target(o.drafter, o.target);  // `blockspec check DRAFTER --target TARGET`'s checks
   ModelOptions mo;
   mo.n_threads = o.n_threads;
   auto model = Transformer::load(o.target, mo);

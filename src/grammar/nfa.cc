@@ -1,5 +1,6 @@
 #include "grammar/nfa.h"
 
+#include <algorithm>
 #include <array>
 #include <memory>
 
@@ -202,6 +203,18 @@ class RegexParser {
     return true;
   }
   // A single-character escape's UTF-8 bytes.
+  // \uXXXX / \xXX: exactly n hex digits, the code point as UTF-8.
+  std::string hex_escape(size_t n) {
+    if (i_ + n > p_.size() || !std::all_of(p_.begin() + i_, p_.begin() + i_ + n,
+                                           [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); }))
+      bad(n == 4 ? "\\u needs 4 hex digits" : "\\x needs 2 hex digits");
+    const uint32_t cp = static_cast<uint32_t>(std::stoul(p_.substr(i_, n), nullptr, 16));
+    i_ += n;
+    std::string out;
+    tok::append_utf8(out, cp);
+    return out;
+  }
+
   std::string char_escape(char e) {
     switch (e) {
       case 'n': return "\n";
@@ -210,22 +223,8 @@ class RegexParser {
       case 'f': return "\f";
       case 'v': return "\v";
       case '0': return std::string(1, '\0');
-      case 'u': {
-        if (i_ + 4 > p_.size()) bad("\\u needs 4 hex digits");
-        const uint32_t cp = static_cast<uint32_t>(std::stoul(p_.substr(i_, 4), nullptr, 16));
-        i_ += 4;
-        std::string out;
-        tok::append_utf8(out, cp);
-        return out;
-      }
-      case 'x': {
-        if (i_ + 2 > p_.size()) bad("\\x needs 2 hex digits");
-        const uint32_t cp = static_cast<uint32_t>(std::stoul(p_.substr(i_, 2), nullptr, 16));
-        i_ += 2;
-        std::string out;
-        tok::append_utf8(out, cp);
-        return out;
-      }
+      case 'u': return hex_escape(4);
+      case 'x': return hex_escape(2);
       default:
         if (std::isalnum(static_cast<unsigned char>(e))) bad(std::string("unsupported escape \\") + e);
         return std::string(1, e);  // \. \\ \( ... : the character itself

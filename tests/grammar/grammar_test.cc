@@ -47,6 +47,10 @@ TEST(Grammar, Regex) {
   EXPECT_THROW(compile_regex_language("(ab"), Error);
   EXPECT_THROW(compile_regex_language("a{3,1}"), Error);
   EXPECT_THROW(compile_regex_language("(?=a)"), Error);
+  EXPECT_THROW(compile_regex_language("\\uzzzz"), Error);  // not hex: a one-line error, not std::invalid_argument
+  EXPECT_THROW(compile_regex_language("\\u12g4"), Error);
+  EXPECT_THROW(compile_regex_language("\\x4"), Error);
+  EXPECT_TRUE(accepts(compile_regex_language("\\x41\\u00e9"), "A\u00e9"));
   EXPECT_TRUE(accepts(compile_choice({"yes", "no", "maybe"}), "no"));
   EXPECT_FALSE(accepts(compile_choice({"yes", "no"}), "n"));
 }

@@ -1,7 +1,6 @@
 #include "ptqr/ptqr_drafter.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/timer.h"
 #include "base/memory_bandwidth.h"
 #include "formats/dflash_config.h"
 #include "formats/safetensors.h"
@@ -29,10 +29,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // One quantized linear group of the drafter: its latent masters (StudentGroup, gate | up fused as the
 // DraftParams tensor is) and the student's / the gradient's tensor of the same shape.
@@ -173,7 +169,7 @@ DraftParams w8a8_rtn_student(const DraftParams& teacher, const DraftShape& s, co
 }
 
 PtqrDrafterReport run_ptqr_drafter(const PtqrDrafterOptions& o) {
-  const double t0 = now_s();
+  const Timer run;
   if (o.steps < 1) fail("ptqr: --steps must be >= 1, found ", o.steps);
   if (o.target.empty()) fail("ptqr: a drafter needs --target (the model whose taps it reads)");
   if (o.data.empty()) fail("ptqr: a drafter needs --drafter-data (draft_data.bin of `train-drafter --data-only`)");
@@ -240,7 +236,7 @@ PtqrDrafterReport run_ptqr_drafter(const PtqrDrafterOptions& o) {
   for (const std::vector<int64_t>& recs : pack_rows(data, val_recs, o.seq_len)) {
     ValRow v;
     v.pk = build_row(data, recs, o.seq_len);
-    Rng rng(o.seed + 7919 * static_cast<uint64_t>(++vi));
+    Rng rng = eval_anchor_rng(o.seed, ++vi);
     std::vector<int64_t> anchors = select_anchors(v.pk.mask, v.pk.doc, o.max_anchors, rng);
     if (anchors.empty()) continue;
     v.blk = make_blocks(v.pk, std::move(anchors), arch, t2d, slot_w, false);
@@ -267,7 +263,8 @@ PtqrDrafterReport run_ptqr_drafter(const PtqrDrafterOptions& o) {
   const AdamWOptions ao{o.lr, 0.9, 0.95, 1e-8, 0.0};
   std::vector<std::vector<int64_t>> rows;  // the current epoch's packed rows
   int64_t epoch = -1, row_base = 0, tokens = 0, steps_run = 0;
-  double last_print = -1, t_train = now_s(), kl_sum = 0;
+  const Timer train;
+  double last_print = -1, kl_sum = 0;
   const int64_t stop = o.stop_after_steps >= 0 ? std::min(o.steps, o.stop_after_steps) : o.steps;
   for (; step < stop; ++step) {
     // Row `step` of the concatenated epochs (each epoch a fresh shuffle of the training records).
@@ -276,7 +273,7 @@ PtqrDrafterReport run_ptqr_drafter(const PtqrDrafterOptions& o) {
       rows = pack_rows(data, epoch_order(sp.train, o.seed, ++epoch), o.seq_len);
     }
     const Packed pk = build_row(data, rows[step - row_base], o.seq_len);
-    Rng rng(o.seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(step + 1)));
+    Rng rng = train_anchor_rng(o.seed, step);
     std::vector<int64_t> anchors = select_anchors(pk.mask, pk.doc, o.max_anchors, rng);
     const double sigma = dither_sigma(dither, step);
     requantize_all(mods, spec, sigma, o.seed + static_cast<uint64_t>(step) * 104729, pool);
@@ -301,7 +298,7 @@ PtqrDrafterReport run_ptqr_drafter(const PtqrDrafterOptions& o) {
       }
     }
     tokens += pk.S, ++steps_run, kl_sum += kl;
-    const double el = now_s() - t_train;
+    const double el = train.seconds();
     if (o.progress && (el - last_print >= 10 || step + 1 == o.steps)) {
       last_print = el;
       std::fprintf(stderr, "ptqr drafter step %lld/%lld | KL %.5f | sigma %.3g | %.0f tok/s | ETA %.0f s\n",
@@ -314,11 +311,11 @@ PtqrDrafterReport run_ptqr_drafter(const PtqrDrafterOptions& o) {
     save_state(o, mods, step);
     rep.stopped = true;
     rep.steps = steps_run;
-    rep.seconds = now_s() - t0;
+    rep.seconds = run.seconds();
     rep.peak_rss_mb = peak_rss_mb();
     return rep;
   }
-  const double train_s = now_s() - t_train;
+  const double train_s = train.seconds();
   rep.steps = steps_run;
   rep.tokens_per_s = train_s > 0 ? tokens / train_s : 0;
 
@@ -334,7 +331,7 @@ PtqrDrafterReport run_ptqr_drafter(const PtqrDrafterOptions& o) {
   rep.n_copied = qr.n_copied;
   rep.out_bytes = qr.out_bytes;
   fs::remove_all(o.out + ".ptqr-state");
-  rep.seconds = now_s() - t0;
+  rep.seconds = run.seconds();
   rep.peak_rss_mb = peak_rss_mb();
   return rep;
 }

@@ -101,6 +101,12 @@ Split split_records(const DraftData& d, double val_frac, int64_t seq_len) {
   return s;
 }
 
+Rng train_anchor_rng(uint64_t seed, int64_t step) {
+  return Rng(seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(step + 1)));
+}
+
+Rng eval_anchor_rng(uint64_t seed, int64_t row) { return Rng(seed + 7919 * static_cast<uint64_t>(row)); }
+
 // Epoch e's order of the training records: a shuffle seeded by (seed, e).
 std::vector<int64_t> epoch_order(const std::vector<int64_t>& train, uint64_t seed, int64_t e) {
   std::vector<int64_t> o = train;

@@ -9,6 +9,7 @@
 
 #include "train/draft_checkpoint.h"
 #include "train/draft_data.h"
+#include "runtime/sampler.h"
 #include "train/draft_step.h"
 
 namespace blockspec {
@@ -47,6 +48,11 @@ struct Split {
   std::vector<int64_t> train, val;
 };
 Split split_records(const DraftData& d, double val_frac, int64_t seq_len);
+
+// The anchors' Rng of training step `step` (a function of the step, so a resumed run draws the same), and of
+// held-out row `row` (1-based: the same anchors at every evaluation).
+Rng train_anchor_rng(uint64_t seed, int64_t step);
+Rng eval_anchor_rng(uint64_t seed, int64_t row);
 
 // Epoch e's order of the training records: a shuffle seeded by (seed, e).
 std::vector<int64_t> epoch_order(const std::vector<int64_t>& train, uint64_t seed, int64_t e);

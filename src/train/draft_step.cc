@@ -180,7 +180,7 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
   std::vector<float> x(Nq * H);
   t.embed(row.block_ids.data(), Nq, x.data());
   std::vector<LayerActs> acts(s.n_layers);
-  const float* c_in = c.data();  // what the context K/V projections multiply (set by layer 0)
+  const float* c_in = lin_in(c.data(), S, H, cq);  // what every layer's context K/V projections multiply
   for (int64_t li = 0; li < s.n_layers; ++li) {
     const DraftParams::Layer& l = p.layers[li];
     LayerActs& A = acts[li];
@@ -194,7 +194,6 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
     }
     A.q.resize(Nq * nq), A.kb.resize(Nq * nk), A.vb.resize(Nq * nk), A.kc.resize(S * nk), A.vc.resize(S * nk);
     A.a_in = lin_in(A.a.data(), Nq, H, A.aq);
-    if (li == 0) c_in = lin_in(c.data(), S, H, cq);
     matmul(ctx, A.a_in, l.q, Nq, H, nq, A.q.data());
     matmul(ctx, A.a_in, l.k, Nq, H, nk, A.kb.data());
     matmul(ctx, A.a_in, l.v, Nq, H, nk, A.vb.data());

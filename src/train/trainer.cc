@@ -40,7 +40,7 @@ EvalResult evaluate_drafter(const DraftData& data, const std::vector<int64_t>& r
   double loss = 0;
   for (const std::vector<int64_t>& recs : pack_rows(data, records, o.seq_len)) {
     const Packed pk = build_row(data, recs, o.seq_len);
-    Rng rng(o.seed + 7919 * static_cast<uint64_t>(++row_i));  // the same anchors at every evaluation
+    Rng rng = eval_anchor_rng(o.seed, ++row_i);
     std::vector<int64_t> anchors = select_anchors(pk.mask, pk.doc, o.max_anchors, rng);
     if (anchors.empty()) continue;
     const Blocks blk = make_blocks(pk, std::move(anchors), arch, t2d, w, s.dflash2());
@@ -107,7 +107,7 @@ TrainResult train_drafter(const DraftData& data, const FrozenTarget& target, con
     const std::vector<std::vector<int64_t>> rows = pack_rows(data, epoch_order(sp.train, o.seed, e), o.seq_len);
     for (int64_t ri = first; ri < static_cast<int64_t>(rows.size()) && step < stop; ++ri) {
       const Packed pk = build_row(data, rows[ri], o.seq_len);
-      Rng rng(o.seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(step + 1)));  // anchors: a function of the step
+      Rng rng = train_anchor_rng(o.seed, step);
       std::vector<int64_t> anchors = select_anchors(pk.mask, pk.doc, o.max_anchors, rng);
       TrainProgress pr;
       if (!anchors.empty()) {

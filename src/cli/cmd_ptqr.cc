@@ -35,6 +35,8 @@ std::vector<FlagSpec> flags() {
       {"--train-vectors", "", false, "train the layer norms and biases too (written as replaced tensors)"},
       {"--lr-vectors", "", true, "peak AdamW rate of the norms and biases (default 1e-4)"},
       {"--smooth", "", true, "SmoothQuant alpha in (0, 1]: the student starts from the smoothed model (the teacher stays the original)"},
+      {"--smooth-attention", "", true,
+       "SmoothAttention alpha in (0, 1] (QServe): the keys' outlier channels move into the queries before training, for an int8 KV cache"},
       {"--max-layers", "", true, "retrain only the first N layers (the rest are RTN)"},
       {"--seed", "", true, "seed of the dither and the window order (default 0)"},
       {"--stop-after", "", true, "stop once N layers (a drafter: N optimizer steps) are trained; the state is kept, continue with --resume"},
@@ -52,7 +54,7 @@ std::vector<FlagSpec> flags() {
 
 // IN is a DFlash drafter (ptqr/ptqr_drafter.h).
 int ptqr_drafter(const Args& a, const std::string& in, const std::string& out) {
-  for (const char* f : {"--calib", "--tokens", "--window", "--kv-cache-dtype", "--smooth", "--train-vectors",
+  for (const char* f : {"--calib", "--tokens", "--window", "--kv-cache-dtype", "--smooth", "--smooth-attention", "--train-vectors",
                         "--lr-vectors", "--max-layers", "--group"})
     if (a.has(f)) fail("ptqr: ", f, " is for targets; ", in, " is a drafter (see --target, --drafter-data)");
   if (a.str("--scheme", "w8a8") != "w8a8") fail("ptqr: --scheme ", a.str("--scheme"), ": only w8a8 trains so far");
@@ -149,6 +151,7 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
   o.dither_decay = a.number("--dither-decay", 0.0);
   o.max_layers = a.integer("--max-layers", -1);
   o.smooth = a.number("--smooth", 0.0);
+  o.smooth_attention = a.number("--smooth-attention", 0.0);
   o.train_vectors = a.has("--train-vectors");
   o.lr_vectors = a.number("--lr-vectors", 1e-4);
   if (!(o.lr_vectors > 0)) fail("ptqr: --lr-vectors ", o.lr_vectors, ": expected > 0");

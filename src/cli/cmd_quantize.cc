@@ -55,6 +55,9 @@ std::vector<FlagSpec> flags() {
       {"--smooth", "", true,
        "SmoothQuant alpha in (0, 1] (typical 0.5; 0 = off; needs --calib; dense targets): migrate activation outliers "
        "into q/k/v/gate/up_proj before quantizing"},
+      {"--smooth-attention", "", true,
+       "SmoothAttention alpha in (0, 1] (QServe; typical 0.5; 0 = off; needs --calib; dense targets): move the keys' "
+       "outlier channels into the queries, for an int8 KV cache"},
       {"--ignore", "", true, "keep modules dense: glob or re:REGEX on the module name (repeatable)"},
       {"--fc-bits", "", true, "drafter fc: 4, 8 or 16 (dense); default as the scheme"},
       {"--quantize-lm-head", "", false, "quantize lm_head too"},
@@ -108,6 +111,7 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
   o.ignore = ignore;
   o.damp = a.number("--damp", 0.01);
   o.smooth = a.number("--smooth", 0.0);
+  o.smooth_attention = a.number("--smooth-attention", 0.0);
   o.n_threads = static_cast<int>(a.integer("--threads", 0));
   if (a.has("--kv-cache-scheme")) {
     if (a.str("--kv-cache-scheme") != "fp8")
@@ -227,6 +231,7 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
     j["out_bytes"] = r.out_bytes;
     j["dense_linears"] = r.dense_linears;
     j["smooth"] = o.smooth;
+    j["smooth_attention"] = o.smooth_attention;
     j["replaced"] = r.replaced;
     j["notes"] = r.notes;
     if (!r.kv_k_scale.empty()) j["kv_k_scale"] = r.kv_k_scale, j["kv_v_scale"] = r.kv_v_scale;

@@ -22,6 +22,7 @@
 #include "model/weight_overlay.h"
 #include "quantize/quantize.h"
 #include "quantize/smooth.h"
+#include "quantize/smooth_attention.h"
 #include "runtime/sampler.h"
 
 namespace fs = std::filesystem;
@@ -75,6 +76,7 @@ json fingerprint(const PtqrOptions& o) {
   return {{"in", o.in}, {"group", o.group}, {"kv", kv_dtype_name(o.kv)}, {"window", o.window},
           {"steps", o.steps}, {"lr", o.lr}, {"dither_start", o.dither_start}, {"dither_decay", o.dither_decay},
           {"seed", o.seed}, {"calib_tokens", o.calib_ids.size()}, {"max_layers", o.max_layers}, {"smooth", o.smooth},
+          {"smooth_attention", o.smooth_attention},
           {"train_vectors", o.train_vectors}, {"lr_vectors", o.train_vectors ? o.lr_vectors : 0.0}};
 }
 
@@ -157,6 +159,8 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
   if (o.dither_start < 0 || o.dither_start > 4) fail("--dither-start ", o.dither_start, ": expected in [0, 4]");
   if (o.dither_decay < 0 || o.dither_decay >= 1) fail("--dither-decay ", o.dither_decay, ": expected in (0, 1) (or 0: automatic)");
   if (o.smooth < 0 || o.smooth > 1 || std::isnan(o.smooth)) fail("--smooth ", o.smooth, ": expected alpha in (0, 1] (0: off)");
+  if (o.smooth_attention < 0 || o.smooth_attention > 1 || std::isnan(o.smooth_attention))
+    fail("--smooth-attention ", o.smooth_attention, ": expected alpha in (0, 1] (0: off)");
   if (o.kv == KvDType::kFP8E4M3) fail("--kv-cache-dtype fp8_e4m3: needs calibrated scales; ptqr trains f32, bf16 and the int8 caches");
   std::unique_ptr<WeightSource> src = open_weight_source(o.in);
   const ModelConfig& cfg = src->config();
@@ -197,6 +201,14 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     if (o.progress)
       std::fprintf(stderr, "ptqr: SmoothQuant alpha %.3g over %lld windows: %zu tensors rescaled in %.0f s\n", o.smooth,
                    static_cast<long long>(windows.size()), smoothed.size(), now_s() - ts);
+  }
+  if (o.smooth_attention > 0) {  // then SmoothAttention on what SmoothQuant left; its q/k tensors win
+    const double ts = now_s();
+    TensorOverrides sa = smooth_attention(OverlaySource(*src, smoothed), ctx, windows, o.smooth_attention);
+    if (o.progress)
+      std::fprintf(stderr, "ptqr: SmoothAttention alpha %.3g: %zu q/k tensors rescaled in %.0f s\n", o.smooth_attention,
+                   sa.size(), now_s() - ts);
+    for (auto& [n, v] : sa) smoothed[n] = std::move(v);
   }
   const OverlaySource student_src(*src, smoothed);
   double train_tokens = 0, train_seconds = 0;

@@ -34,6 +34,7 @@
 #include "quantize/hf_export.h"
 #include "quantize/linalg.h"
 #include "quantize/smooth.h"
+#include "quantize/smooth_attention.h"
 
 namespace blockspec {
 
@@ -239,6 +240,8 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
   if (o.fc_bits != 0 && o.fc_bits != 4 && o.fc_bits != 8 && o.fc_bits != 16) fail("--fc-bits ", o.fc_bits, ": expected 4, 8 or 16");
   if (o.smooth != 0 && !(o.smooth > 0 && o.smooth <= 1))
     fail("--smooth ", o.smooth, ": expected ALPHA in (0, 1] (typical 0.5; 0 = off)");
+  if (o.smooth_attention != 0 && !(o.smooth_attention > 0 && o.smooth_attention <= 1))
+    fail("--smooth-attention ", o.smooth_attention, ": expected ALPHA in (0, 1] (typical 0.5; 0 = off)");
 
   Input in = open_input(o.in);
   // Drafter calibration needs the target: checked before any work, so a bad command leaves no output.
@@ -254,6 +257,10 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
     fail("--smooth on ", o.in, ": hybrid Qwen3.5 (Gated DeltaNet) targets are not supported yet (their (1 + w) norms)");
   if (o.smooth != 0 && o.calib_ids.empty())
     fail("--smooth on ", o.in, ": needs calibration text (--calib FILE), the activation ranges come from it");
+  if (o.smooth_attention != 0 && (in.is_draft || in.hybrid))
+    fail("--smooth-attention on ", o.in, ": SmoothAttention is for dense target models (Qwen3 / Qwen2 / Llama)");
+  if (o.smooth_attention != 0 && o.calib_ids.empty())
+    fail("--smooth-attention on ", o.in, ": needs calibration text (--calib FILE), the key ranges come from it");
   if (in.is_draft && !o.overrides.empty() && !o.calib_ids.empty() && !o.target.empty())
     fail("overrides on drafter ", o.in, ": not supported with calibration (the drafter's calibration reads its own "
          "tensors); quantize it with RTN");
@@ -299,6 +306,20 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
         in.dtype(norm) == DType::kF32 ? ""
             : str_cat("; the norms are written as ", dtype_name(in.dtype(norm)), ", whose rounding of w / s changes "
                       "the function slightly")));
+  }
+  // SmoothAttention (quantize/smooth_attention.h) on the model as SmoothQuant left it; its q/k tensors win.
+  TensorOverrides smoothed_attn;
+  if (o.smooth_attention != 0) {
+    if (!in.src) in.src = open_weight_source(o.in);
+    const auto t0 = std::chrono::steady_clock::now();
+    smoothed_attn = smooth_attention(OverlaySource(*in.src, *in.over), ctx, windows, o.smooth_attention);
+    const size_t n_scaled = smoothed_attn.size();
+    for (const auto& [n, v] : *in.over) smoothed_attn.emplace(n, v);
+    in.over = &smoothed_attn;
+    rep.notes.push_back(str_cat(
+        "smoothattention alpha ", o.smooth_attention, ": ", n_scaled, " q/k tensors rescaled (key ranges over ",
+        o.calib_ids.size(), " tokens, ",
+        std::round(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 10) / 10, " s)"));
   }
   for (const auto& [n, v] : *in.over) rep.replaced.push_back(n);
 

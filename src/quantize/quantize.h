@@ -26,6 +26,8 @@
 // tensors not copied byte for byte). `smooth` > 0 first runs SmoothQuant
 // (quantize/smooth.h) on IN (with the overrides) over the calibration windows
 // and adds its rescaled norms and q/k/v/gate/up weights to the overrides.
+// `smooth_attention` > 0 then runs SmoothAttention (quantize/smooth_attention.h) on
+// that result and its rescaled q/k rows (or q/k norms) join the overrides too.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -57,6 +59,7 @@ struct QuantizeOptions {
   double damp = 0.01;
   bool kv_fp8 = false;               // write FP8 KV cache scales (compressed-tensors kv_cache_scheme)
   double smooth = 0;                 // SmoothQuant alpha in (0, 1] (needs calib_ids; dense targets); 0 = off
+  double smooth_attention = 0;       // SmoothAttention alpha in (0, 1] (quantize/smooth_attention.h); 0 = off
   std::map<std::string, std::vector<float>> overrides;  // HF tensor name -> f32 values replacing IN's
   // Modules whose codes and scales are decided elsewhere (ptqr's trained student): written exactly as given
   // instead of RTN / GPTQ; each must have the spec quant_spec_for gives the module.

@@ -186,7 +186,7 @@ PtqrOptions tiny_options(const std::string& out) {
 
 // The written checkpoint is the student: codes byte for byte, and the engine's forward on it equals the student's;
 // with SmoothQuant (--smooth) too, whose smoothed norms the checkpoint then carries.
-class PtqrRunSmooth : public ::testing::TestWithParam<std::tuple<double, bool>> {};
+class PtqrRunSmooth : public ::testing::TestWithParam<std::tuple<double, bool, double>> {};
 
 TEST_P(PtqrRunSmooth, CheckpointIsTheStudentBitForBit) {
   const std::string out = testing::TempDir() + "/ptqr_bit";
@@ -194,6 +194,7 @@ TEST_P(PtqrRunSmooth, CheckpointIsTheStudentBitForBit) {
   PtqrOptions o = tiny_options(out);
   o.smooth = std::get<0>(GetParam());
   o.train_vectors = std::get<1>(GetParam());
+  o.smooth_attention = std::get<2>(GetParam());
   o.lr_vectors = 1e-3;
   const PtqrReport r = run_ptqr(o);
   ASSERT_EQ(r.layers.size(), 2u);
@@ -245,15 +246,15 @@ TEST_P(PtqrRunSmooth, CheckpointIsTheStudentBitForBit) {
   {
     const std::unique_ptr<WeightSource> in = open_weight_source(o.in);
     for (const char* n : {"model.embed_tokens.weight", "model.norm.weight", "model.layers.1.self_attn.q_proj.bias"}) {
-      if (o.train_vectors && std::string(n).find(".bias") != std::string::npos) continue;
+      if ((o.train_vectors || o.smooth_attention > 0) && std::string(n).find(".bias") != std::string::npos) continue;
       const Tensor a = in->load(n), b = ck->load(n);
       ASSERT_EQ(a.nbytes(), b.nbytes()) << n;
       EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << n;
     }
     EXPECT_GT(r.n_copied, 0);
-    EXPECT_EQ(r.replaced.empty(), o.smooth == 0 && !o.train_vectors);
+    EXPECT_EQ(r.replaced.empty(), o.smooth == 0 && !o.train_vectors && o.smooth_attention == 0);
   }
-  if (o.train_vectors) {  // trained biases are the checkpoint's (and moved)
+  if (o.train_vectors || o.smooth_attention > 0) {  // trained or rescaled biases are the checkpoint's (and moved)
     const std::unique_ptr<WeightSource> in = open_weight_source(o.in);
     const Tensor a = in->load("model.layers.0.self_attn.k_proj.bias"), b = ck->load("model.layers.0.self_attn.k_proj.bias");
     EXPECT_NE(std::memcmp(a.data(), b.data(), a.nbytes()), 0);
@@ -267,8 +268,9 @@ TEST_P(PtqrRunSmooth, CheckpointIsTheStudentBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Smooth, PtqrRunSmooth,
-                         ::testing::Values(std::make_tuple(0.0, false), std::make_tuple(0.5, false),
-                                           std::make_tuple(0.0, true), std::make_tuple(0.5, true)));
+                         ::testing::Values(std::make_tuple(0.0, false, 0.0), std::make_tuple(0.5, false, 0.0),
+                                           std::make_tuple(0.0, true, 0.0), std::make_tuple(0.5, true, 0.0),
+                                           std::make_tuple(0.5, false, 0.5)));
 
 TEST(PtqrRun, ResumeAfterAStopGivesTheSameCheckpoint) {
   const std::string a = testing::TempDir() + "/ptqr_a", b = testing::TempDir() + "/ptqr_b";

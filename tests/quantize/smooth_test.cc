@@ -22,77 +22,13 @@
 #include "quantize/quantize.h"
 #include "quantize/smooth.h"
 #include "runtime/fidelity_run.h"
+#include "smooth_helpers.h"
 
 namespace blockspec {
 namespace {
 
-namespace fs = std::filesystem;
-const std::string kSrc = BS_SOURCE_DIR;
-const std::string kGolden = kSrc + "/tests/fixtures/golden/";
+using namespace smooth_test;
 const std::string kTiny = kGolden + "qwen3-tiny-f32";
-
-std::string tmp_dir(const std::string& name) {
-  const std::string d = (fs::temp_directory_path() / ("bs_smooth_test_" + std::to_string(getpid()) + "_" + name)).string();
-  fs::remove_all(d);
-  return d;
-}
-
-std::vector<int32_t> random_ids(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> ids(n);
-  for (int32_t& t : ids) t = static_cast<int32_t>(rng() % 500);
-  return ids;
-}
-
-std::vector<std::vector<int32_t>> windows_of(const std::vector<int32_t>& ids, size_t w) {
-  std::vector<std::vector<int32_t>> out;
-  for (size_t i = 0; i < ids.size(); i += w) out.emplace_back(ids.begin() + i, ids.begin() + std::min(ids.size(), i + w));
-  return out;
-}
-
-std::vector<float> f32_of(const Tensor& t) {
-  const Tensor f = to_f32(t);
-  return std::vector<float>(f.ptr<float>(), f.ptr<float>() + f.numel());
-}
-
-std::string file_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-// A copy of the HF directory `in` (config, tokenizer, model.safetensors) with the tensors of `edits` replaced
-// on disk, each in its stored dtype (F32 or BF16).
-void write_edited(const std::string& in, const std::string& out, const TensorOverrides& edits) {
-  fs::create_directories(out);
-  for (const char* f : {"config.json", "generation_config.json", "tokenizer.json"})
-    if (fs::exists(in + "/" + f)) fs::copy_file(in + "/" + f, out + "/" + f);
-  SafetensorsCheckpoint ck(in);
-  std::vector<std::pair<std::string, Tensor>> ts;
-  for (const std::string& n : ck.names()) {
-    const Tensor t = ck.tensor(n);
-    const auto it = edits.find(n);
-    if (it == edits.end()) {
-      ts.emplace_back(n, t);
-      continue;
-    }
-    Tensor e(t.dtype(), t.shape());
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      if (t.dtype() == DType::kF32) e.mutable_ptr<float>()[i] = it->second[i];
-      else if (t.dtype() == DType::kBF16) e.mutable_ptr<uint16_t>()[i] = f32_to_bf16(it->second[i]);
-      else ADD_FAILURE() << n << ": unexpected dtype";
-    }
-    ts.emplace_back(n, e);
-  }
-  write_safetensors(out + "/model.safetensors", ts, {{"format", "pt"}});
-}
-
-struct Ctx {
-  ThreadPool pool{1};
-  KernelTable kt = select_kernels("");
-  OpContext ctx{&kt, &pool};
-};
 
 // The message of the Error quantize_model throws ("" when it does not).
 std::string error_of(const QuantizeOptions& o) {
@@ -187,19 +123,7 @@ TEST(Smooth, IsAnIdentityInF32) {
       }
     EXPECT_GT(moved, 2.f);
     write_edited(in, out, ov);
-    ModelOptions mo;
-    mo.n_threads = 1;
-    mo.weights = WeightFormat::kF32;
-    auto a = Transformer::load(in, mo), b = Transformer::load(out, mo);
-    const std::vector<int32_t> ids = random_ids(24, 11);
-    KvCache ca = a->new_cache(64), cb = b->new_cache(64);
-    std::vector<float> la, lb;
-    a->forward(ids.data(), static_cast<int64_t>(ids.size()), ca, la, true);
-    b->forward(ids.data(), static_cast<int64_t>(ids.size()), cb, lb, true);
-    ASSERT_EQ(la.size(), lb.size());
-    float diff = 0, mag = 0;
-    for (size_t i = 0; i < la.size(); ++i) diff = std::max(diff, std::fabs(la[i] - lb[i])), mag = std::max(mag, std::fabs(la[i]));
-    EXPECT_LE(diff, 1e-4f * mag) << "max |logit diff| " << diff << " of max |logit| " << mag;
+    EXPECT_LE(f32_logit_gap(in, out, random_ids(24, 11)), 1e-4f);
     fs::remove_all(out);
   }
 }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "quantize/smooth.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_files.h"
@@ -35,6 +36,9 @@ std::vector<FlagSpec> flags() {
       {"--train-vectors", "", false, "train the layer norms and biases too (written as replaced tensors)"},
       {"--lr-vectors", "", true, "peak AdamW rate of the norms and biases (default 1e-4)"},
       {"--smooth", "", true, "SmoothQuant alpha in (0, 1]: the student starts from the smoothed model (the teacher stays the original)"},
+      {"--smooth-mappings", "", true,
+       "with --smooth: norms (default; llm-compressor SmoothQuant's input_layernorm -> q/k/v, post_attention_layernorm -> "
+       "gate/up) or all (also v_proj -> o_proj and up_proj -> down_proj, AWQ's mapping list)"},
       {"--smooth-attention", "", true,
        "SmoothAttention alpha in (0, 1] (QServe): the keys' outlier channels move into the queries before training, for an int8 KV cache"},
       {"--max-layers", "", true, "retrain only the first N layers (the rest are RTN)"},
@@ -54,7 +58,7 @@ std::vector<FlagSpec> flags() {
 
 // IN is a DFlash drafter (ptqr/ptqr_drafter.h).
 int ptqr_drafter(const Args& a, const std::string& in, const std::string& out) {
-  for (const char* f : {"--calib", "--tokens", "--window", "--kv-cache-dtype", "--smooth", "--smooth-attention", "--train-vectors",
+  for (const char* f : {"--calib", "--tokens", "--window", "--kv-cache-dtype", "--smooth", "--smooth-attention", "--smooth-mappings", "--train-vectors",
                         "--lr-vectors", "--max-layers", "--group"})
     if (a.has(f)) fail("ptqr: ", f, " is for targets; ", in, " is a drafter (see --target, --drafter-data)");
   if (a.str("--scheme", "w8a8") != "w8a8") fail("ptqr: --scheme ", a.str("--scheme"), ": only w8a8 trains so far");
@@ -152,6 +156,8 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
   o.max_layers = a.integer("--max-layers", -1);
   o.smooth = a.number("--smooth", 0.0);
   o.smooth_attention = a.number("--smooth-attention", 0.0);
+  o.smooth_mappings = parse_smooth_mappings(a.str("--smooth-mappings", "norms"));
+  if (a.has("--smooth-mappings") && !a.has("--smooth")) fail("--smooth-mappings needs --smooth ALPHA");
   o.train_vectors = a.has("--train-vectors");
   o.lr_vectors = a.number("--lr-vectors", 1e-4);
   if (!(o.lr_vectors > 0)) fail("ptqr: --lr-vectors ", o.lr_vectors, ": expected > 0");

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "quantize/smooth.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/model_files.h"
@@ -55,6 +56,9 @@ std::vector<FlagSpec> flags() {
       {"--smooth", "", true,
        "SmoothQuant alpha in (0, 1] (typical 0.5; 0 = off; needs --calib; dense targets): migrate activation outliers "
        "into q/k/v/gate/up_proj before quantizing"},
+      {"--smooth-mappings", "", true,
+       "with --smooth: norms (default; llm-compressor SmoothQuant's input_layernorm -> q/k/v, post_attention_layernorm -> "
+       "gate/up) or all (also v_proj -> o_proj and up_proj -> down_proj, AWQ's mapping list)"},
       {"--smooth-attention", "", true,
        "SmoothAttention alpha in (0, 1] (QServe; typical 0.5; 0 = off; needs --calib; dense targets): move the keys' "
        "outlier channels into the queries, for an int8 KV cache"},
@@ -112,6 +116,8 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
   o.damp = a.number("--damp", 0.01);
   o.smooth = a.number("--smooth", 0.0);
   o.smooth_attention = a.number("--smooth-attention", 0.0);
+  o.smooth_mappings = parse_smooth_mappings(a.str("--smooth-mappings", "norms"));
+  if (a.has("--smooth-mappings") && !a.has("--smooth")) fail("--smooth-mappings needs --smooth ALPHA");
   o.n_threads = static_cast<int>(a.integer("--threads", 0));
   if (a.has("--kv-cache-scheme")) {
     if (a.str("--kv-cache-scheme") != "fp8")
@@ -232,6 +238,7 @@ int cmd_quantize(const std::vector<std::string>& argv_in) {
     j["dense_linears"] = r.dense_linears;
     j["smooth"] = o.smooth;
     j["smooth_attention"] = o.smooth_attention;
+    j["smooth_mappings"] = o.smooth_mappings == SmoothMappings::kAll ? "all" : "norms";
     j["replaced"] = r.replaced;
     j["notes"] = r.notes;
     if (!r.kv_k_scale.empty()) j["kv_k_scale"] = r.kv_k_scale, j["kv_v_scale"] = r.kv_v_scale;

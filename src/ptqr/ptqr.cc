@@ -76,7 +76,7 @@ json fingerprint(const PtqrOptions& o) {
   return {{"in", o.in}, {"group", o.group}, {"kv", kv_dtype_name(o.kv)}, {"window", o.window},
           {"steps", o.steps}, {"lr", o.lr}, {"dither_start", o.dither_start}, {"dither_decay", o.dither_decay},
           {"seed", o.seed}, {"calib_tokens", o.calib_ids.size()}, {"max_layers", o.max_layers}, {"smooth", o.smooth},
-          {"smooth_attention", o.smooth_attention},
+          {"smooth_attention", o.smooth_attention}, {"smooth_all", o.smooth_mappings == SmoothMappings::kAll},
           {"train_vectors", o.train_vectors}, {"lr_vectors", o.train_vectors ? o.lr_vectors : 0.0}};
 }
 
@@ -197,7 +197,7 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
   TensorOverrides smoothed;
   if (o.smooth > 0) {
     const double ts = now_s();
-    smoothed = smooth_model(*src, ctx, windows, o.smooth);
+    smoothed = smooth_model(*src, ctx, windows, o.smooth, o.smooth_mappings);
     if (o.progress)
       std::fprintf(stderr, "ptqr: SmoothQuant alpha %.3g over %lld windows: %zu tensors rescaled in %.0f s\n", o.smooth,
                    static_cast<long long>(windows.size()), smoothed.size(), now_s() - ts);

@@ -27,6 +27,7 @@
 
 #include "kernels/kv_kernels.h"
 #include "quantize/quantizer.h"
+#include "quantize/smooth.h"
 
 namespace blockspec {
 
@@ -44,6 +45,7 @@ struct PtqrOptions {
   bool train_vectors = false;         // the norms and biases train too (exported as replaced tensors)
   double lr_vectors = 1e-4;           // their peak AdamW rate (same schedule)
   double smooth = 0;                  // SmoothQuant alpha applied to the student's start (quantize/smooth.h); 0: off
+  SmoothMappings smooth_mappings = SmoothMappings::kSmoothQuant;  // --smooth-mappings norms | all
   double smooth_attention = 0;        // SmoothAttention alpha, after SmoothQuant (quantize/smooth_attention.h); 0: off
   int64_t max_layers = -1;            // retrain only the first n layers (tests); the rest are RTN
   uint64_t seed = 0;

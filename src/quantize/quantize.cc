@@ -294,14 +294,16 @@ QuantizeReport quantize_model(const QuantizeOptions& o) {
   if (o.smooth != 0) {
     if (!in.src) in.src = open_weight_source(o.in);
     const auto t0 = std::chrono::steady_clock::now();
-    smoothed = smooth_model(OverlaySource(*in.src, o.overrides), ctx, windows, o.smooth);
+    smoothed = smooth_model(OverlaySource(*in.src, o.overrides), ctx, windows, o.smooth, o.smooth_mappings);
     const size_t n_smoothed = smoothed.size();
     for (const auto& [n, v] : o.overrides) smoothed.emplace(n, v);  // the given overrides SmoothQuant left alone
     in.over = &smoothed;
     const std::string norm = hf::weight(hf::target_layer(0), hf::kAttnNorm);
     rep.notes.push_back(str_cat(
         "smoothquant alpha ", o.smooth, ": ", n_smoothed, " tensors rescaled (input_layernorm -> q/k/v_proj, "
-        "post_attention_layernorm -> gate/up_proj; activation ranges over ", o.calib_ids.size(), " tokens, ",
+        "post_attention_layernorm -> gate/up_proj",
+        o.smooth_mappings == SmoothMappings::kAll ? ", v_proj -> o_proj, up_proj -> down_proj" : "",
+        "; activation ranges over ", o.calib_ids.size(), " tokens, ",
         std::round(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 10) / 10, " s)",
         in.dtype(norm) == DType::kF32 ? ""
             : str_cat("; the norms are written as ", dtype_name(in.dtype(norm)), ", whose rounding of w / s changes "

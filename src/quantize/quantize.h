@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "quantize/quantizer.h"
+#include "quantize/smooth.h"
 #include "quantize/writer.h"
 
 namespace blockspec {
@@ -59,6 +60,7 @@ struct QuantizeOptions {
   double damp = 0.01;
   bool kv_fp8 = false;               // write FP8 KV cache scales (compressed-tensors kv_cache_scheme)
   double smooth = 0;                 // SmoothQuant alpha in (0, 1] (needs calib_ids; dense targets); 0 = off
+  SmoothMappings smooth_mappings = SmoothMappings::kSmoothQuant;  // --smooth-mappings norms | all
   double smooth_attention = 0;       // SmoothAttention alpha in (0, 1] (quantize/smooth_attention.h); 0 = off
   std::map<std::string, std::vector<float>> overrides;  // HF tensor name -> f32 values replacing IN's
   // Modules whose codes and scales are decided elsewhere (ptqr's trained student): written exactly as given

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <functional>
 #include <string>
 
 #include "base/error.h"
@@ -12,6 +13,13 @@
 #include "quantize/calibration.h"
 
 namespace blockspec {
+
+SmoothMappings parse_smooth_mappings(const std::string& s) {
+  if (s == "norms") return SmoothMappings::kSmoothQuant;
+  if (s == "all") return SmoothMappings::kAll;
+  fail("--smooth-mappings \"", s, "\": expected norms (SmoothQuant's: input_layernorm -> q/k/v, post_attention_layernorm "
+       "-> gate/up) or all (also v_proj -> o_proj, up_proj -> down_proj)");
+}
 
 std::vector<float> smooth_scales(const std::vector<float>& act_range, const std::vector<float>& w_absmax, double alpha) {
   BS_ASSERT(act_range.size() == w_absmax.size());
@@ -33,15 +41,17 @@ std::vector<LayerRanges> activation_ranges(const WeightSource& src, const OpCont
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<LayerRanges> r(c.n_layers);
   for (LayerRanges& l : r)
-    for (ChannelRange* cr : {&l.attn_in, &l.mlp_in}) cr->lo.assign(H, inf), cr->hi.assign(H, -inf);
+    for (ChannelRange* cr : {&l.attn_in, &l.mlp_in, &l.o_in, &l.down_in}) cr->lo.clear(), cr->hi.clear();
   const CalibrationTap tap = [&](int64_t li, LayerTap t, const float* rows, int64_t n, int64_t cols) {
-    if (t != LayerTap::kAttnIn && t != LayerTap::kMlpIn) return;
-    BS_ASSERT(cols == H);
-    ChannelRange& cr = t == LayerTap::kAttnIn ? r[li].attn_in : r[li].mlp_in;
-    for (int64_t i = 0; i < n; ++i)  // rows [n, H]
-      for (int64_t j = 0; j < H; ++j) {
-        const float v = rows[i * H + j];
-        cr.lo[j] = std::min(cr.lo[j], v), cr.hi[j] = std::max(cr.hi[j], v);
+    ChannelRange* cr = t == LayerTap::kAttnIn ? &r[li].attn_in : t == LayerTap::kMlpIn ? &r[li].mlp_in
+                       : t == LayerTap::kOIn  ? &r[li].o_in    : t == LayerTap::kDownIn ? &r[li].down_in : nullptr;
+    if (!cr) return;
+    BS_ASSERT((t != LayerTap::kAttnIn && t != LayerTap::kMlpIn) || cols == H);
+    if (cr->lo.empty()) cr->lo.assign(cols, inf), cr->hi.assign(cols, -inf);
+    for (int64_t i = 0; i < n; ++i)  // rows [n, cols]
+      for (int64_t j = 0; j < cols; ++j) {
+        const float v = rows[i * cols + j];
+        cr->lo[j] = std::min(cr->lo[j], v), cr->hi[j] = std::max(cr->hi[j], v);
       }
   };
   calibrate_layers(
@@ -83,10 +93,53 @@ void smooth_mapping(const WeightSource& src, const std::string& p, const char* n
   for (int64_t j = 0; j < H; ++j) nv[j] /= sc[j];
 }
 
+// out[n], loaded from src first when no earlier mapping wrote it.
+std::vector<float>& tensor_of(const WeightSource& src, const std::string& n, TensorOverrides& out) {
+  auto it = out.find(n);
+  if (it != out.end()) return it->second;
+  const Shape s = src.shape(n);
+  std::vector<float>& v = out[n];
+  if (s.size() == 2) {
+    v.resize(s[0] * s[1]);
+    src.load_rows(n, 0, s[0], v.data());
+  } else {  // a bias
+    const Tensor f = to_f32(src.load(n));
+    v.assign(f.ptr<float>(), f.ptr<float>() + f.numel());
+  }
+  return v;
+}
+
+// A mapping whose previous op is a linear (smooth.h, SmoothMappings::kAll): next input channel c comes from
+// previous row row_of(c); one s per previous row.
+void smooth_linear_pair(const WeightSource& src, const std::string& p, const char* prev, const char* next,
+                        const ChannelRange& range, const std::function<int64_t(int64_t)>& row_of, int64_t prev_rows,
+                        double alpha, TensorOverrides& out) {
+  const std::string nn = hf::weight(p, next), pn = hf::weight(p, prev);
+  const Shape ns = src.shape(nn), ps = src.shape(pn);
+  const int64_t N = ns[0], Kn = ns[1], Kp = ps[1];
+  if (ps[0] != prev_rows || static_cast<int64_t>(range.lo.size()) != Kn)
+    fail(src.path(), ": ", pn, " / ", nn, " do not chain (SmoothQuant mapping ", prev, " -> ", next, ")");
+  std::vector<float>& wn = tensor_of(src, nn, out);  // [N, Kn]
+  std::vector<float> act(prev_rows, 0.f), w_absmax(prev_rows, 0.f);
+  for (int64_t c = 0; c < Kn; ++c) act[row_of(c)] = std::max(act[row_of(c)], range.hi[c] - range.lo[c]);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t c = 0; c < Kn; ++c) w_absmax[row_of(c)] = std::max(w_absmax[row_of(c)], std::fabs(wn[i * Kn + c]));
+  const std::vector<float> sc = smooth_scales(act, w_absmax, alpha);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t c = 0; c < Kn; ++c) wn[i * Kn + c] *= sc[row_of(c)];
+  std::vector<float>& wp = tensor_of(src, pn, out);  // [prev_rows, Kp]
+  for (int64_t r = 0; r < prev_rows; ++r)
+    for (int64_t j = 0; j < Kp; ++j) wp[r * Kp + j] /= sc[r];
+  if (src.has(hf::bias(p, prev))) {
+    std::vector<float>& b = tensor_of(src, hf::bias(p, prev), out);
+    for (int64_t r = 0; r < prev_rows; ++r) b[r] /= sc[r];
+  }
+}
+
 }  // namespace
 
 TensorOverrides smooth_model(const WeightSource& src, const OpContext& ctx,
-                             const std::vector<std::vector<int32_t>>& windows, double alpha) {
+                             const std::vector<std::vector<int32_t>>& windows, double alpha, SmoothMappings mappings) {
   if (!(alpha > 0.0 && alpha <= 1.0)) fail("smoothquant: alpha ", alpha, " outside (0, 1]");
   if (src.config().is_hybrid())
     fail(src.path(), ": SmoothQuant of hybrid (Gated DeltaNet) models is not supported yet");
@@ -96,6 +149,13 @@ TensorOverrides smooth_model(const WeightSource& src, const OpContext& ctx,
     const std::string p = hf::target_layer(li);
     smooth_mapping(src, p, hf::kAttnNorm, {hf::kQ, hf::kK, hf::kV}, ranges[li].attn_in, alpha, out);
     smooth_mapping(src, p, hf::kFfnNorm, {hf::kGate, hf::kUp}, ranges[li].mlp_in, alpha, out);
+    if (mappings != SmoothMappings::kAll) continue;
+    const ModelConfig& c = src.config();
+    const int64_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
+    smooth_linear_pair(src, p, hf::kV, hf::kO, ranges[li].o_in,
+                       [&](int64_t ch) { return (ch / hd) / group * hd + ch % hd; }, c.n_kv_heads * hd, alpha, out);
+    smooth_linear_pair(src, p, hf::kUp, hf::kDown, ranges[li].down_in, [](int64_t ch) { return ch; },
+                       c.intermediate_size, alpha, out);
   }
   return out;
 }

@@ -19,6 +19,7 @@
 // max|x_j|^alpha / max|W_j|^(1 - alpha).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -39,14 +40,28 @@ struct ChannelRange {
 };
 struct LayerRanges {
   ChannelRange attn_in, mlp_in;  // input of q/k/v_proj, input of gate/up_proj
+  ChannelRange o_in, down_in;    // input of o_proj [n_heads * head_dim], of down_proj [intermediate]
 };
 // One forward of the model as src serves it over windows (each a fresh causal sequence; calibrate_layers' loop).
 std::vector<LayerRanges> activation_ranges(const WeightSource& src, const OpContext& ctx,
                                            const std::vector<std::vector<int32_t>>& windows);
 
-// The smoothed tensors of every layer (2 norms and 5 linears per layer), HF name -> f32 values, computed in f32
-// from src's tensors. alpha in (0, 1]. A hybrid (Gated DeltaNet) model fails: its (1 + w) norms need another rule.
+// Which mappings smooth_model applies: llm-compressor SmoothQuant's two (above), or those and the two of its AWQ
+// mapping list (llmcompressor/modifiers/awq/mappings.py) whose "previous op" is a linear, not a norm:
+//   v_proj -> o_proj     o_proj input channel c = g * hd + i (query head g) comes from v_proj row h * hd + i
+//                        (h = g / (n_heads / n_kv_heads)); one s per v row: r = the largest range over its
+//                        channels c, w = 2 max |W_o[:, c]| over them; v row (and bias) / s, W_o[:, c] * s;
+//   up_proj -> down_proj act = silu(gate) * up is linear in up's row j: up row j / s_j, W_down[:, j] * s_j.
+// Both are exact in f32 like the norm mappings; v / s also flattens the values an int8 KV cache stores.
+enum class SmoothMappings { kSmoothQuant, kAll };
+// "norms" (SmoothQuant's) or "all"; anything else fails naming --smooth-mappings.
+SmoothMappings parse_smooth_mappings(const std::string& s);
+
+// The smoothed tensors of every layer (SmoothQuant's: 2 norms and 5 linears per layer; kAll adds v/o and
+// up/down), HF name -> f32 values, computed in f32 from src's tensors. alpha in (0, 1]. A hybrid (Gated
+// DeltaNet) model fails: its (1 + w) norms need another rule.
 TensorOverrides smooth_model(const WeightSource& src, const OpContext& ctx,
-                             const std::vector<std::vector<int32_t>>& windows, double alpha);
+                             const std::vector<std::vector<int32_t>>& windows, double alpha,
+                             SmoothMappings mappings = SmoothMappings::kSmoothQuant);
 
 }  // namespace blockspec

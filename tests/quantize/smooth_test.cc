@@ -105,15 +105,63 @@ TEST(Smooth, RangesAndTensorsFollowTheDefinition) {
   }
 }
 
+// The linear-to-linear mappings (SmoothMappings::kAll): up_proj -> down_proj per intermediate channel, and
+// v_proj -> o_proj with one s per v row shared by the query heads of its group (Qwen2: 2 heads per kv head).
+TEST(Smooth, LinearMappingsFollowTheDefinition) {
+  auto src = open_weight_source(kGolden + "qwen2-tiny-f32");
+  const ModelConfig& c = src->config();
+  const int64_t H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
+  Ctx k;
+  const auto windows = windows_of(random_ids(96, 5), 48);
+  const std::vector<LayerRanges> r = activation_ranges(*src, k.ctx, windows);
+  const TensorOverrides norms = smooth_model(*src, k.ctx, windows, 0.5);
+  const TensorOverrides all = smooth_model(*src, k.ctx, windows, 0.5, SmoothMappings::kAll);
+  for (int64_t li = 0; li < c.n_layers; ++li) {
+    const std::string p = "model.layers." + std::to_string(li) + ".";
+    {  // up -> down
+      const std::vector<float> wd = f32_of(src->load(p + "mlp.down_proj.weight"));
+      std::vector<float> act(I), wmax(I, 0.f);
+      for (int64_t j = 0; j < I; ++j) act[j] = r[li].down_in.hi[j] - r[li].down_in.lo[j];
+      for (size_t i = 0; i < wd.size(); ++i) wmax[i % I] = std::max(wmax[i % I], std::fabs(wd[i]));
+      const std::vector<float> s = smooth_scales(act, wmax, 0.5);
+      const std::vector<float>&down = all.at(p + "mlp.down_proj.weight"), &up = all.at(p + "mlp.up_proj.weight"),
+                 &up0 = norms.at(p + "mlp.up_proj.weight");
+      for (size_t i = 0; i < wd.size(); ++i) ASSERT_EQ(down[i], wd[i] * s[i % I]) << p << i;
+      for (size_t i = 0; i < up.size(); ++i) ASSERT_EQ(up[i], up0[i] / s[i / H]) << p << i;  // after the norm mapping
+    }
+    {  // v -> o
+      const int64_t nkv = c.n_kv_heads, wo = c.n_heads * hd;
+      const std::vector<float> wout = f32_of(src->load(p + "self_attn.o_proj.weight"));
+      std::vector<float> act(nkv * hd, 0.f), wmax(nkv * hd, 0.f);
+      auto row_of = [&](int64_t ch) { return (ch / hd) / group * hd + ch % hd; };
+      for (int64_t ch = 0; ch < wo; ++ch) act[row_of(ch)] = std::max(act[row_of(ch)], r[li].o_in.hi[ch] - r[li].o_in.lo[ch]);
+      for (size_t i = 0; i < wout.size(); ++i) wmax[row_of(i % wo)] = std::max(wmax[row_of(i % wo)], std::fabs(wout[i]));
+      const std::vector<float> s = smooth_scales(act, wmax, 0.5);
+      const std::vector<float>& o = all.at(p + "self_attn.o_proj.weight");
+      for (size_t i = 0; i < wout.size(); ++i) ASSERT_EQ(o[i], wout[i] * s[row_of(i % wo)]) << p << i;
+      const std::vector<float> vb = f32_of(src->load(p + "self_attn.v_proj.bias"));
+      const std::vector<float>& vb1 = all.at(p + "self_attn.v_proj.bias");
+      for (int64_t j = 0; j < nkv * hd; ++j) ASSERT_EQ(vb1[j], vb[j] / s[j]) << p << j;
+    }
+  }
+  EXPECT_EQ(parse_smooth_mappings("all"), SmoothMappings::kAll);
+  EXPECT_EQ(parse_smooth_mappings("norms"), SmoothMappings::kSmoothQuant);
+  EXPECT_THROW(parse_smooth_mappings("awq"), Error);
+}
+
 // In f32 smoothing is an identity: the smoothed model's logits equal the original's (Qwen3 with q/k norms, Qwen2
 // with q/k/v biases, Llama), although the norms and weights moved by large factors.
+// With all mappings (v_proj -> o_proj, up_proj -> down_proj too) as well.
 TEST(Smooth, IsAnIdentityInF32) {
-  for (const char* name : {"qwen3-tiny-f32", "qwen2-tiny-f32", "llama-tiny-f32"}) {
-    SCOPED_TRACE(name);
+  for (const char* name : {"qwen3-tiny-f32", "qwen2-tiny-f32", "llama-tiny-f32"})
+  for (SmoothMappings maps : {SmoothMappings::kSmoothQuant, SmoothMappings::kAll}) {
+    SCOPED_TRACE(std::string(name) + (maps == SmoothMappings::kAll ? " all mappings" : ""));
     const std::string in = kGolden + name, out = tmp_dir(std::string("identity_") + name);
     auto src = open_weight_source(in);
     Ctx k;
-    const TensorOverrides ov = smooth_model(*src, k.ctx, windows_of(random_ids(128, 9), 64), 0.5);
+    const TensorOverrides ov = smooth_model(*src, k.ctx, windows_of(random_ids(128, 9), 64), 0.5, maps);
+    const int64_t per_layer = maps == SmoothMappings::kAll ? 9 + src->has("model.layers.0.self_attn.v_proj.bias") : 7;
+    EXPECT_EQ(static_cast<int64_t>(ov.size()), per_layer * src->config().n_layers);  // + o, down (and the v bias)
     float moved = 0;  // the largest factor by which a norm weight changed
     for (const auto& [n, v] : ov)
       if (n.find("layernorm") != std::string::npos) {

@@ -26,14 +26,24 @@
 // Per output (m, n), exact sequence (every ISA performs exactly these operations, so outputs are bitwise equal
 // to the scalar twin and independent of M, register blocking and thread split):
 //   acc = 0
-//   for each weight sub-block j in input order (weight block s, activation block a):
-//     I = sum_k u(n, k) * xq(m, k) - zero * X(m, j)            (int32, exact; |I| < 2^24, so float(I) is exact)
-//     acc = fmaf(float(I), (f32(d(n, s)) * sc(n, j)) * dx(m, a), acc)          (sc = 1 without has_scale)
-//     has_min: acc = fmaf(float(mc(n, j)), f32(dm(n, s)) * c(m, j), acc)       (mc = 1 without has_scale)
+//   for each weight block s in input order:
+//     blk = 0, mblk = 0
+//     for each sub-block j of the block in order (activation block a):
+//       I = sum_k u(n, k) * xq(m, k) - zero * X(m, j)        (int32, exact)
+//       P = I * sc(n, j)                                      (sc = 1 without has_scale; int32, exact: |P| < 2^24
+//                                                              for every format -- Q6_K 16 * 32 * 127 * 128 -- so
+//                                                              float(P) is exact)
+//       blk = fmaf(float(P), dx(m, a), blk)
+//       has_min: mblk = fmaf(float(mc(n, j)), c(m, j), mblk)   (mc = 1 without has_scale)
+//     acc = fmaf(blk, f32(d(n, s)), acc)
+//     has_min: acc = fmaf(mblk, f32(dm(n, s)), acc)
 //   y(m, n) = acc
-// f32(d) * sc is gguf-py's rounded sub-block scale, so this is the dot product of the dequantized weights with
-// the dequantized activations up to f32 rounding of the per-sub-block terms; the only approximation is the
-// activations' int8 rounding.
+// This is the dot product of the dequantized weights (d * sc * u - dm * mc, gguf-py's values) with the
+// dequantized activations up to f32 rounding of the per-sub-block and per-block terms; the only approximation is
+// the activations' int8 rounding. The scale multiplies the integer sum and d the block's float sum, so a
+// sub-block costs an integer multiply, one conversion and one FMA (and for the min one conversion and one FMA)
+// per output; llama.cpp's Q8_K dot products do the integer part the same way over 256 inputs, which its one
+// activation scale per 256 allows.
 #pragma once
 #include <algorithm>
 #include <cstdint>

@@ -36,24 +36,26 @@ void quantize_acts_block_ref(const float* x, int64_t M, int64_t K, int S, int8_t
 
 void gemm_block_ref(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) {
   const BlockQuantSpec& sp = w.spec;
-  const int64_t K = w.K, B = sp.block, S = sp.sub, A = kBlockActs, n_end = std::min(tile1 * kQTile, w.N);
+  const int64_t K = w.K, B = sp.block, S = sp.sub, A = kBlockActs, NS = sp.subs(), n_end = std::min(tile1 * kQTile, w.N);
   for (int64_t m = 0; m < a.M; ++m) {
     const int8_t* xq = a.q + m * K;  // [K]
     for (int64_t n = tile0 * kQTile; n < n_end; ++n) {
       float acc = 0.f;
-      QBlock b;
-      for (int64_t j = 0; j < K / S; ++j) {  // sub-blocks of the whole row
-        const int64_t s = j * S / B, jb = j % sp.subs();
-        if (jb == 0) b = bq_block(w, n, s);
-        const int32_t X = a.sums[m * (K / S) + j];
-        int32_t I = 0;
-        for (int64_t k = jb * S; k < (jb + 1) * S; ++k) I += static_cast<int32_t>(b.u[k]) * xq[s * B + k];
-        I -= sp.zero * X;
-        const float d = f16_to_f32(b.d), ds = sp.has_scale ? d * static_cast<float>(b.sc[jb]) : d;
-        acc = std::fmaf(static_cast<float>(I), ds * a.d[m * (K / A) + j * S / A], acc);
-        if (sp.has_min)
-          acc = std::fmaf(sp.has_scale ? static_cast<float>(b.mc[jb]) : 1.f, f16_to_f32(b.dm) * a.csums[m * (K / S) + j],
-                          acc);
+      for (int64_t s = 0; s < K / B; ++s) {
+        const QBlock b = bq_block(w, n, s);
+        float blk = 0.f, mblk = 0.f;
+        for (int64_t jb = 0; jb < NS; ++jb) {
+          const int64_t j = s * NS + jb;  // sub-block of the whole row
+          int32_t I = 0;
+          for (int64_t k = jb * S; k < (jb + 1) * S; ++k) I += static_cast<int32_t>(b.u[k]) * xq[s * B + k];
+          I -= sp.zero * a.sums[m * (K / S) + j];
+          const int32_t P = sp.has_scale ? I * static_cast<int32_t>(b.sc[jb]) : I;
+          blk = std::fmaf(static_cast<float>(P), a.d[m * (K / A) + j * S / A], blk);
+          if (sp.has_min)
+            mblk = std::fmaf(sp.has_scale ? static_cast<float>(b.mc[jb]) : 1.f, a.csums[m * (K / S) + j], mblk);
+        }
+        acc = std::fmaf(blk, f16_to_f32(b.d), acc);
+        if (sp.has_min) acc = std::fmaf(mblk, f16_to_f32(b.dm), acc);
       }
       y[m * w.N + n] = acc;
     }

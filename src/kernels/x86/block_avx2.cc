@@ -14,10 +14,10 @@
 //     sign(u - 128) * x (s8: x is never -128), pair sums <= 2 * 128 * 127 = 32512. That sums (u - 128) * x =
 //     u * x - 128 X, the twin's I, so no zero correction follows. (The other way round, |x| times
 //     sign(x) * (u - 128), wraps at u = 0: -(-128) is -128 in int8.)
-// At each sub-block end the int32 sum is corrected by zero * X, converted and folded into f32 with (d * sc) * dx,
-// and the min term with float(mc) and dm * c, in the twin's order (nothing for GCC to contract, whatever
-// -ffp-contract says: every product is a multiplicand of another product or of an explicit FMA, never an
-// addend). The f32 sums live in L1, as in quant_avx2.cc, leaving the 16 ymm to the integer sums, codes and
+// At each sub-block end the int32 sum is corrected by zero * X, multiplied by sc (int32), converted and folded
+// into the block's f32 sum with dx, and the min term into its own with float(mc) and c; at the block end both go
+// into the output with d and dm, in the twin's order (nothing for GCC to contract, whatever -ffp-contract says:
+// every float operation is an explicit FMA). The f32 sums live in L1, as in quant_avx2.cc, leaving the 16 ymm to the integer sums, codes and
 // broadcasts. Tiles run one after another (not interleaved as in the VNNI kernel): the records are then read in
 // stream order, and one tile's sums already take 8 of the 16 ymm at MB = 4.
 #include <immintrin.h>
@@ -113,6 +113,9 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
       const uint8_t* rec = rec0 + t * F::REC;
       const uint8_t* sc = rec + F::LO + F::HI;           // sc [NS][16] int8, mc [NS][16] u8
       const uint8_t* dp = sc + F::SCB + F::MCB;          // d [16] f16, dm [16] f16
+      // The block's f32 sums (block_layout.h: blk, mblk), in L1 like facc.
+      alignas(32) float blk[2][MB][8] = {}, mblk[2][MB][8] = {};
+      asm volatile("" : : "r"(&blk[0][0][0]), "r"(&mblk[0][0][0]) : "memory");
       #pragma GCC unroll 16
       for (int j = 0; j < NS; ++j) {
         __m256i acc[2][MB];  // int32 sums of sub-block j
@@ -156,25 +159,36 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
         const int ja = j * F::S / kBlockActs;  // activation block of sub-block j, within the block
         #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
-          // d and dm converted again per sub-block: kept across the sub-blocks they took 4 of the 16 ymm.
-          const __m256 d = _mm256_cvtph_ps(load16(dp + 16 * h));
-          __m256 ds = d, mcf = _mm256_set1_ps(1.f);  // f32(d) * sc (gguf-py's rounding), float(mc)
+          __m256i sw = _mm256_set1_epi32(1);
+          __m256 mcf = _mm256_set1_ps(1.f);  // sc as int32, float(mc)
           if constexpr (F::SC) {
-            ds = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load8(sc + j * 16 + h * 8))));
-            if constexpr (F::MIN)
-              mcf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(load8(sc + F::SCB + j * 16 + h * 8)));
+            sw = _mm256_cvtepi8_epi32(load8(sc + j * 16 + h * 8));
+            if constexpr (F::MIN) mcf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(load8(sc + F::SCB + j * 16 + h * 8)));
           }
-          const __m256 dm = F::MIN ? _mm256_cvtph_ps(load16(dp + 32 + 16 * h)) : _mm256_setzero_ps();
           #pragma GCC unroll 16
           for (int m = 0; m < MB; ++m) {
             __m256i I = acc[h][m];
             if constexpr (F::ZC != 0) I = _mm256_sub_epi32(I, _mm256_set1_epi32(F::ZC * xs[m][j]));
-            float* f = facc[t][h][m];
-            __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(ds, _mm256_set1_ps(xd[m][ja])),
-                                       _mm256_load_ps(f));
-            if constexpr (F::MIN) v = _mm256_fmadd_ps(mcf, _mm256_mul_ps(dm, _mm256_set1_ps(xc[m][j])), v);
-            _mm256_store_ps(f, v);
+            if constexpr (F::SC) I = _mm256_mullo_epi32(I, sw);
+            float* b = blk[h][m];
+            _mm256_store_ps(b, _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_set1_ps(xd[m][ja]), _mm256_load_ps(b)));
+            if constexpr (F::MIN) {
+              float* mb = mblk[h][m];
+              _mm256_store_ps(mb, _mm256_fmadd_ps(mcf, _mm256_set1_ps(xc[m][j]), _mm256_load_ps(mb)));
+            }
           }
+        }
+      }
+      #pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256 d = _mm256_cvtph_ps(load16(dp + 16 * h));
+        const __m256 dm = F::MIN ? _mm256_cvtph_ps(load16(dp + 32 + 16 * h)) : _mm256_setzero_ps();
+        #pragma GCC unroll 16
+        for (int m = 0; m < MB; ++m) {
+          float* f = facc[t][h][m];
+          __m256 v = _mm256_fmadd_ps(_mm256_load_ps(blk[h][m]), d, _mm256_load_ps(f));
+          if constexpr (F::MIN) v = _mm256_fmadd_ps(_mm256_load_ps(mblk[h][m]), dm, v);
+          _mm256_store_ps(f, v);
         }
       }
     }

@@ -4,9 +4,10 @@
 // activation rows. Per input quad it builds each tile's 16 x 4 unsigned codes (one 64-byte lo line, nibble
 // split, plus the hi plane's bits for 5- and 6-bit codes) and issues vpdpbusd against the broadcast 4 int8
 // activation codes of each row: codes unsigned, activations signed, so no offset correction. At each
-// sub-block end the int32 sum is corrected by zero * X, converted, and folded into f32 with (d * sc) * dx,
-// and the min term with float(mc) and dm * c. Every lane visits its inputs in order, so each output follows
-// the scalar twin's sequence exactly.
+// sub-block end the int32 sum is corrected by zero * X, multiplied by sc (int32), converted and folded into the
+// block's f32 sum with dx, and the min term into its own with float(mc) and c; at the block end both go into the
+// output with d and dm. Every lane visits its inputs in order, so each output follows the scalar twin's
+// sequence exactly.
 //
 // GCC 12 warns falsely inside its own avx512fintrin.h (_mm512_undefined_ps).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -69,11 +70,26 @@ BS_VNNI inline __m512i codes(const uint8_t* rec, int q) {
   }
 }
 
+// The nibble formats (Q4_0 / Q4_1 / Q4_K, and Q2_K / Q3_K stored as nibbles) at one activation row: an odd quad
+// (the high nibbles of a line) is masked with 0xF0 instead of shifted down, and summed in its own accumulator as
+// 16 u x; the sub-block's integer sum is then acc + (acc16 >> 4), exact (a multiple of 16; |acc16| < 2^23). One
+// shift fewer per odd quad for one shift and one add per sub-block, and the registers allow it at MB = 1.
+template <class F, int MB>
+inline constexpr bool kSplitNibbles = F::BITS <= 4 && MB == 1;
+
+// Tiles one pass keeps in registers: the int32 sums (two with kSplitNibbles), the block sums blk and mblk of
+// every tile and row, at most 24 of the 32 zmm. A panel of more tiles runs in several passes over the same
+// activation rows (each weight is still read once).
+template <class F, int MB>
+inline constexpr int kTilesPerPass =
+    std::max(1, std::min(kMaxT, 24 / (MB * ((F::MIN ? 3 : 2) + (kSplitNibbles<F, MB> ? 1 : 0)))));
+
 // Tiles t0 .. t0 + T - 1 of the panel starting at tile `tile` (Tp tiles) times activation rows m0 .. m0 + MB - 1.
 template <class F, int T, int MB>
 BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t Tp, int64_t t0,
                    int64_t m0) {
   constexpr int NS = F::B / F::S, QPS = F::S / 4;  // sub-blocks per block, quads per sub-block
+  constexpr bool split = kSplitNibbles<F, MB>;
   const int64_t K = w.K, nb = w.n_blocks, KS = K / F::S, KA = K / kBlockActs;
   const uint8_t* panel = w.record(tile, 0) + t0 * F::REC;  // records (s, t) at panel + (s * Tp + t) * REC
   __m512 facc[T][MB];
@@ -87,6 +103,7 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
   const int32_t* xs = a.sums + m0 * KS;  // [K / S][MB]
   const float* xc = a.csums + m0 * KS;   // [K / S][MB]
   const float* xd = a.d + m0 * KA;       // [K / 32][MB]
+  const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
   for (int64_t s = 0; s < nb; ++s) {
     const uint8_t* rec0 = panel + s * Tp * F::REC;
     // The step reads its T records interleaved (one sub-block of each tile in turn, scales at the records'
@@ -94,41 +111,45 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
     // Xeon with AVX-512 VNNI: q4_k up 416 -> 302 us, q6_k up 664 -> 433 us, q4_1 385 -> 349, q8_0 538 -> 496;
     // M >= 64 unchanged. Decode of Qwen2.5-Coder-1.5B Q4_K_M 16.7 -> 23.7 tok/s.
     prefetch_ahead(rec0, T * F::REC);
-    __m512 d[T], dm[T];
+    __m512 blk[T][MB], mblk[T][MB];
     #pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) {
-      const uint8_t* r = rec0 + t * F::REC + F::LO + F::HI + F::SCB + F::MCB;
-      d[t] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r)));
-      dm[t] = F::MIN ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 32))) : _mm512_setzero_ps();
-    }
+    for (int t = 0; t < T; ++t)
+      #pragma GCC unroll 16
+      for (int m = 0; m < MB; ++m) blk[t][m] = _mm512_setzero_ps(), mblk[t][m] = _mm512_setzero_ps();
     #pragma GCC unroll 16
     for (int j = 0; j < NS; ++j) {
-      __m512i acc[T][MB];
+      __m512i acc[T][MB], acc16[T][MB];
       #pragma GCC unroll 16
       for (int t = 0; t < T; ++t)
         #pragma GCC unroll 16
-        for (int m = 0; m < MB; ++m) acc[t][m] = _mm512_setzero_si512();
+        for (int m = 0; m < MB; ++m) acc[t][m] = _mm512_setzero_si512(), acc16[t][m] = _mm512_setzero_si512();
       #pragma GCC unroll 8
       for (int qq = 0; qq < QPS; ++qq) {
         const int q = j * QPS + qq;
+        const bool hi16 = split && q % 2 == 1;  // this quad's codes are 16 u (kSplitNibbles)
         __m512i u[T];
         #pragma GCC unroll 16
-        for (int t = 0; t < T; ++t) u[t] = codes<F>(rec0 + t * F::REC, q);
+        for (int t = 0; t < T; ++t)
+          u[t] = hi16 ? _mm512_and_si512(_mm512_loadu_si512(rec0 + t * F::REC + (q / 2) * 64), high4)
+                      : codes<F>(rec0 + t * F::REC, q);
         #pragma GCC unroll 16
         for (int m = 0; m < MB; ++m) {
           const __m512i b = bcast4(xq + (q * MB + m) * 4);
           #pragma GCC unroll 16
-          for (int t = 0; t < T; ++t) acc[t][m] = dpbusd(acc[t][m], u[t], b);
+          for (int t = 0; t < T; ++t) {
+            if (hi16) acc16[t][m] = dpbusd(acc16[t][m], u[t], b);
+            else acc[t][m] = dpbusd(acc[t][m], u[t], b);
+          }
         }
       }
       const int ja = j * F::S / kBlockActs;  // activation block of sub-block j, within the block
       #pragma GCC unroll 16
       for (int t = 0; t < T; ++t) {
         const uint8_t* r = rec0 + t * F::REC + F::LO + F::HI;
-        __m512 ds = d[t], mcf = _mm512_set1_ps(1.f);  // f32(d) * sc (gguf-py's rounding), float(mc)
+        __m512i sc = _mm512_set1_epi32(1);
+        __m512 mcf = _mm512_set1_ps(1.f);
         if constexpr (F::SC) {
-          ds = _mm512_mul_ps(d[t], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + j * 16)))));
+          sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + j * 16)));
           if constexpr (F::MIN)
             mcf = _mm512_cvtepi32_ps(
                 _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + F::SCB + j * 16))));
@@ -136,11 +157,24 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
         #pragma GCC unroll 16
         for (int m = 0; m < MB; ++m) {
           __m512i I = acc[t][m];
+          if constexpr (split) I = _mm512_add_epi32(I, _mm512_srai_epi32(acc16[t][m], 4));
           if constexpr (F::Z != 0) I = _mm512_sub_epi32(I, _mm512_set1_epi32(F::Z * xs[j * MB + m]));
-          facc[t][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(ds, _mm512_set1_ps(xd[ja * MB + m])), facc[t][m]);
-          if constexpr (F::MIN)
-            facc[t][m] = _mm512_fmadd_ps(mcf, _mm512_mul_ps(dm[t], _mm512_set1_ps(xc[j * MB + m])), facc[t][m]);
+          if constexpr (F::SC) I = _mm512_mullo_epi32(I, sc);
+          blk[t][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_set1_ps(xd[ja * MB + m]), blk[t][m]);
+          if constexpr (F::MIN) mblk[t][m] = _mm512_fmadd_ps(mcf, _mm512_set1_ps(xc[j * MB + m]), mblk[t][m]);
         }
+      }
+    }
+    #pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* r = rec0 + t * F::REC + F::LO + F::HI + F::SCB + F::MCB;
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r)));
+      const __m512 dm = F::MIN ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 32)))
+                               : _mm512_setzero_ps();
+      #pragma GCC unroll 16
+      for (int m = 0; m < MB; ++m) {
+        facc[t][m] = _mm512_fmadd_ps(blk[t][m], d, facc[t][m]);
+        if constexpr (F::MIN) facc[t][m] = _mm512_fmadd_ps(mblk[t][m], dm, facc[t][m]);
       }
     }
     xq += F::B * MB;
@@ -158,14 +192,14 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
   }
 }
 
-// T tiles (one panel) times MB rows, all T tiles together: one pass over the panel's weights per MB rows.
+// T tiles (one panel) times MB rows: passes of kTilesPerPass tiles, each weight read once per MB rows.
 // (kernels_bench, 1 thread, cache-resident weights, up M = 512: one tile at a time with 8 rows measured no faster
-// for q4_k / q6_k and slower for q4_1 / q8_0; two tiles at a time with 4 rows within noise at M = 512 and slower
-// at M = 8. The K-quants' prefill is bound by the per-sub-block fold (a convert, two multiplies, one or two FMAs
-// per 8 vpdpbusd), not by registers.)
-template <class F, int T, int MB>
+// for q4_k / q6_k and slower for q4_1 / q8_0 under the earlier per-sub-block fold.)
+template <class F, int T, int MB, int T0 = 0>
 BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0) {
-  tiles<F, T, MB>(a, w, y, tile, T, 0, m0);
+  constexpr int n = std::min(kTilesPerPass<F, MB>, T - T0);
+  tiles<F, n, MB>(a, w, y, tile, T, T0, m0);
+  if constexpr (T0 + n < T) micro<F, T, MB, T0 + n>(a, w, y, tile, m0);
 }
 
 using MicroFn = void (*)(const BlockActs&, const BlockWeights&, float*, int64_t, int64_t);

@@ -79,6 +79,37 @@ BS_VNNI void micro(const QuantActs& a, const PackedWeights& w, float* y, int64_t
           for (int t = 0; t < T; ++t) acc[t][m] = dpbusd(acc[t][m], b, wv[t]);
         }
       }
+    } else if constexpr (MB == 1) {
+      // One row (decode): the codes u stay unsigned (no - 8 per byte), the high nibbles are masked in place as
+      // 16 u (no shift), and the activations become signed x = xq - 128 (one xor per broadcast, shared by the
+      // T tiles): acc = sum u x (low quads), acc16 = sum 16 u x (high quads), ax = sum x (a dot product with
+      // ones). The group's sum sum (xq)(u - 8) - corr = sum x (u - 8) is then acc + acc16 / 16 - 8 ax, the same
+      // integer as the general path below (corr = 128 sum (u - 8), quant_layout.h), so the output is bitwise
+      // the same; 2 instead of 5 byte operations per tile and 8 inputs.
+      const __m512i high4 = _mm512_set1_epi8(static_cast<char>(0xF0)), flip = _mm512_set1_epi8(static_cast<char>(0x80)),
+                    ones = _mm512_set1_epi8(1);
+      __m512i acc16[T], ax = _mm512_setzero_si512();
+      #pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) acc16[t] = _mm512_setzero_si512();
+      for (int64_t k = k0; k < k1; k += 8) {
+        const __m512i b0 = _mm512_xor_si512(bcast4(xq + k), flip), b1 = _mm512_xor_si512(bcast4(xq + k + 4), flip);
+        ax = dpbusd(ax, ones, b0);
+        ax = dpbusd(ax, ones, b1);
+        #pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) {
+          const __m512i v = _mm512_loadu_si512(wt + k * 8 * T + t * 64);
+          acc[t][0] = dpbusd(acc[t][0], _mm512_and_si512(v, low4), b0);
+          acc16[t] = dpbusd(acc16[t], _mm512_and_si512(v, high4), b1);
+        }
+      }
+      // ax is the same in all 16 lanes; back to the general path's form acc - corr with corr added back.
+      const __m512i ax8 = _mm512_slli_epi32(ax, 3);
+      #pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) {
+        const int64_t gi = ((tile + t) * G + g) * kQTile;
+        acc[t][0] = _mm512_add_epi32(_mm512_sub_epi32(_mm512_add_epi32(acc[t][0], _mm512_srai_epi32(acc16[t], 4)), ax8),
+                                     _mm512_loadu_si512(w.corr + gi));
+      }
     } else {
       for (int64_t k = k0; k < k1; k += 8) {
         __m512i lo[T], hi[T];

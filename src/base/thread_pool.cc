@@ -35,11 +35,6 @@ constexpr int64_t kContentionWindowNs = 50'000'000;
 constexpr int64_t kMinWindowJobs = 32;
 constexpr double kMinCpuShare = 0.6;
 constexpr int64_t kBenchForNs = 500'000'000;
-// A worker benched again by the first window judged after its bench (the contention lasts) is benched twice as long
-// as the last time, up to kBenchForNs << kMaxBenchDoublings (4 s); a window it passes resets that. Each rejoin
-// costs a window or two of the slow contended decode, so a steady busy neighbour is probed every 4 s instead of
-// every 0.5 s, while a contention that ends is noticed within 4 s.
-constexpr int kMaxBenchDoublings = 3;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -115,7 +110,6 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads <= 0 ? hardware_thr
   sleeps_ = std::make_unique<std::atomic<uint32_t>[]>(std::max(w, 1));
   for (int i = 0; i < w; ++i) bench_until_[i].store(0), sleeps_[i].store(0);
   window_cpu_.assign(w, 0.0), window_sleeps_.assign(w, 0), window_benched_.assign(w, false);
-  bench_streak_.assign(w, 0);
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
@@ -276,14 +270,8 @@ void ThreadPool::watch_contention() {
   for (int i = 0; i < w && i < static_cast<int>(cpu.size()); ++i) {
     const uint32_t slept = sleeps_[i].load(std::memory_order_relaxed);
     // Only a worker that was in every job's reach the whole window (never benched, never asleep) is judged.
-    if (measured && !window_benched_[i] && slept == window_sleeps_[i]) {
-      if (cpu[i] - window_cpu_[i] < kMinCpuShare * wall) {
-        bench_until_[i].store(now + (kBenchForNs << bench_streak_[i]), std::memory_order_release);
-        bench_streak_[i] = std::min(bench_streak_[i] + 1, kMaxBenchDoublings);
-      } else {
-        bench_streak_[i] = 0;
-      }
-    }
+    if (measured && !window_benched_[i] && slept == window_sleeps_[i] && cpu[i] - window_cpu_[i] < kMinCpuShare * wall)
+      bench_until_[i].store(now + kBenchForNs, std::memory_order_release);
     window_cpu_[i] = cpu[i], window_sleeps_[i] = slept, window_benched_[i] = false;
   }
   window_start_ns_ = now, window_jobs_ = 0;

@@ -21,8 +21,7 @@
 // the threads that do run stop sharing their cores with it. On a 2-core VM
 // with one core busy, 1 thread decodes 40-42 tok/s where 2 got 36
 // (BENCHMARKS.md "Decoding on a busy machine"). It rejoins after the bench
-// and is measured again; benched again at once, it sits out twice as long
-// each time (up to 8x), until it passes a window.
+// and is measured again.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -110,7 +109,6 @@ class ThreadPool {
   std::vector<double> window_cpu_;
   std::vector<uint32_t> window_sleeps_;
   std::vector<bool> window_benched_;  // benched at some point of the window
-  std::vector<int> bench_streak_;     // benches since the worker last passed a window: the next lasts 2^streak x
 };
 
 }  // namespace blockspec

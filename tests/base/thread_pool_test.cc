@@ -127,35 +127,9 @@ TEST(ThreadPool, DescheduledWorkerIsBenchedAndComesBack) {
   // A machine loaded by other work may keep the worker from joining 32 jobs in a window for a while: give it up to 3 s.
   for (int t = 0; t < 8 && most_benched == 0; ++t) run_for(400);
   EXPECT_EQ(most_benched, 1) << "a worker off its CPU for whole windows was not benched";
-  slow = false;  // back after the bench (a loaded machine may bench it again, but not at once; a bench lasts <= 4 s)
-  for (int t = 0; t < 120 && least_benched != 0; ++t) run_for(50);
+  slow = false;  // back after the bench (a loaded machine may bench it again, but not at once)
+  for (int t = 0; t < 60 && least_benched != 0; ++t) run_for(50);
   EXPECT_EQ(least_benched, 0) << "the worker never came back";
-}
-
-// A worker benched again as soon as it rejoins (the contention lasts) sits out longer each time: the second
-// bench lasts longer than the first (0.5 s, then 1 s).
-TEST(ThreadPool, RepeatedBenchesGetLonger) {
-  ThreadPool pool(2);
-  const std::thread::id caller = std::this_thread::get_id();
-  std::vector<double> benches;  // lengths of the finished benches, s
-  auto t0 = std::chrono::steady_clock::now();
-  bool benched = false;
-  const auto end = t0 + std::chrono::seconds(8);
-  while (benches.size() < 2 && std::chrono::steady_clock::now() < end) {
-    pool.parallel_for(64, [&](int64_t, int64_t) {
-      const auto busy_until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
-      while (std::chrono::steady_clock::now() < busy_until) {
-      }
-      if (std::this_thread::get_id() != caller) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    });
-    const bool now_benched = pool.benched_workers() == 1;
-    const auto now = std::chrono::steady_clock::now();
-    if (now_benched && !benched) t0 = now;
-    if (!now_benched && benched) benches.push_back(std::chrono::duration<double>(now - t0).count());
-    benched = now_benched;
-  }
-  ASSERT_EQ(benches.size(), 2u) << "the worker was not benched twice in 8 s";
-  EXPECT_GT(benches[1], 1.5 * benches[0]) << "first bench " << benches[0] << " s, second " << benches[1] << " s";
 }
 
 // Tiles split the range finer than one chunk per thread, in order, and a kernel that writes each index from

@@ -186,7 +186,7 @@ PtqrOptions tiny_options(const std::string& out) {
 
 // The written checkpoint is the student: codes byte for byte, and the engine's forward on it equals the student's;
 // with SmoothQuant (--smooth) too, whose smoothed norms the checkpoint then carries.
-class PtqrRunSmooth : public ::testing::TestWithParam<std::tuple<double, bool, double>> {};
+class PtqrRunSmooth : public ::testing::TestWithParam<std::tuple<double, bool, double, bool>> {};
 
 TEST_P(PtqrRunSmooth, CheckpointIsTheStudentBitForBit) {
   const std::string out = testing::TempDir() + "/ptqr_bit";
@@ -195,6 +195,7 @@ TEST_P(PtqrRunSmooth, CheckpointIsTheStudentBitForBit) {
   o.smooth = std::get<0>(GetParam());
   o.train_vectors = std::get<1>(GetParam());
   o.smooth_attention = std::get<2>(GetParam());
+  o.smooth_mappings = std::get<3>(GetParam()) ? SmoothMappings::kAll : SmoothMappings::kSmoothQuant;
   o.lr_vectors = 1e-3;
   const PtqrReport r = run_ptqr(o);
   ASSERT_EQ(r.layers.size(), 2u);
@@ -268,9 +269,9 @@ TEST_P(PtqrRunSmooth, CheckpointIsTheStudentBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Smooth, PtqrRunSmooth,
-                         ::testing::Values(std::make_tuple(0.0, false, 0.0), std::make_tuple(0.5, false, 0.0),
-                                           std::make_tuple(0.0, true, 0.0), std::make_tuple(0.5, true, 0.0),
-                                           std::make_tuple(0.5, false, 0.5)));
+                         ::testing::Values(std::make_tuple(0.0, false, 0.0, false), std::make_tuple(0.5, false, 0.0, false),
+                                           std::make_tuple(0.0, true, 0.0, false), std::make_tuple(0.5, true, 0.0, false),
+                                           std::make_tuple(0.5, false, 0.5, false), std::make_tuple(0.5, false, 0.5, true)));
 
 TEST(PtqrRun, ResumeAfterAStopGivesTheSameCheckpoint) {
   const std::string a = testing::TempDir() + "/ptqr_a", b = testing::TempDir() + "/ptqr_b";

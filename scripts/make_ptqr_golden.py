@@ -108,6 +108,33 @@ def rope(x, cos, sin):  # x [T, heads, hd], NeoX halves
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
+def layer_forward(x, lin, norms, qk_norm, kv, cos, sin, fake_quant=True):
+    """One W8A8 decoder layer over a causal window, every serving rounding as fake quantization (fake_quant False:
+    none, the float layer); lin(a, module) is the module's linear (a @ deq.T + bias)."""
+    fq_acts_ = fq_acts if fake_quant else (lambda a: a)
+    t = x.shape[0]
+    wq = NH * HD
+    a1 = fq_acts_(rmsnorm(x, norms["input_layernorm"]))
+    q = lin(a1, "q_proj").view(t, NH, HD)
+    k = lin(a1, "k_proj").view(t, NKV, HD)
+    v = lin(a1, "v_proj").view(t, NKV, HD)
+    if qk_norm:
+        q, k = rmsnorm(q, norms["q_norm"]), rmsnorm(k, norms["k_norm"])
+    q, k = rope(q, cos, sin), rope(k, cos, sin)
+    k, v = fq_kv(k, kv), fq_kv(v, kv)
+    rep = NH // NKV
+    kk, vv = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    scores = torch.einsum("thd,shd->hts", q, kk) / (HD ** 0.5)
+    mask = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
+    p = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+    att = torch.einsum("hts,shd->thd", p, vv).reshape(t, wq)
+    x2 = x + lin(fq_acts_(att), "o_proj")
+    a3 = fq_acts_(rmsnorm(x2, norms["post_attention_layernorm"]))
+    gate, up = lin(a3, "gate_proj"), lin(a3, "up_proj")
+    h = torch.nn.functional.silu(gate) * up
+    return x2 + lin(fq_acts_(h), "down_proj")
+
+
 def run_case(name, cfg, out):
     g = torch.Generator().manual_seed(cfg["seed"])
     rnd = lambda *shape, scale=1.0: (torch.randn(*shape, generator=g, dtype=f32) * scale)
@@ -137,25 +164,7 @@ def run_case(name, cfg, out):
         norms[m] = norms[m].clone().requires_grad_(True)
     deq = {m: fq_weight(p) for m, p in params.items()}
     lin = lambda a, m: a @ deq[m].T + (B[m] if m in B else 0.0)
-    a1 = fq_acts(rmsnorm(x, norms["input_layernorm"]))
-    q = lin(a1, "q_proj").view(T, NH, HD)
-    k = lin(a1, "k_proj").view(T, NKV, HD)
-    v = lin(a1, "v_proj").view(T, NKV, HD)
-    if cfg["qk_norm"]:
-        q, k = rmsnorm(q, norms["q_norm"]), rmsnorm(k, norms["k_norm"])
-    q, k = rope(q, cos, sin), rope(k, cos, sin)
-    k, v = fq_kv(k, cfg["kv"]), fq_kv(v, cfg["kv"])
-    rep = NH // NKV
-    kk, vv = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    scores = torch.einsum("thd,shd->hts", q, kk) / (HD ** 0.5)
-    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
-    p = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
-    att = torch.einsum("hts,shd->thd", p, vv).reshape(T, wq)
-    x2 = x + lin(fq_acts(att), "o_proj")
-    a3 = fq_acts(rmsnorm(x2, norms["post_attention_layernorm"]))
-    gate, up = lin(a3, "gate_proj"), lin(a3, "up_proj")
-    h = torch.nn.functional.silu(gate) * up
-    y = x2 + lin(fq_acts(h), "down_proj")
+    y = layer_forward(x, lin, norms, cfg["qk_norm"], cfg["kv"], cos, sin)
     loss = (((y - target) ** 2).sum(dim=-1) / (target ** 2).sum(dim=-1)).mean()
     loss.backward()
 

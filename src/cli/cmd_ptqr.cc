@@ -41,6 +41,11 @@ std::vector<FlagSpec> flags() {
        "gate/up) or all (also v_proj -> o_proj and up_proj -> down_proj, AWQ's mapping list)"},
       {"--smooth-attention", "", true,
        "SmoothAttention alpha in (0, 1] (QServe): the keys' outlier channels move into the queries before training, for an int8 KV cache"},
+      {"--e2e-steps", "", true,
+       "after the block-wise phase, N steps of the end-to-end phase: the codes fixed, every group's scale trained on "
+       "the KL of the whole serving student's logits to the teacher's (default 0: none)"},
+      {"--e2e-lr", "", true, "peak AdamW rate of the end-to-end phase's scale multipliers (default 1e-4)"},
+      {"--e2e-stop-after", "", true, "stop once N end-to-end steps are done; the state is kept, continue with --resume"},
       {"--max-layers", "", true, "retrain only the first N layers (the rest are RTN)"},
       {"--seed", "", true, "seed of the dither and the window order (default 0)"},
       {"--stop-after", "", true, "stop once N layers (a drafter: N optimizer steps) are trained; the state is kept, continue with --resume"},
@@ -164,6 +169,11 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
   o.seed = a.u64("--seed", 0);
   o.resume = a.has("--resume");
   o.stop_after_layers = a.integer("--stop-after", -1);
+  o.e2e_steps = a.integer("--e2e-steps", 0);
+  o.e2e_lr = a.number("--e2e-lr", 1e-4);
+  o.e2e_stop_after = a.integer("--e2e-stop-after", -1);
+  if ((a.has("--e2e-lr") || a.has("--e2e-stop-after")) && o.e2e_steps == 0)
+    fail("ptqr: --e2e-lr and --e2e-stop-after need --e2e-steps N");
   o.n_threads = static_cast<int>(a.integer("--threads", 0));
   const int64_t tokens = a.integer("--tokens", 8192);
   if (!a.has("--calib")) fail("ptqr: --calib FILE is required (the text the layers are retrained on)");
@@ -177,7 +187,10 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
   o.calib_ids = std::move(ids);
   const PtqrReport r = run_ptqr(o);
   if (r.stopped) {
-    std::fprintf(stderr, "ptqr: stopped after %zu layers; continue with the same command and --resume\n", r.layers.size());
+    if (r.e2e_steps > 0)
+      std::fprintf(stderr, "ptqr: stopped in the end-to-end phase; continue with the same command and --resume\n");
+    else
+      std::fprintf(stderr, "ptqr: stopped after %zu layers; continue with the same command and --resume\n", r.layers.size());
     return 0;
   }
   FILE* h = a.has("--json") ? stderr : stdout;
@@ -200,10 +213,21 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
   if (!worst_m.empty())
     std::fprintf(h, "audit: largest relative dequantization error against the trained masters %.5f (%s)\n", worst,
                  worst_m.c_str());
+  if (r.e2e_steps > 0)
+    std::fprintf(h, "ptqr e2e: %lld steps (resumed at %lld) in %.0f s, %.0f tok/s: KL over the calibration windows "
+                 "%.6f -> %.6f, top-1 %.4f -> %.4f; largest scale change %.4f%%\n",
+                 static_cast<long long>(r.e2e_steps), static_cast<long long>(r.e2e_resumed_from), r.e2e_seconds,
+                 r.e2e_tokens_per_s, r.e2e_kl_before, r.e2e_kl_after, r.e2e_agree_before, r.e2e_agree_after,
+                 100.0 * r.e2e_max_scale_change);
   for (const std::string& n : r.notes) std::fprintf(h, "note: %s\n", n.c_str());
   if (a.has("--json")) {
     nlohmann::ordered_json j;
     j["out"] = o.out;
+    if (r.e2e_steps > 0)
+      j["e2e"] = {{"steps", r.e2e_steps}, {"resumed_from", r.e2e_resumed_from}, {"kl_before", r.e2e_kl_before},
+                  {"kl_after", r.e2e_kl_after}, {"agree_before", r.e2e_agree_before},
+                  {"agree_after", r.e2e_agree_after}, {"max_scale_change", r.e2e_max_scale_change},
+                  {"seconds", r.e2e_seconds}, {"tokens_per_s", r.e2e_tokens_per_s}};
     j["kv_cache_dtype"] = kv_dtype_name(o.kv);
     j["windows"] = r.n_windows;
     j["window_tokens"] = r.window_tokens;

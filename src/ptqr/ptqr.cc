@@ -17,6 +17,7 @@
 #include "kernels/quant.h"
 #include "model/decoder_layer.h"
 #include "model/hf_names.h"
+#include "ptqr/ptqr_e2e.h"
 #include "ptqr/ptqr_layer.h"
 #include "quantize/calibration_hybrid.h"
 #include "model/weight_overlay.h"
@@ -146,6 +147,60 @@ bool load_state(const PtqrOptions& o, const QuantSpec& spec, State& st) {
   return true;
 }
 
+// The end-to-end phase's checkpoint: e2e.safetensors (per module: multipliers, AdamW moments) and e2e.json.
+json e2e_fingerprint(const PtqrOptions& o) { return {{"e2e_steps", o.e2e_steps}, {"e2e_lr", o.e2e_lr}}; }
+
+void save_e2e(const PtqrOptions& o, const E2eCheckpoint& ck) {
+  const std::string dir = state_dir(o), tmp = dir + "/tmp";
+  NamedTensors t;
+  auto f64 = [](const std::vector<double>& v) {
+    Tensor x(DType::kF64, {static_cast<int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), x.mutable_ptr<double>());
+    return x;
+  };
+  for (const auto& [m, v] : ck.mult) {
+    t.emplace_back(m + ".mult", f32_tensor(v, {static_cast<int64_t>(v.size())}));
+    t.emplace_back(m + ".adam_m", f64(ck.m.at(m)));
+    t.emplace_back(m + ".adam_v", f64(ck.v.at(m)));
+  }
+  write_safetensors(tmp + ".e2e", t);
+  fs::rename(tmp + ".e2e", dir + "/e2e.safetensors");
+  const json meta = {{"fingerprint", e2e_fingerprint(o)}, {"step", ck.step}, {"step_kl", ck.step_kl},
+                     {"kl_before", ck.kl_before}, {"agree_before", ck.agree_before}};
+  {
+    std::ofstream f(tmp + ".e2e.json", std::ios::binary | std::ios::trunc);
+    f << meta.dump(1) << "\n";
+    if (!f.flush()) fail("ptqr: cannot write ", tmp, ".e2e.json");
+  }
+  fs::rename(tmp + ".e2e.json", dir + "/e2e.json");
+}
+
+bool load_e2e(const PtqrOptions& o, E2eCheckpoint& ck) {
+  const std::string dir = state_dir(o);
+  if (!fs::exists(dir + "/e2e.json")) return false;
+  const json meta = json::parse(read_text_file(dir + "/e2e.json"));
+  if (meta.at("fingerprint") != e2e_fingerprint(o))
+    fail("--resume: ", dir, "/e2e.json was made with other end-to-end settings (", meta.at("fingerprint").dump(),
+         "); delete it or repeat them");
+  ck.step = meta.at("step").get<int64_t>();
+  ck.step_kl = meta.at("step_kl").get<std::vector<double>>();
+  ck.kl_before = meta.at("kl_before").get<double>();
+  ck.agree_before = meta.at("agree_before").get<double>();
+  const SafetensorsCheckpoint s(dir + "/e2e.safetensors");
+  auto f64 = [](const Tensor& x) {
+    if (x.dtype() != DType::kF64) fail("ptqr e2e state: expected an F64 tensor");
+    return std::vector<double>(x.ptr<double>(), x.ptr<double>() + x.numel());
+  };
+  for (const std::string& n : s.names()) {
+    if (n.size() < 5 || n.substr(n.size() - 5) != ".mult") continue;
+    const std::string m = n.substr(0, n.size() - 5);
+    ck.mult[m] = f32_values(s.tensor(n));
+    ck.m[m] = f64(s.tensor(m + ".adam_m"));
+    ck.v[m] = f64(s.tensor(m + ".adam_v"));
+  }
+  return true;
+}
+
 }  // namespace
 
 PtqrReport run_ptqr(const PtqrOptions& o) {
@@ -162,6 +217,8 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
   if (o.smooth_attention < 0 || o.smooth_attention > 1 || std::isnan(o.smooth_attention))
     fail("--smooth-attention ", o.smooth_attention, ": expected alpha in (0, 1] (0: off)");
   if (o.kv == KvDType::kFP8E4M3) fail("--kv-cache-dtype fp8_e4m3: needs calibrated scales; ptqr trains f32, bf16 and the int8 caches");
+  if (o.e2e_steps < 0) fail("--e2e-steps ", o.e2e_steps, ": expected >= 0");
+  if (o.e2e_steps > 0 && !(o.e2e_lr > 0)) fail("--e2e-lr ", o.e2e_lr, ": expected > 0");
   std::unique_ptr<WeightSource> src = open_weight_source(o.in);
   const ModelConfig& cfg = src->config();
   if (cfg.is_hybrid() || cfg.attn_output_gate)
@@ -182,6 +239,8 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
   const int64_t H = cfg.hidden_size, n_tok = rep.n_windows * o.window;
   const QuantSpec spec = ptqr_spec(*src, o.group);
   const int64_t L = o.max_layers < 0 ? cfg.n_layers : std::min<int64_t>(o.max_layers, cfg.n_layers);
+  if (o.e2e_steps > 0 && L < cfg.n_layers)
+    fail("--e2e-steps: the end-to-end phase trains every layer's scales; drop --max-layers (", o.max_layers, ")");
 
   State st;
   if (o.resume && load_state(o, spec, st)) {
@@ -288,6 +347,38 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
   if (L < cfg.n_layers)
     rep.notes.push_back(str_cat("layers ", L, "..", cfg.n_layers - 1, " not retrained (--max-layers): RTN"));
 
+  if (!rep.stopped && o.e2e_steps > 0) {  // the end-to-end phase: the scales of the block-wise codes
+    TensorOverrides vectors_over = smoothed;
+    for (const auto& [n, v] : st.vectors) vectors_over[n] = v;
+    const OverlaySource e2e_src(*src, vectors_over);
+    PtqrE2eOptions eo;
+    eo.steps = o.e2e_steps;
+    eo.lr = o.e2e_lr;
+    eo.window = o.window;
+    eo.kv = o.kv;
+    eo.seed = o.seed;
+    eo.stop_after = o.e2e_stop_after;
+    eo.progress = o.progress;
+    E2eCheckpoint ck;
+    const bool resumed = o.resume && load_e2e(o, ck);
+    std::map<std::string, std::vector<float>> s0;
+    for (const auto& [m, qw] : st.codes) s0[m] = qw.scale;
+    const PtqrE2eReport er = run_ptqr_e2e(ctx, cfg, rope, *src, e2e_src, windows, st.x_t, st.codes, eo,
+                                          resumed ? &ck : nullptr, [&](const E2eCheckpoint& c) { save_e2e(o, c); });
+    rep.e2e_steps = o.e2e_steps;
+    rep.e2e_resumed_from = er.resumed_from;
+    rep.e2e_kl_before = er.kl_before, rep.e2e_kl_after = er.kl_after;
+    rep.e2e_agree_before = er.agree_before, rep.e2e_agree_after = er.agree_after;
+    rep.e2e_seconds = er.seconds, rep.e2e_tokens_per_s = er.tokens_per_s;
+    if (er.stopped) {
+      rep.notes.push_back(str_cat("stopped after end-to-end step ", er.step_kl.size(), " (--e2e-stop-after): resume with --resume"));
+      rep.stopped = true;
+    }
+    for (const auto& [m, qw] : st.codes)
+      for (size_t j = 0; j < qw.scale.size(); ++j)
+        if (s0[m][j] != 0)
+          rep.e2e_max_scale_change = std::max(rep.e2e_max_scale_change, std::abs(qw.scale[j] / s0[m][j] - 1.0));
+  }
   if (o.keep_outputs) rep.codes = st.codes, rep.stream = st.x_s;
   if (rep.stopped) {
     rep.total_seconds = now_s() - t_start;

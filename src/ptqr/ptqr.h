@@ -51,6 +51,9 @@ struct PtqrOptions {
   uint64_t seed = 0;
   bool resume = false;
   int64_t stop_after_layers = -1;     // stop (state kept, no export) once this many layers are done
+  int64_t e2e_steps = 0;              // the end-to-end phase after the block-wise one (ptqr_e2e.h); 0: none
+  double e2e_lr = 1e-4;               // its peak AdamW rate of the scale multipliers
+  int64_t e2e_stop_after = -1;        // stop (state kept, no export) once this many end-to-end steps are done
   bool keep_outputs = false;          // tests: PtqrReport::codes and stream
   int n_threads = 0;
   bool progress = true;
@@ -74,6 +77,11 @@ struct PtqrReport {
   std::vector<std::string> replaced;
   uint64_t out_bytes = 0;
   bool stopped = false;  // stop_after_layers: the state is kept, nothing exported
+  // The end-to-end phase (e2e_steps > 0): KL and top-1 agreement over the calibration windows before and after,
+  // the largest relative change of a scale, its steps, wall time and training tokens/s.
+  double e2e_kl_before = 0, e2e_kl_after = 0, e2e_agree_before = 0, e2e_agree_after = 0, e2e_max_scale_change = 0;
+  int64_t e2e_steps = 0, e2e_resumed_from = 0;
+  double e2e_seconds = 0, e2e_tokens_per_s = 0;
   // keep_outputs: every retrained module's final codes, and the student's residual stream after the last
   // retrained layer over the calibration windows [n_windows * window, H].
   std::map<std::string, QuantWeight> codes;
@@ -83,7 +91,7 @@ struct PtqrReport {
 // The dither of step t of `steps` (t 0-based).
 double dither_sigma(const PtqrOptions& o, int64_t t);
 
-// Trains, then writes OUT (compressed-tensors W8A8, `quantize`'s writer). The
+// Trains (block-wise, then e2e_steps of the end-to-end phase), then writes OUT (compressed-tensors W8A8, `quantize`'s writer). The
 // state after each layer goes to OUT.ptqr-state/ (removed after the export);
 // resume continues from its last finished layer.
 PtqrReport run_ptqr(const PtqrOptions& o);

@@ -35,9 +35,7 @@ double layer_loss(const float* y_s, const float* y_t, int64_t T, int64_t H, floa
   return loss / static_cast<double>(T);
 }
 
-namespace {
-
-std::vector<float> load_f32(const WeightSource& src, const std::string& name) {
+std::vector<float> load_f32_tensor(const WeightSource& src, const std::string& name) {
   const Shape s = src.shape(name);
   int64_t n = 1;
   for (int64_t d : s) n *= d;
@@ -54,6 +52,8 @@ std::vector<float> load_f32(const WeightSource& src, const std::string& name) {
   return v;
 }
 
+namespace {
+
 // trainable: with AdamW state and a gradient buffer (the student's groups; the teacher's are only read).
 StudentGroup load_group(const WeightSource& src, const std::string& p, std::initializer_list<const char*> mods,
                         bool trainable) {
@@ -69,12 +69,12 @@ StudentGroup load_group(const WeightSource& src, const std::string& p, std::init
     StudentPart part;
     part.module = p + m;
     part.N = s[0];
-    part.w = load_f32(src, w);
+    part.w = load_f32_tensor(src, w);
     if (trainable) part.opt = std::make_unique<AdamW>(part.N * g.K);
     if (any_bias) {
       const std::string b = p + m + std::string(".bias");
       if (src.has(b)) {
-        const std::vector<float> bv = load_f32(src, b);
+        const std::vector<float> bv = load_f32_tensor(src, b);
         g.bias.insert(g.bias.end(), bv.begin(), bv.end());
       } else {
         g.bias.insert(g.bias.end(), part.N, 0.f);
@@ -108,7 +108,8 @@ LinearGroup linear_group_of(const OpContext& ctx, const StudentGroup& g, const Q
   return lg;
 }
 
-// The linears of a layer: groups q|k|v, o, gate|up, down (norms are set by the caller).
+}  // namespace
+
 LayerWeights layer_linears(const OpContext& ctx, StudentGroup* const* groups, const QuantTensor* serving) {
   LayerWeights w;
   w.attn_qkv = linear_group_of(ctx, *groups[0], serving ? &serving[0] : nullptr);
@@ -122,20 +123,18 @@ LayerWeights layer_linears(const OpContext& ctx, StudentGroup* const* groups, co
   return w;
 }
 
-}  // namespace
-
 PtqrLayer::PtqrLayer(const OpContext& ctx, const ModelConfig& c, const RopeTables& rope, const WeightSource& teacher,
                      const WeightSource& student, int64_t layer, const QuantSpec& spec, KvDType kv,
                      bool train_vectors)
     : ctx_(ctx), c_(c), rope_(rope), spec_(spec), kv_(kv) {
   const std::string p = hf::under(c.weight_prefix, hf::target_layer(layer));
-  attn_norm_ = load_f32(student, hf::weight(p, hf::kAttnNorm));
-  ffn_norm_ = load_f32(student, hf::weight(p, hf::kFfnNorm));
-  t_attn_norm_ = load_f32(teacher, hf::weight(p, hf::kAttnNorm));
-  t_ffn_norm_ = load_f32(teacher, hf::weight(p, hf::kFfnNorm));
+  attn_norm_ = load_f32_tensor(student, hf::weight(p, hf::kAttnNorm));
+  ffn_norm_ = load_f32_tensor(student, hf::weight(p, hf::kFfnNorm));
+  t_attn_norm_ = load_f32_tensor(teacher, hf::weight(p, hf::kAttnNorm));
+  t_ffn_norm_ = load_f32_tensor(teacher, hf::weight(p, hf::kFfnNorm));
   if (c.arch == Arch::kQwen3) {
-    q_norm_ = load_f32(student, hf::weight(p, hf::kQNorm));
-    k_norm_ = load_f32(student, hf::weight(p, hf::kKNorm));
+    q_norm_ = load_f32_tensor(student, hf::weight(p, hf::kQNorm));
+    k_norm_ = load_f32_tensor(student, hf::weight(p, hf::kKNorm));
   }
   // The teacher's bf16 matrices are made from its own values first; then the groups hold the student's masters.
   {

@@ -28,6 +28,13 @@ QuantSpec ptqr_spec(const WeightSource& src, int64_t group);
 // dy (nullable) [T, H] gets its gradient with respect to y_s.
 double layer_loss(const float* y_s, const float* y_t, int64_t T, int64_t H, float* dy);
 
+// A tensor of src as f32 values (matrices through WeightSource::load_rows).
+std::vector<float> load_f32_tensor(const WeightSource& src, const std::string& name);
+
+// The linears of a layer from its groups q|k|v, o, gate|up, down: serving[4] the served matrices of the groups
+// (nullptr: bf16 matrices of the groups' masters, the teacher's). Norms are set by the caller.
+LayerWeights layer_linears(const OpContext& ctx, StudentGroup* const* groups, const QuantTensor* serving);
+
 class PtqrLayer {
  public:
   // The teacher's weights come from `teacher`, the student's initial masters and norms from `student` (the same

@@ -300,8 +300,12 @@ PtqrE2eReport run_ptqr_e2e(const OpContext& ctx, const ModelConfig& c, const Rop
   double train_s = 0, ema = 0;
   for (int64_t t = t0; t < o.steps; ++t) {
     const double ts = now_s();
-    Rng pick(o.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(t) * 7919 + 17);
-    const int64_t w = static_cast<int64_t>(pick.next() % static_cast<uint64_t>(nw));
+    // Every window once per epoch of nw steps, in an order shuffled per epoch (a function of t: resume-safe).
+    std::vector<int64_t> order(nw);
+    for (int64_t i = 0; i < nw; ++i) order[i] = i;
+    Rng pick(o.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(t / nw) * 7919 + 17);
+    for (int64_t i = nw - 1; i > 0; --i) std::swap(order[i], order[pick.next() % static_cast<uint64_t>(i + 1)]);
+    const int64_t w = order[t % nw];
     std::vector<std::vector<float>> xs(L);
     std::vector<float> x, zt(T * V);
     forward(w, &xs, x);
@@ -324,8 +328,9 @@ PtqrE2eReport run_ptqr_e2e(const OpContext& ctx, const ModelConfig& c, const Rop
     train_s += now_s() - ts;
     const double tps = static_cast<double>((t - t0 + 1) * T) / std::max(1e-9, train_s);
     if (o.progress)
-      std::fprintf(stderr, "ptqr e2e: step %lld/%lld KL %.6f (ema %.6f) lr %.3g %.0f tok/s ETA %.0f s\n",
-                   static_cast<long long>(t + 1), static_cast<long long>(o.steps), kl, ema, lr_t, tps,
+      std::fprintf(stderr, "ptqr e2e: step %lld/%lld window %lld KL %.6f (ema %.6f) lr %.3g %.0f tok/s ETA %.0f s\n",
+                   static_cast<long long>(t + 1), static_cast<long long>(o.steps), static_cast<long long>(w), kl, ema,
+                   lr_t, tps,
                    static_cast<double>((o.steps - t - 1) * T) / tps);
     if ((t + 1) % 5 == 0 || t + 1 == o.steps) checkpoint(t + 1);
     if (o.stop_after >= 0 && t + 1 >= o.stop_after && t + 1 < o.steps) {

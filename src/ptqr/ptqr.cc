@@ -233,6 +233,17 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
   rep.n_windows = static_cast<int64_t>(windows.size());
   rep.window_tokens = o.window;
 
+  {  // fewer layer-output values than codes: the block-wise phase can fit these windows' rounding (BENCHMARKS.md)
+    const int64_t hq = cfg.n_heads * cfg.head_dim, hkv = cfg.n_kv_heads * cfg.head_dim;
+    const int64_t codes = cfg.hidden_size * (hq + 2 * hkv) + hq * cfg.hidden_size + 3 * cfg.hidden_size * cfg.intermediate_size;
+    const int64_t targets = rep.n_windows * o.window * cfg.hidden_size;
+    if (targets < codes)
+      rep.notes.push_back(str_cat("calibration: ", rep.n_windows * o.window, " tokens give ", targets,
+                                  " layer-output values per layer against ", codes,
+                                  " codes; with fewer values than codes the block-wise phase can fit these windows' "
+                                  "rounding instead of the text (measured on Qwen2.5-Coder-1.5B at 4096 tokens): "
+                                  "raise --tokens"));
+  }
   ThreadPool pool(o.n_threads);
   const KernelTable kt = select_kernels("");
   const OpContext ctx{&kt, &pool};

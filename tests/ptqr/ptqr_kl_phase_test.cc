@@ -147,6 +147,28 @@ TEST(PtqrKlPhase, ResumeAfterAStopGivesTheSameCheckpoint) {
   fs::remove_all(a), fs::remove_all(b), fs::remove_all(b + ".ptqr-state");
 }
 
+// The report says when the calibration has fewer layer-output values than a layer has codes (the overfit measured
+// on the real model): the tiny Qwen2 has 64 * (64 + 2 * 32) + 64 * 64 + 3 * 64 * 128 = 36864 codes per layer.
+TEST(PtqrKlPhase, TooFewCalibrationTokensAreNamed) {
+  auto note = [](const PtqrReport& r) {
+    for (const std::string& n : r.notes)
+      if (n.find("raise --tokens") != std::string::npos) return n;
+    return std::string();
+  };
+  const std::string out = testing::TempDir() + "/ptqr_kl_note";
+  fs::remove_all(out);
+  PtqrOptions o = options(out);
+  o.steps = 1;
+  const std::string n = note(run_ptqr(o));
+  EXPECT_NE(n.find("4096 layer-output values per layer against 36864 codes"), std::string::npos) << n;
+  fs::remove_all(out);
+  Rng r(5);
+  o.calib_ids.resize(36 * 16);  // 576 tokens * 64 = 36864 values: enough
+  for (int32_t& v : o.calib_ids) v = static_cast<int32_t>(r.next() % 500);
+  EXPECT_EQ(note(run_ptqr(o)), "");
+  fs::remove_all(out);
+}
+
 TEST(PtqrKlPhase, BadSettingsAreOneLineErrors) {
   auto msg = [&](const PtqrOptions& x) -> std::string {
     try {

@@ -372,8 +372,6 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     eo.progress = o.progress;
     E2eCheckpoint ck;
     const bool resumed = o.resume && load_e2e(o, ck);
-    std::map<std::string, std::vector<float>> s0;
-    for (const auto& [m, qw] : st.codes) s0[m] = qw.scale;
     const PtqrE2eReport er = run_ptqr_e2e(ctx, cfg, rope, *src, e2e_src, windows, st.x_t, st.codes, eo,
                                           resumed ? &ck : nullptr, [&](const E2eCheckpoint& c) { save_e2e(o, c); });
     rep.e2e_steps = o.e2e_steps;
@@ -385,10 +383,7 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
       rep.notes.push_back(str_cat("stopped after end-to-end step ", er.step_kl.size(), " (--e2e-stop-after): resume with --resume"));
       rep.stopped = true;
     }
-    for (const auto& [m, qw] : st.codes)
-      for (size_t j = 0; j < qw.scale.size(); ++j)
-        if (s0[m][j] != 0)
-          rep.e2e_max_scale_change = std::max(rep.e2e_max_scale_change, std::abs(qw.scale[j] / s0[m][j] - 1.0));
+    rep.e2e_max_scale_change = er.max_scale_change;
   }
   if (o.keep_outputs) rep.codes = st.codes, rep.stream = st.x_s;
   if (rep.stopped) {

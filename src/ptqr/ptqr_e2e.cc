@@ -2,11 +2,11 @@
 #include "ptqr/ptqr_e2e.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 
 #include "base/error.h"
+#include "base/timer.h"
 #include "model/decoder_layer.h"
 #include "model/hf_names.h"
 #include "ptqr/ptqr_layer.h"
@@ -19,25 +19,6 @@
 namespace blockspec {
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// g.deq [N, K] = code * scale of every part; g.grad [N, K] = 0.
-void fill_deq(StudentGroup& g, ThreadPool& pool) {
-  g.deq.resize(g.N * g.K);
-  g.grad.assign(g.N * g.K, 0.f);
-  int64_t row0 = 0;
-  for (const StudentPart& p : g.parts) {
-    pool.parallel_for(p.N, [&](int64_t r0, int64_t r1) {
-      for (int64_t n = r0; n < r1; ++n)
-        for (int64_t k = 0; k < g.K; ++k)
-          g.deq[(row0 + n) * g.K + k] = p.qw.dequantize_code(n, k, p.qw.q[n * g.K + k]);
-    });
-    row0 += p.N;
-  }
-}
 
 void release(std::vector<float>& v) { std::vector<float>().swap(v); }
 
@@ -63,10 +44,6 @@ void add_scale_grads(const StudentGroup& g, std::vector<std::vector<float>>& out
   }
 }
 
-Tensor view(const std::vector<float>& v) {
-  return v.empty() ? Tensor() : Tensor::view(DType::kF32, {static_cast<int64_t>(v.size())}, v.data());
-}
-
 // The serving forward of layer e over one window x [T, H] at positions 0 .. T - 1, in place.
 void serve_layer(const OpContext& ctx, const ModelConfig& c, const RopeTables& rope, KvDType kv, E2eLayer& e,
                  float* x, int64_t T) {
@@ -74,13 +51,9 @@ void serve_layer(const OpContext& ctx, const ModelConfig& c, const RopeTables& r
   QuantTensor serving[4];
   for (int i = 0; i < 4; ++i) serving[i] = serving_weight(ctx, *groups[i]);
   LayerWeights lw = layer_linears(ctx, groups, serving);
-  lw.attn_norm = view(e.attn_norm), lw.ffn_norm = view(e.ffn_norm);
-  lw.attn_q_norm = view(e.q_norm), lw.attn_k_norm = view(e.k_norm);
-  KvCache cache(1, T, c.n_kv_heads, c.head_dim, kv);
-  std::vector<int64_t> pos(T);
-  for (int64_t t = 0; t < T; ++t) pos[t] = t;
-  LayerScratch scratch;
-  decoder_layer(ctx, c, rope, lw, 0, {{&cache, T}}, pos.data(), x, scratch, false);
+  lw.attn_norm = f32_view(e.attn_norm), lw.ffn_norm = f32_view(e.ffn_norm);
+  lw.attn_q_norm = f32_view(e.q_norm), lw.attn_k_norm = f32_view(e.k_norm);
+  run_layer_windows(ctx, c, rope, lw, kv, T, x, T);
 }
 
 std::vector<int32_t> argmax_rows(const float* z, int64_t T, int64_t V) {
@@ -102,6 +75,20 @@ double kl_of(const OpContext& ctx, const float* z, const float* zt, int64_t T, i
 }
 
 }  // namespace
+
+void e2e_fill_deq(StudentGroup& g, ThreadPool& pool) {
+  g.deq.resize(g.N * g.K);
+  g.grad.assign(g.N * g.K, 0.f);
+  int64_t row0 = 0;
+  for (const StudentPart& p : g.parts) {
+    pool.parallel_for(p.N, [&](int64_t r0, int64_t r1) {
+      for (int64_t n = r0; n < r1; ++n)
+        for (int64_t k = 0; k < g.K; ++k)
+          g.deq[(row0 + n) * g.K + k] = p.qw.dequantize_code(n, k, p.qw.q[n * g.K + k]);
+    });
+    row0 += p.N;
+  }
+}
 
 QatLayer e2e_twin(const ModelConfig& c, const RopeTables& rope, KvDType kv, E2eLayer& e) {
   QatLayer q;
@@ -136,7 +123,7 @@ double e2e_window_grads(const OpContext& ctx, const ModelConfig& c, const RopeTa
   // ---- layers in reverse, each through its twin on its serving input ----
   for (int64_t l = L - 1; l >= 0; --l) {
     E2eLayer& e = layers[l];
-    for (int i = 0; i < 4; ++i) fill_deq(*e.group(i), *ctx.pool);
+    for (int i = 0; i < 4; ++i) e2e_fill_deq(*e.group(i), *ctx.pool);
     QatLayer q = e2e_twin(c, rope, kv, e);
     QatSaved saved;
     qat_forward(ctx, q, xs[l], T, y.data(), saved);
@@ -156,7 +143,7 @@ PtqrE2eReport run_ptqr_e2e(const OpContext& ctx, const ModelConfig& c, const Rop
                            const std::vector<std::vector<int32_t>>& windows, const std::vector<float>& teacher_final,
                            std::map<std::string, QuantWeight>& codes, const PtqrE2eOptions& o,
                            const E2eCheckpoint* resume, const std::function<void(const E2eCheckpoint&)>& save) {
-  const double t_start = now_s();
+  const Timer total;
   PtqrE2eReport rep;
   const int64_t H = c.hidden_size, V = c.vocab_size, L = c.n_layers, T = o.window;
   const int64_t nw = static_cast<int64_t>(windows.size());
@@ -186,11 +173,9 @@ PtqrE2eReport run_ptqr_e2e(const OpContext& ctx, const ModelConfig& c, const Rop
       e.q_norm = load_f32_tensor(student, hf::weight(p, hf::kQNorm));
       e.k_norm = load_f32_tensor(student, hf::weight(p, hf::kKNorm));
     }
-    const std::vector<const char*> mods[4] = {{hf::kQ, hf::kK, hf::kV}, {hf::kO}, {hf::kGate, hf::kUp}, {hf::kDown}};
+    const std::initializer_list<const char*> mods[4] = {{hf::kQ, hf::kK, hf::kV}, {hf::kO}, {hf::kGate, hf::kUp}, {hf::kDown}};
     for (int i = 0; i < 4; ++i) {
       StudentGroup& g = *e.group(i);
-      bool any_bias = false;
-      for (const char* m : mods[i]) any_bias |= student.has(p + m + std::string(".bias"));
       for (const char* m : mods[i]) {
         auto it = codes.find(p + m);
         if (it == codes.end()) fail("ptqr e2e: no codes for ", p + m);
@@ -200,14 +185,10 @@ PtqrE2eReport run_ptqr_e2e(const OpContext& ctx, const ModelConfig& c, const Rop
         part.qw = std::move(it->second);
         if (g.K == 0) g.K = part.qw.K;
         if (part.qw.K != g.K) fail("ptqr e2e: ", part.module, " has ", part.qw.K, " inputs, its group ", g.K);
-        if (any_bias) {
-          const std::string b = part.module + ".bias";
-          const std::vector<float> bv = student.has(b) ? load_f32_tensor(student, b) : std::vector<float>(part.N, 0.f);
-          g.bias.insert(g.bias.end(), bv.begin(), bv.end());
-        }
         g.N += part.N;
         g.parts.push_back(std::move(part));
       }
+      g.bias = group_bias(student, p, mods[i]);
     }
   }
   // ---- multipliers of the block-wise scales, AdamW on them ----
@@ -299,7 +280,7 @@ PtqrE2eReport run_ptqr_e2e(const OpContext& ctx, const ModelConfig& c, const Rop
   ao.weight_decay = 0;
   double train_s = 0, ema = 0;
   for (int64_t t = t0; t < o.steps; ++t) {
-    const double ts = now_s();
+    const Timer step_timer;
     // Every window once per epoch of nw steps, in an order shuffled per epoch (a function of t: resume-safe).
     std::vector<int64_t> order(nw);
     for (int64_t i = 0; i < nw; ++i) order[i] = i;
@@ -325,7 +306,7 @@ PtqrE2eReport run_ptqr_e2e(const OpContext& ctx, const ModelConfig& c, const Rop
     }
     rep.step_kl.push_back(kl);
     ema = t == t0 ? kl : 0.9 * ema + 0.1 * kl;
-    train_s += now_s() - ts;
+    train_s += step_timer.seconds();
     const double tps = static_cast<double>((t - t0 + 1) * T) / std::max(1e-9, train_s);
     if (o.progress)
       std::fprintf(stderr, "ptqr e2e: step %lld/%lld window %lld KL %.6f (ema %.6f) lr %.3g %.0f tok/s ETA %.0f s\n",
@@ -345,11 +326,15 @@ PtqrE2eReport run_ptqr_e2e(const OpContext& ctx, const ModelConfig& c, const Rop
   if (o.progress && !rep.stopped)
     std::fprintf(stderr, "ptqr e2e: KL %.6f -> %.6f, top-1 %.4f -> %.4f over the calibration windows\n", rep.kl_before,
                  rep.kl_after, rep.agree_before, rep.agree_after);
+  for (const Trained& tt : tr)
+    for (size_t j = 0; j < tt.s0.size(); ++j)
+      if (tt.s0[j] != 0)
+        rep.max_scale_change = std::max(rep.max_scale_change, std::abs(static_cast<double>(tt.qw->scale[j]) / tt.s0[j] - 1.0));
   // ---- the trained codes and scales back to the caller ----
   for (E2eLayer& e : layers)
     for (int i = 0; i < 4; ++i)
       for (StudentPart& p : e.group(i)->parts) codes[p.module] = std::move(p.qw);
-  rep.seconds = now_s() - t_start;
+  rep.seconds = total.seconds();
   return rep;
 }
 

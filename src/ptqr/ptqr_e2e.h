@@ -49,6 +49,9 @@ struct E2eLayer {
   StudentGroup* group(int i) { return i == 0 ? &qkv : i == 1 ? &o : i == 2 ? &gu : &down; }
 };
 
+// g.deq [N, K] = code * scale of every part (StudentPart::qw); g.grad [N, K] = 0.
+void e2e_fill_deq(StudentGroup& g, ThreadPool& pool);
+
 // The straight-through twin of e (its groups' deq and grad are the caller's to fill).
 QatLayer e2e_twin(const ModelConfig& c, const RopeTables& rope, KvDType kv, E2eLayer& e);
 
@@ -93,6 +96,7 @@ struct E2eCheckpoint {
 struct PtqrE2eReport {
   double kl_before = 0, kl_after = 0;      // mean KL over every calibration window, exact serving forward
   double agree_before = 0, agree_after = 0;  // student argmax == teacher argmax, fraction of tokens
+  double max_scale_change = 0;             // largest |s / s_0 - 1| over every scale
   std::vector<double> step_kl;             // the training window's KL at each step
   double seconds = 0, tokens_per_s = 0;
   int64_t resumed_from = 0;

@@ -52,14 +52,46 @@ std::vector<float> load_f32_tensor(const WeightSource& src, const std::string& n
   return v;
 }
 
+std::vector<float> group_bias(const WeightSource& src, const std::string& p, std::initializer_list<const char*> mods) {
+  bool any_bias = false;
+  for (const char* m : mods) any_bias |= src.has(p + m + std::string(".bias"));
+  std::vector<float> bias;
+  if (!any_bias) return bias;
+  for (const char* m : mods) {
+    const std::string b = p + m + std::string(".bias");
+    const std::vector<float> bv =
+        src.has(b) ? load_f32_tensor(src, b) : std::vector<float>(src.shape(hf::weight(p, m))[0], 0.f);
+    bias.insert(bias.end(), bv.begin(), bv.end());
+  }
+  return bias;
+}
+
+Tensor f32_view(const std::vector<float>& v) {
+  return v.empty() ? Tensor() : Tensor::view(DType::kF32, {static_cast<int64_t>(v.size())}, v.data());
+}
+
+void run_layer_windows(const OpContext& ctx, const ModelConfig& c, const RopeTables& rope, const LayerWeights& lw,
+                       KvDType kv, int64_t window, float* x, int64_t n) {
+  if (n % window != 0) fail("ptqr: ", n, " rows are not whole windows of ", window);
+  std::vector<KvCache> caches;
+  std::vector<LayerSeq> seqs;
+  std::vector<int64_t> pos;
+  caches.reserve(n / window);
+  for (int64_t w = 0; w < n / window; ++w) {
+    caches.emplace_back(1, window, c.n_kv_heads, c.head_dim, kv);
+    seqs.push_back({&caches.back(), window});
+    for (int64_t i = 0; i < window; ++i) pos.push_back(i);
+  }
+  LayerScratch scratch;
+  decoder_layer(ctx, c, rope, lw, 0, seqs, pos.data(), x, scratch, false);
+}
+
 namespace {
 
 // trainable: with AdamW state and a gradient buffer (the student's groups; the teacher's are only read).
 StudentGroup load_group(const WeightSource& src, const std::string& p, std::initializer_list<const char*> mods,
                         bool trainable) {
   StudentGroup g;
-  bool any_bias = false;
-  for (const char* m : mods) any_bias |= src.has(p + m + std::string(".bias"));
   for (const char* m : mods) {
     const std::string w = hf::weight(p, m);
     if (!src.has(w)) fail(src.path(), ": missing tensor \"", w, "\"");
@@ -71,24 +103,12 @@ StudentGroup load_group(const WeightSource& src, const std::string& p, std::init
     part.N = s[0];
     part.w = load_f32_tensor(src, w);
     if (trainable) part.opt = std::make_unique<AdamW>(part.N * g.K);
-    if (any_bias) {
-      const std::string b = p + m + std::string(".bias");
-      if (src.has(b)) {
-        const std::vector<float> bv = load_f32_tensor(src, b);
-        g.bias.insert(g.bias.end(), bv.begin(), bv.end());
-      } else {
-        g.bias.insert(g.bias.end(), part.N, 0.f);
-      }
-    }
     g.N += part.N;
     g.parts.push_back(std::move(part));
   }
+  g.bias = group_bias(src, p, mods);
   if (trainable) g.grad.assign(g.N * g.K, 0.f);
   return g;
-}
-
-Tensor view(const std::vector<float>& v) {
-  return v.empty() ? Tensor() : Tensor::view(DType::kF32, {static_cast<int64_t>(v.size())}, v.data());
 }
 
 // A group's weight as one matrix of format fmt (the teacher's bf16) from its masters.
@@ -104,7 +124,7 @@ LinearGroup linear_group_of(const OpContext& ctx, const StudentGroup& g, const Q
   }
   for (const StudentPart& p : g.parts) lg.part_rows.push_back(p.N);
   lg.rows = g.N;
-  lg.bias = view(g.bias);
+  lg.bias = f32_view(g.bias);
   return lg;
 }
 
@@ -144,13 +164,13 @@ PtqrLayer::PtqrLayer(const OpContext& ctx, const ModelConfig& c, const RopeTable
     StudentGroup* groups[4] = {&tq, &to, &tg, &td};
     teacher_ = layer_linears(ctx_, groups, nullptr);
     teacher_bias_ = {tq.bias, to.bias, tg.bias, td.bias};
-    teacher_.attn_qkv.bias = view(teacher_bias_[0]);
-    teacher_.attn_o_bias = view(teacher_bias_[1]);
-    teacher_.ffn_gate_up.bias = view(teacher_bias_[2]);
-    teacher_.ffn_down_bias = view(teacher_bias_[3]);
+    teacher_.attn_qkv.bias = f32_view(teacher_bias_[0]);
+    teacher_.attn_o_bias = f32_view(teacher_bias_[1]);
+    teacher_.ffn_gate_up.bias = f32_view(teacher_bias_[2]);
+    teacher_.ffn_down_bias = f32_view(teacher_bias_[3]);
   }
-  teacher_.attn_norm = view(t_attn_norm_), teacher_.ffn_norm = view(t_ffn_norm_);
-  teacher_.attn_q_norm = view(q_norm_), teacher_.attn_k_norm = view(k_norm_);
+  teacher_.attn_norm = f32_view(t_attn_norm_), teacher_.ffn_norm = f32_view(t_ffn_norm_);
+  teacher_.attn_q_norm = f32_view(q_norm_), teacher_.attn_k_norm = f32_view(k_norm_);
   qkv_ = load_group(student, p, {hf::kQ, hf::kK, hf::kV}, true);
   o_ = load_group(student, p, {hf::kO}, true);
   gu_ = load_group(student, p, {hf::kGate, hf::kUp}, true);
@@ -185,18 +205,7 @@ PtqrLayer::PtqrLayer(const OpContext& ctx, const ModelConfig& c, const RopeTable
 }
 
 void PtqrLayer::run(const LayerWeights& lw, KvDType kv, int64_t window, float* x, int64_t n) const {
-  if (n % window != 0) fail("ptqr: ", n, " rows are not whole windows of ", window);
-  std::vector<KvCache> caches;
-  std::vector<LayerSeq> seqs;
-  std::vector<int64_t> pos;
-  caches.reserve(n / window);
-  for (int64_t w = 0; w < n / window; ++w) {
-    caches.emplace_back(1, window, c_.n_kv_heads, c_.head_dim, kv);
-    seqs.push_back({&caches.back(), window});
-    for (int64_t i = 0; i < window; ++i) pos.push_back(i);
-  }
-  LayerScratch scratch;
-  decoder_layer(ctx_, c_, rope_, lw, 0, seqs, pos.data(), x, scratch, false);
+  run_layer_windows(ctx_, c_, rope_, lw, kv, window, x, n);
 }
 
 void PtqrLayer::run_teacher(int64_t window, float* x, int64_t n) const { run(teacher_, KvDType::kF32, window, x, n); }
@@ -209,8 +218,8 @@ void PtqrLayer::requantize(double sigma, uint64_t seed) {
     serving[i] = serving_weight(ctx_, *groups[i]);
   }
   student_ = layer_linears(ctx_, groups, serving);
-  student_.attn_norm = view(attn_norm_), student_.ffn_norm = view(ffn_norm_);
-  student_.attn_q_norm = view(q_norm_), student_.attn_k_norm = view(k_norm_);
+  student_.attn_norm = f32_view(attn_norm_), student_.ffn_norm = f32_view(ffn_norm_);
+  student_.attn_q_norm = f32_view(q_norm_), student_.attn_k_norm = f32_view(k_norm_);
 }
 
 double PtqrLayer::serving_loss(int64_t window, const float* x_s, const float* y_t, int64_t n, float* y_out) const {

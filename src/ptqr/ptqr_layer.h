@@ -4,6 +4,7 @@
 // a training step. Windows are causal sequences of T tokens at positions 0..T-1.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <memory>
 #include <tuple>
@@ -30,6 +31,18 @@ double layer_loss(const float* y_s, const float* y_t, int64_t T, int64_t H, floa
 
 // A tensor of src as f32 values (matrices through WeightSource::load_rows).
 std::vector<float> load_f32_tensor(const WeightSource& src, const std::string& name);
+
+// The biases of a group of modules under prefix p, fused in part order: empty when no module has one, else
+// each module's bias or zeros for a module without one.
+std::vector<float> group_bias(const WeightSource& src, const std::string& p, std::initializer_list<const char*> mods);
+
+// A 1-D F32 view of v (an empty Tensor for an empty v); v must outlive it.
+Tensor f32_view(const std::vector<float>& v);
+
+// The layer lw over n rows x [n, H] in place: windows of `window` rows, each a fresh sequence at positions
+// 0 .. window - 1 with a KV cache of dtype kv (the serving decoder_layer).
+void run_layer_windows(const OpContext& ctx, const ModelConfig& c, const RopeTables& rope, const LayerWeights& lw,
+                       KvDType kv, int64_t window, float* x, int64_t n);
 
 // The linears of a layer from its groups q|k|v, o, gate|up, down: serving[4] the served matrices of the groups
 // (nullptr: bf16 matrices of the groups' masters, the teacher's). Norms are set by the caller.

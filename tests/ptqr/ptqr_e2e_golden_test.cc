@@ -76,16 +76,6 @@ StudentGroup group(const SafetensorsFile& f, const std::string& p, std::initiali
   return g;
 }
 
-void fill_deq(StudentGroup& g) {
-  g.deq.resize(g.N * g.K);
-  int64_t row0 = 0;
-  for (const StudentPart& p : g.parts) {
-    for (int64_t n = 0; n < p.N; ++n)
-      for (int64_t k = 0; k < g.K; ++k) g.deq[(row0 + n) * g.K + k] = p.qw.q[n * g.K + k] * p.qw.scale[n * (g.K / 128) + k / 128];
-    row0 += p.N;
-  }
-}
-
 class PtqrE2eGolden : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(PtqrE2eGolden, ScaleGradientsMatchTorch) {
@@ -129,7 +119,7 @@ TEST_P(PtqrE2eGolden, ScaleGradientsMatchTorch) {
   xs[0] = f32(f, c + ".x0");
   for (int64_t l = 0; l < L; ++l) {
     E2eLayer& e = layers[l];
-    for (int i = 0; i < 4; ++i) fill_deq(*e.group(i));
+    for (int i = 0; i < 4; ++i) e2e_fill_deq(*e.group(i), pool);
     QatLayer q = e2e_twin(mc, rope, kv, e);
     QatSaved s;
     xs[l + 1].resize(T * H);

@@ -46,6 +46,11 @@ std::vector<FlagSpec> flags() {
        "the KL of the whole serving student's logits to the teacher's (default 0: none)"},
       {"--e2e-lr", "", true, "peak AdamW rate of the end-to-end phase's scale multipliers (default 1e-4)"},
       {"--e2e-stop-after", "", true, "stop once N end-to-end steps are done; the state is kept, continue with --resume"},
+      {"--smooth-tokens", "", true,
+       "SmoothQuant / SmoothAttention statistics over the first N calibration tokens (default: all of --tokens)"},
+      {"--holdout", "", true,
+       "hold the last N windows out of training; each layer keeps the step (0: its start) scoring lowest on them"},
+      {"--val-every", "", true, "with --holdout: score the held-out windows every N steps (default 10)"},
       {"--max-layers", "", true, "retrain only the first N layers (the rest are RTN)"},
       {"--seed", "", true, "seed of the dither and the window order (default 0)"},
       {"--stop-after", "", true, "stop once N layers (a drafter: N optimizer steps) are trained; the state is kept, continue with --resume"},
@@ -64,7 +69,7 @@ std::vector<FlagSpec> flags() {
 // IN is a DFlash drafter (ptqr/ptqr_drafter.h).
 int ptqr_drafter(const Args& a, const std::string& in, const std::string& out) {
   for (const char* f : {"--calib", "--tokens", "--window", "--kv-cache-dtype", "--smooth", "--smooth-attention", "--smooth-mappings", "--train-vectors",
-                        "--lr-vectors", "--max-layers", "--group"})
+                        "--lr-vectors", "--max-layers", "--group", "--smooth-tokens", "--holdout", "--val-every"})
     if (a.has(f)) fail("ptqr: ", f, " is for targets; ", in, " is a drafter (see --target, --drafter-data)");
   if (a.str("--scheme", "w8a8") != "w8a8") fail("ptqr: --scheme ", a.str("--scheme"), ": only w8a8 trains so far");
   PtqrDrafterOptions o;
@@ -163,6 +168,13 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
   o.smooth_attention = a.number("--smooth-attention", 0.0);
   o.smooth_mappings = parse_smooth_mappings(a.str("--smooth-mappings", "norms"));
   if (a.has("--smooth-mappings") && !a.has("--smooth")) fail("--smooth-mappings needs --smooth ALPHA");
+  o.smooth_tokens = a.integer("--smooth-tokens", -1);
+  if (a.has("--smooth-tokens") && !a.has("--smooth") && !a.has("--smooth-attention"))
+    fail("--smooth-tokens needs --smooth ALPHA or --smooth-attention ALPHA");
+  if (a.has("--smooth-tokens") && o.smooth_tokens < 1) fail("ptqr: --smooth-tokens ", o.smooth_tokens, ": expected >= 1");
+  o.holdout = a.integer("--holdout", 0);
+  o.val_every = a.integer("--val-every", 10);
+  if (a.has("--val-every") && o.holdout == 0) fail("ptqr: --val-every needs --holdout N");
   o.train_vectors = a.has("--train-vectors");
   o.lr_vectors = a.number("--lr-vectors", 1e-4);
   if (!(o.lr_vectors > 0)) fail("ptqr: --lr-vectors ", o.lr_vectors, ": expected > 0");
@@ -194,10 +206,15 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
     return 0;
   }
   FILE* h = a.has("--json") ? stderr : stdout;
-  std::fprintf(h, "%-6s %-12s %-12s %-8s %s\n", "layer", "loss RTN", "loss PTQR", "ratio", "seconds");
-  for (const PtqrLayerReport& l : r.layers)
-    std::fprintf(h, "%-6lld %-12.6g %-12.6g %-8.3f %.0f\n", static_cast<long long>(l.layer), l.loss_rtn, l.loss_final,
+  std::fprintf(h, "%-6s %-12s %-12s %-8s %-8s%s\n", "layer", "loss RTN", "loss PTQR", "ratio", "seconds",
+               o.holdout > 0 ? " held-out RTN  held-out PTQR  kept step" : "");
+  for (const PtqrLayerReport& l : r.layers) {
+    std::fprintf(h, "%-6lld %-12.6g %-12.6g %-8.3f %-8.0f", static_cast<long long>(l.layer), l.loss_rtn, l.loss_final,
                  l.loss_final / std::max(1e-30, l.loss_rtn), l.seconds);
+    if (o.holdout > 0)
+      std::fprintf(h, " %-13.6g %-13.6g %lld", l.val_rtn, l.val_final, static_cast<long long>(l.kept_step));
+    std::fprintf(h, "\n");
+  }
   std::fprintf(h, "ptqr: %zu layers retrained on %lld windows of %lld tokens (resumed after %lld); %.0f s, "
                "%.0f training tok/s, peak RSS %.0f MB; wrote %s (serve it with --kv-cache-dtype %s)\n",
                r.layers.size(), static_cast<long long>(r.n_windows), static_cast<long long>(r.window_tokens),
@@ -240,6 +257,7 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
     for (const PtqrLayerReport& l : r.layers) {
       nlohmann::ordered_json lj = {{"layer", l.layer}, {"loss_rtn", l.loss_rtn}, {"loss_final", l.loss_final},
                                    {"seconds", l.seconds}};
+      if (o.holdout > 0) lj["val_rtn"] = l.val_rtn, lj["val_final"] = l.val_final, lj["kept_step"] = l.kept_step;
       for (const auto& [m, e] : l.rel_err) lj["rel_err"][m] = e;
       j["layers"].push_back(lj);
     }

@@ -77,6 +77,7 @@ json fingerprint(const PtqrOptions& o) {
   return {{"in", o.in}, {"group", o.group}, {"kv", kv_dtype_name(o.kv)}, {"window", o.window},
           {"steps", o.steps}, {"lr", o.lr}, {"dither_start", o.dither_start}, {"dither_decay", o.dither_decay},
           {"seed", o.seed}, {"calib_tokens", o.calib_ids.size()}, {"max_layers", o.max_layers}, {"smooth", o.smooth},
+          {"smooth_tokens", o.smooth_tokens}, {"holdout", o.holdout}, {"val_every", o.holdout > 0 ? o.val_every : 0},
           {"smooth_attention", o.smooth_attention}, {"smooth_all", o.smooth_mappings == SmoothMappings::kAll},
           {"train_vectors", o.train_vectors}, {"lr_vectors", o.train_vectors ? o.lr_vectors : 0.0}};
 }
@@ -232,17 +233,28 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     fail("--calib: ", o.calib_ids.size(), " tokens, fewer than one window of ", o.window, " (--window)");
   rep.n_windows = static_cast<int64_t>(windows.size());
   rep.window_tokens = o.window;
+  if (o.holdout < 0 || o.holdout >= rep.n_windows)
+    fail("--holdout ", o.holdout, ": expected 0 .. ", rep.n_windows - 1, " windows (", rep.n_windows,
+         " calibration windows of ", o.window, " tokens; at least one must train)");
+  if (o.holdout > 0 && o.val_every < 1) fail("--val-every ", o.val_every, ": expected >= 1");
+  if (o.smooth_tokens == 0 || o.smooth_tokens < -1) fail("--smooth-tokens ", o.smooth_tokens, ": expected >= 1");
+  const int64_t n_train = rep.n_windows - o.holdout;
+  // SmoothQuant / SmoothAttention statistics: the first smooth_tokens tokens in whole windows (at least one).
+  const std::vector<std::vector<int32_t>> smooth_windows(
+      windows.begin(), windows.begin() + (o.smooth_tokens < 0 ? rep.n_windows
+                                                               : std::clamp<int64_t>((o.smooth_tokens + o.window - 1) / o.window,
+                                                                                     1, rep.n_windows)));
 
   {  // fewer layer-output values than codes: the block-wise phase can fit these windows' rounding (BENCHMARKS.md)
     const int64_t hq = cfg.n_heads * cfg.head_dim, hkv = cfg.n_kv_heads * cfg.head_dim;
     const int64_t codes = cfg.hidden_size * (hq + 2 * hkv) + hq * cfg.hidden_size + 3 * cfg.hidden_size * cfg.intermediate_size;
-    const int64_t targets = rep.n_windows * o.window * cfg.hidden_size;
+    const int64_t targets = n_train * o.window * cfg.hidden_size;
     if (targets < codes)
-      rep.notes.push_back(str_cat("calibration: ", rep.n_windows * o.window, " tokens give ", targets,
+      rep.notes.push_back(str_cat("calibration: ", n_train * o.window, " training tokens give ", targets,
                                   " layer-output values per layer against ", codes,
                                   " codes; with fewer values than codes the block-wise phase can fit these windows' "
                                   "rounding instead of the text (measured on Qwen2.5-Coder-1.5B at 4096 tokens): "
-                                  "raise --tokens"));
+                                  "raise --tokens", o.holdout > 0 ? "" : " or hold windows out (--holdout)"));
   }
   ThreadPool pool(o.n_threads);
   const KernelTable kt = select_kernels("");
@@ -267,14 +279,14 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
   TensorOverrides smoothed;
   if (o.smooth > 0) {
     const double ts = now_s();
-    smoothed = smooth_model(*src, ctx, windows, o.smooth, o.smooth_mappings);
+    smoothed = smooth_model(*src, ctx, smooth_windows, o.smooth, o.smooth_mappings);
     if (o.progress)
       std::fprintf(stderr, "ptqr: SmoothQuant alpha %.3g over %lld windows: %zu tensors rescaled in %.0f s\n", o.smooth,
-                   static_cast<long long>(windows.size()), smoothed.size(), now_s() - ts);
+                   static_cast<long long>(smooth_windows.size()), smoothed.size(), now_s() - ts);
   }
   if (o.smooth_attention > 0) {  // then SmoothAttention on what SmoothQuant left; its q/k tensors win
     const double ts = now_s();
-    TensorOverrides sa = smooth_attention(OverlaySource(*src, smoothed), ctx, windows, o.smooth_attention);
+    TensorOverrides sa = smooth_attention(OverlaySource(*src, smoothed), ctx, smooth_windows, o.smooth_attention);
     if (o.progress)
       std::fprintf(stderr, "ptqr: SmoothAttention alpha %.3g: %zu q/k tensors rescaled in %.0f s\n", o.smooth_attention,
                    sa.size(), now_s() - ts);
@@ -293,6 +305,11 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     lr.layer = li;
     layer.requantize(0.0, 0);
     lr.loss_rtn = layer.serving_loss(o.window, st.x_s.data(), y_t.data(), n_tok, nullptr);
+    // Held-out windows: the rows after the training windows'.
+    const int64_t val_off = n_train * o.window * H, val_n = o.holdout * o.window;
+    auto val_loss = [&] { return layer.serving_loss(o.window, st.x_s.data() + val_off, y_t.data() + val_off, val_n, nullptr); };
+    std::vector<std::vector<float>> best;  // the masters of the best held-out score so far (holdout > 0)
+    if (o.holdout > 0) lr.val_rtn = lr.val_final = val_loss(), lr.kept_step = 0, best = layer.masters();
     AdamWOptions ao;
     ao.weight_decay = o.weight_decay;
     Rng order(o.seed * 7919 + li);
@@ -300,7 +317,7 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     double ema = lr.loss_rtn;
     for (int64_t t = 0; t < o.steps; ++t) {
       const double ts = now_s();
-      const int64_t w = static_cast<int64_t>(order.next() % windows.size());
+      const int64_t w = static_cast<int64_t>(order.next() % static_cast<uint64_t>(n_train));
       const double sigma = dither_sigma(o, t);
       layer.requantize(sigma, o.seed * 1000003 + li * 65537 + t);
       const float* xs = st.x_s.data() + w * o.window * H;
@@ -310,6 +327,15 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
       ema = t == 0 ? loss : 0.9 * ema + 0.1 * loss;
       train_seconds += now_s() - ts;
       train_tokens += static_cast<double>(o.window);
+      if (o.holdout > 0 && ((t + 1) % o.val_every == 0 || t + 1 == o.steps)) {
+        layer.requantize(0.0, 0);  // the codes this step's masters would serve; the next step requantizes again
+        const double v = val_loss();
+        if (v < lr.val_final) lr.val_final = v, lr.kept_step = t + 1, best = layer.masters();
+        if (o.progress)
+          std::fprintf(stderr, "ptqr: layer %lld/%lld step %lld held-out %.6f (start %.6f, best %.6f at step %lld)\n",
+                       static_cast<long long>(li + 1), static_cast<long long>(L), static_cast<long long>(t + 1), v,
+                       lr.val_rtn, lr.val_final, static_cast<long long>(lr.kept_step));
+      }
       if (o.progress && (t % 10 == 0 || t + 1 == o.steps)) {
         const double tps = train_tokens / std::max(1e-9, train_seconds);
         const double left = (static_cast<double>(L - li - 1) * o.steps + (o.steps - t - 1)) * o.window / tps;
@@ -321,6 +347,7 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
                      lr_at(t, o.steps, warm, o.lr, o.lr_floor, true), tps, left);
       }
     }
+    if (o.holdout > 0) layer.set_masters(best);
     layer.requantize(0.0, 0);
     std::vector<float> y_s = st.x_s;
     lr.loss_final = layer.serving_loss(o.window, st.x_s.data(), y_t.data(), n_tok, y_s.data());
@@ -333,14 +360,16 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     st.x_t.swap(y_t);
     st.x_s.swap(y_s);
     st.layers_done = li + 1;
-    json jr = {{"layer", li}, {"loss_rtn", lr.loss_rtn}, {"loss_final", lr.loss_final}, {"seconds", lr.seconds}};
+    json jr = {{"layer", li}, {"loss_rtn", lr.loss_rtn}, {"loss_final", lr.loss_final}, {"seconds", lr.seconds},
+               {"val_rtn", lr.val_rtn}, {"val_final", lr.val_final}, {"kept_step", lr.kept_step}};
     for (const auto& [m, e] : lr.rel_err) jr["rel_err"][m] = e;
     st.reports.push_back(jr);
     save_state(o, st, H);
     if (o.progress)
-      std::fprintf(stderr, "ptqr: layer %lld/%lld done in %.0f s: loss %.6f -> %.6f (%.1f%% of RTN's)\n",
+      std::fprintf(stderr, "ptqr: layer %lld/%lld done in %.0f s: loss %.6f -> %.6f (%.1f%% of RTN's)%s\n",
                    static_cast<long long>(li + 1), static_cast<long long>(L), lr.seconds, lr.loss_rtn, lr.loss_final,
-                   100.0 * lr.loss_final / std::max(1e-30, lr.loss_rtn));
+                   100.0 * lr.loss_final / std::max(1e-30, lr.loss_rtn),
+                   o.holdout > 0 ? str_cat(", held out ", lr.val_rtn, " -> ", lr.val_final, " (step ", lr.kept_step, ")").c_str() : "");
   }
   if (o.stop_after_layers >= 0 && st.layers_done >= std::min<int64_t>(L, o.stop_after_layers) && st.layers_done < L) {
     rep.notes.push_back(str_cat("stopped after layer ", st.layers_done, " (--stop-after): resume with --resume"));
@@ -352,6 +381,8 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     lr.loss_rtn = jr.at("loss_rtn").get<double>();
     lr.loss_final = jr.at("loss_final").get<double>();
     lr.seconds = jr.at("seconds").get<double>();
+    lr.val_rtn = jr.value("val_rtn", 0.0), lr.val_final = jr.value("val_final", 0.0);
+    lr.kept_step = jr.value("kept_step", int64_t{-1});
     for (const auto& [m, e] : jr.at("rel_err").items()) lr.rel_err.emplace_back(m, e.get<double>());
     rep.layers.push_back(lr);
   }

@@ -15,6 +15,12 @@
 // `blockspec quantize` writes W8A8 (compressed-tensors, the same writer) from
 // the final sigma = 0 codes, so serving it runs exactly the student.
 //
+// Held out (--holdout N): the last N calibration windows are never trained on;
+// every val_every steps the sigma = 0 codes are scored on them, and the layer
+// keeps the masters of the lowest score, the start (RTN of the smoothed model,
+// the one-shot checkpoint) included -- the guard against fitting the training
+// windows' rounding (BENCHMARKS.md).
+//
 // Loss per window of T tokens: (1/T) sum_t ||y_s(t) - y_T(t)||^2 / ||y_T(t)||^2
 // (per-token relative error of the layer output; the residual stream's outlier
 // tokens would otherwise dominate a plain MSE).
@@ -47,6 +53,11 @@ struct PtqrOptions {
   double smooth = 0;                  // SmoothQuant alpha applied to the student's start (quantize/smooth.h); 0: off
   SmoothMappings smooth_mappings = SmoothMappings::kSmoothQuant;  // --smooth-mappings norms | all
   double smooth_attention = 0;        // SmoothAttention alpha, after SmoothQuant (quantize/smooth_attention.h); 0: off
+  int64_t smooth_tokens = -1;         // SmoothQuant / SmoothAttention statistics over the first n tokens (whole
+                                      // windows, at least one); -1: every calibration window
+  int64_t holdout = 0;                // the last n windows are never trained on: each layer keeps the step (0: its
+                                      // start) whose serving loss on them is lowest, checked every val_every steps
+  int64_t val_every = 10;
   int64_t max_layers = -1;            // retrain only the first n layers (tests); the rest are RTN
   uint64_t seed = 0;
   bool resume = false;
@@ -62,6 +73,8 @@ struct PtqrOptions {
 struct PtqrLayerReport {
   int64_t layer = 0;
   double loss_rtn = 0, loss_final = 0;  // exact serving loss over every window: RTN start, after training
+  double val_rtn = 0, val_final = 0;    // the same over the held-out windows (holdout > 0)
+  int64_t kept_step = -1;               // holdout > 0: the step whose masters were kept (0: the start); else -1
   double seconds = 0;
   std::vector<std::pair<std::string, double>> rel_err;  // per module: ||W - deq|| / ||W|| of the trained master
 };

@@ -277,6 +277,29 @@ double PtqrLayer::train_step(int64_t T, const float* x_s, const float* y_t, doub
   return loss;
 }
 
+std::vector<std::vector<float>> PtqrLayer::masters() const {
+  std::vector<std::vector<float>> m;
+  for (const StudentGroup* g : {&qkv_, &o_, &gu_, &down_})
+    for (const StudentPart& p : g->parts) m.push_back(p.w);
+  for (const TrainedVector& v : vecs_) m.push_back(v.master);
+  return m;
+}
+
+void PtqrLayer::set_masters(const std::vector<std::vector<float>>& m) {
+  size_t i = 0;
+  auto take = [&](std::vector<float>& dst) {
+    if (i >= m.size() || m[i].size() != dst.size()) fail("ptqr: set_masters: master ", i, " does not match this layer");
+    dst = m[i++];
+  };
+  for (StudentGroup* g : {&qkv_, &o_, &gu_, &down_})
+    for (StudentPart& p : g->parts) take(p.w);
+  for (TrainedVector& v : vecs_) {
+    take(v.master);
+    for (size_t j = 0; j < v.master.size(); ++j) v.live[j] = round_to_dtype(v.master[j], v.dtype);
+  }
+  if (i != m.size()) fail("ptqr: set_masters: ", m.size(), " masters for a layer of ", i);
+}
+
 std::vector<std::pair<std::string, std::vector<float>>> PtqrLayer::export_vectors() const {
   std::vector<std::pair<std::string, std::vector<float>>> out;
   for (const TrainedVector& v : vecs_) out.emplace_back(v.name, std::vector<float>(v.live, v.live + v.master.size()));

@@ -69,6 +69,10 @@ class PtqrLayer {
   // codes, gradients through the straight-through twin, AdamW (t: 1-based step count) on every master.
   double train_step(int64_t T, const float* x_s, const float* y_t, double lr, int64_t t, const AdamWOptions& ao,
                     double lr_vectors = 0);
+  // Every latent master (each part's weights, then each trained vector) in a fixed order, and setting them back
+  // (the held-out selection of ptqr.h keeps the best step's); the codes follow at the next requantize.
+  std::vector<std::vector<float>> masters() const;
+  void set_masters(const std::vector<std::vector<float>>& m);
   // The trained norms and biases (HF name, values as the forward ran them); empty without train_vectors.
   std::vector<std::pair<std::string, std::vector<float>>> export_vectors() const;
   // Every part's module, current codes and ||W - deq|| / ||W||.

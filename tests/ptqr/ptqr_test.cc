@@ -161,6 +161,35 @@ TEST(PtqrLayer, TrainingLowersTheServingLoss) {
   EXPECT_LT(after, 0.7 * before);
 }
 
+// masters() / set_masters(): setting back the start's masters after training serves the start's codes again.
+TEST(PtqrLayer, SetMastersRestoresTheServedCodes) {
+  Tiny t(kQwen2);
+  const ModelConfig& c = t.src->config();
+  PtqrLayer l(t.ctx, c, t.rope, *t.src, *t.src, 0, ptqr_spec(*t.src, 128), KvDType::kInt8BlockG128, true);
+  const int64_t T = 32;
+  std::vector<float> x = t.embed(T, 12), y = x;
+  l.run_teacher(T, y.data(), T);
+  l.requantize(0.0, 0);
+  const double before = l.serving_loss(T, x.data(), y.data(), T, nullptr);
+  const auto start = l.masters();
+  const auto start_codes = l.export_codes();
+  const auto start_vectors = l.export_vectors();
+  AdamWOptions ao;
+  for (int64_t s = 0; s < 5; ++s) l.train_step(T, x.data(), y.data(), 1e-3, s + 1, ao, 1e-3);
+  l.requantize(0.0, 0);
+  ASSERT_NE(l.serving_loss(T, x.data(), y.data(), T, nullptr), before);
+  l.set_masters(start);
+  l.requantize(0.0, 0);
+  EXPECT_EQ(l.serving_loss(T, x.data(), y.data(), T, nullptr), before);
+  const auto codes = l.export_codes();
+  ASSERT_EQ(codes.size(), start_codes.size());
+  for (size_t i = 0; i < codes.size(); ++i) EXPECT_EQ(std::get<1>(codes[i]).q, std::get<1>(start_codes[i]).q);
+  EXPECT_EQ(l.export_vectors(), start_vectors);  // the trained norms and biases go back too
+  auto wrong = start;
+  wrong.pop_back();
+  EXPECT_THROW(l.set_masters(wrong), Error);
+}
+
 std::vector<int32_t> calib_ids(int64_t n, int64_t vocab) {
   std::vector<int32_t> ids(n);
   Rng r(3);
@@ -308,6 +337,71 @@ TEST(PtqrRun, ResumeAfterAStopGivesTheSameCheckpoint) {
   fs::remove_all(a), fs::remove_all(b), fs::remove_all(b + ".ptqr-state");
 }
 
+// --holdout: the held-out windows never train, and each layer keeps the step scoring lowest on them.
+TEST(PtqrRun, HoldoutWindowsNeverTrainAndTheBestStepIsKept) {
+  const std::string a = testing::TempDir() + "/ptqr_ho_a", b = testing::TempDir() + "/ptqr_ho_b";
+  // Scored only at the end (val_every = steps) with 8 training windows of random tokens: the kept step is the last
+  // (measured: held-out 0.0010655 -> 0.0010532, 0.0026974 -> 0.0026543; with 4 or 16 windows, or a lower rate,
+  // training makes the held-out window worse and the start is kept), and the codes are those of a run on the
+  // training windows alone -- training on the held-out window would change them.
+  PtqrOptions oa = tiny_options(a);
+  oa.calib_ids = calib_ids(9 * 16, 500);
+  oa.holdout = 1, oa.val_every = oa.steps;
+  const PtqrReport ra = run_ptqr(oa);
+  PtqrOptions ob = tiny_options(b);
+  ob.calib_ids.assign(oa.calib_ids.begin(), oa.calib_ids.begin() + 8 * 16);
+  const PtqrReport rb = run_ptqr(ob);
+  ASSERT_EQ(ra.layers.size(), 2u);
+  for (const PtqrLayerReport& l : ra.layers) {
+    std::printf("[ measured ] layer %lld held-out %.5g -> %.5g (kept step %lld)\n", static_cast<long long>(l.layer),
+                l.val_rtn, l.val_final, static_cast<long long>(l.kept_step));
+    EXPECT_EQ(l.kept_step, oa.steps);
+    EXPECT_LT(l.val_final, l.val_rtn);
+  }
+  for (const auto& [m, qw] : rb.codes) EXPECT_EQ(ra.codes.at(m).q, qw.q) << m;
+  for (const PtqrLayerReport& l : rb.layers) EXPECT_EQ(l.kept_step, -1);
+  // A rate that wrecks the layer: every layer keeps its start, the RTN codes, bit for bit.
+  PtqrOptions oc = tiny_options(a);
+  oc.calib_ids = oa.calib_ids;
+  oc.holdout = 1, oc.val_every = 3, oc.lr = 0.5;
+  const PtqrReport rc = run_ptqr(oc);
+  PtqrOptions od = oc;
+  od.steps = 1, od.lr = 1e-30, od.holdout = 0, od.out = b;  // RTN of the same start
+  const PtqrReport rd = run_ptqr(od);
+  for (const PtqrLayerReport& l : rc.layers) {
+    EXPECT_EQ(l.kept_step, 0);
+    EXPECT_EQ(l.val_final, l.val_rtn);
+    EXPECT_EQ(l.loss_final, l.loss_rtn);
+  }
+  for (const auto& [m, qw] : rd.codes) EXPECT_EQ(rc.codes.at(m).q, qw.q) << m;
+  fs::remove_all(a), fs::remove_all(b);
+}
+
+// --smooth-tokens: SmoothQuant's statistics come from the first windows only.
+TEST(PtqrRun, SmoothTokensLimitTheSmoothingStatistics) {
+  const std::string a = testing::TempDir() + "/ptqr_st_a", b = testing::TempDir() + "/ptqr_st_b";
+  auto norm = [](const std::string& dir) {
+    const Tensor t = open_weight_source(dir)->load("model.layers.1.input_layernorm.weight");
+    return std::vector<uint8_t>(static_cast<const uint8_t*>(t.data()), static_cast<const uint8_t*>(t.data()) + t.nbytes());
+  };
+  PtqrOptions o = tiny_options(a);
+  o.smooth = 0.5, o.steps = 2, o.keep_outputs = false;
+  o.smooth_tokens = 20;  // whole windows: the first two
+  run_ptqr(o);
+  const auto limited = norm(a);
+  PtqrOptions one = o;
+  one.out = b, one.smooth_tokens = -1;
+  one.calib_ids.resize(2 * 16);
+  run_ptqr(one);
+  EXPECT_EQ(norm(b), limited);
+  PtqrOptions all = o;
+  all.out = b, all.smooth_tokens = -1;
+  fs::remove_all(b);
+  run_ptqr(all);
+  EXPECT_NE(norm(b), limited);
+  fs::remove_all(a), fs::remove_all(b);
+}
+
 TEST(PtqrRun, BadOptionsAreOneLineErrors) {
   PtqrOptions o = tiny_options(testing::TempDir() + "/ptqr_bad");
   auto msg = [&](const PtqrOptions& x) -> std::string {
@@ -325,6 +419,12 @@ TEST(PtqrRun, BadOptionsAreOneLineErrors) {
   EXPECT_NE(msg(b).find("fewer than one window"), std::string::npos);
   b = o, b.kv = KvDType::kFP8E4M3;
   EXPECT_NE(msg(b).find("fp8_e4m3"), std::string::npos);
+  b = o, b.holdout = 4;
+  EXPECT_NE(msg(b).find("--holdout 4"), std::string::npos);
+  b = o, b.holdout = 1, b.val_every = 0;
+  EXPECT_NE(msg(b).find("--val-every 0"), std::string::npos);
+  b = o, b.smooth_tokens = 0;
+  EXPECT_NE(msg(b).find("--smooth-tokens 0"), std::string::npos);
   b = o, b.in = std::string(BS_SOURCE_DIR) + "/tests/fixtures/hybrid";
   EXPECT_FALSE(msg(b).empty());
 }

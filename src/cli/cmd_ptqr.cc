@@ -232,10 +232,11 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
                  worst_m.c_str());
   if (r.e2e_steps > 0)
     std::fprintf(h, "ptqr e2e: %lld steps (resumed at %lld) in %.0f s, %.0f tok/s: KL over the calibration windows "
-                 "%.6f -> %.6f, top-1 %.4f -> %.4f; largest scale change %.4f%%\n",
+                 "%.6f -> %.6f, top-1 %.4f -> %.4f; largest scale change %.4f%%%s\n",
                  static_cast<long long>(r.e2e_steps), static_cast<long long>(r.e2e_resumed_from), r.e2e_seconds,
                  r.e2e_tokens_per_s, r.e2e_kl_before, r.e2e_kl_after, r.e2e_agree_before, r.e2e_agree_after,
-                 100.0 * r.e2e_max_scale_change);
+                 100.0 * r.e2e_max_scale_change,
+                 o.holdout > 0 ? str_cat(" (held-out windows; kept the scales of step ", r.e2e_kept_step, ")").c_str() : "");
   for (const std::string& n : r.notes) std::fprintf(h, "note: %s\n", n.c_str());
   if (a.has("--json")) {
     nlohmann::ordered_json j;
@@ -244,7 +245,7 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
       j["e2e"] = {{"steps", r.e2e_steps}, {"resumed_from", r.e2e_resumed_from}, {"kl_before", r.e2e_kl_before},
                   {"kl_after", r.e2e_kl_after}, {"agree_before", r.e2e_agree_before},
                   {"agree_after", r.e2e_agree_after}, {"max_scale_change", r.e2e_max_scale_change},
-                  {"seconds", r.e2e_seconds}, {"tokens_per_s", r.e2e_tokens_per_s}};
+                  {"seconds", r.e2e_seconds}, {"tokens_per_s", r.e2e_tokens_per_s}, {"kept_step", r.e2e_kept_step}};
     j["kv_cache_dtype"] = kv_dtype_name(o.kv);
     j["windows"] = r.n_windows;
     j["window_tokens"] = r.window_tokens;

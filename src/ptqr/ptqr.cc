@@ -150,6 +150,7 @@ bool load_state(const PtqrOptions& o, const QuantSpec& spec, State& st) {
 
 // The end-to-end phase's checkpoint: e2e.safetensors (per module: multipliers, AdamW moments) and e2e.json.
 json e2e_fingerprint(const PtqrOptions& o) { return {{"e2e_steps", o.e2e_steps}, {"e2e_lr", o.e2e_lr}}; }
+// (--holdout and --val-every are in the block-wise fingerprint, which the state directory already matches.)
 
 void save_e2e(const PtqrOptions& o, const E2eCheckpoint& ck) {
   const std::string dir = state_dir(o), tmp = dir + "/tmp";
@@ -164,10 +165,12 @@ void save_e2e(const PtqrOptions& o, const E2eCheckpoint& ck) {
     t.emplace_back(m + ".adam_m", f64(ck.m.at(m)));
     t.emplace_back(m + ".adam_v", f64(ck.v.at(m)));
   }
+  for (const auto& [m, v] : ck.best_mult) t.emplace_back(m + ".best", f32_tensor(v, {static_cast<int64_t>(v.size())}));
   write_safetensors(tmp + ".e2e", t);
   fs::rename(tmp + ".e2e", dir + "/e2e.safetensors");
   const json meta = {{"fingerprint", e2e_fingerprint(o)}, {"step", ck.step}, {"step_kl", ck.step_kl},
-                     {"kl_before", ck.kl_before}, {"agree_before", ck.agree_before}};
+                     {"kl_before", ck.kl_before}, {"agree_before", ck.agree_before}, {"best_step", ck.best_step},
+                     {"best_kl", ck.best_kl}};
   {
     std::ofstream f(tmp + ".e2e.json", std::ios::binary | std::ios::trunc);
     f << meta.dump(1) << "\n";
@@ -187,6 +190,8 @@ bool load_e2e(const PtqrOptions& o, E2eCheckpoint& ck) {
   ck.step_kl = meta.at("step_kl").get<std::vector<double>>();
   ck.kl_before = meta.at("kl_before").get<double>();
   ck.agree_before = meta.at("agree_before").get<double>();
+  ck.best_step = meta.value("best_step", int64_t{0});
+  ck.best_kl = meta.value("best_kl", ck.kl_before);
   const SafetensorsCheckpoint s(dir + "/e2e.safetensors");
   auto f64 = [](const Tensor& x) {
     if (x.dtype() != DType::kF64) fail("ptqr e2e state: expected an F64 tensor");
@@ -198,6 +203,7 @@ bool load_e2e(const PtqrOptions& o, E2eCheckpoint& ck) {
     ck.mult[m] = f32_values(s.tensor(n));
     ck.m[m] = f64(s.tensor(m + ".adam_m"));
     ck.v[m] = f64(s.tensor(m + ".adam_v"));
+    if (ck.best_step > 0) ck.best_mult[m] = f32_values(s.tensor(m + ".best"));
   }
   return true;
 }
@@ -398,6 +404,8 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     eo.lr = o.e2e_lr;
     eo.window = o.window;
     eo.kv = o.kv;
+    eo.holdout = o.holdout;
+    eo.val_every = o.val_every;
     eo.seed = o.seed;
     eo.stop_after = o.e2e_stop_after;
     eo.progress = o.progress;
@@ -415,6 +423,7 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
       rep.stopped = true;
     }
     rep.e2e_max_scale_change = er.max_scale_change;
+    rep.e2e_kept_step = er.kept_step, rep.e2e_kept_kl = er.kept_kl;
   }
   if (o.keep_outputs) rep.codes = st.codes, rep.stream = st.x_s;
   if (rep.stopped) {

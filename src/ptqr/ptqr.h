@@ -90,10 +90,13 @@ struct PtqrReport {
   std::vector<std::string> replaced;
   uint64_t out_bytes = 0;
   bool stopped = false;  // stop_after_layers: the state is kept, nothing exported
-  // The end-to-end phase (e2e_steps > 0): KL and top-1 agreement over the calibration windows before and after,
+  // The end-to-end phase (e2e_steps > 0): KL and top-1 agreement over the calibration windows (holdout > 0: the
+  // held-out ones) before and after,
   // the largest relative change of a scale, its steps, wall time and training tokens/s.
   double e2e_kl_before = 0, e2e_kl_after = 0, e2e_agree_before = 0, e2e_agree_after = 0, e2e_max_scale_change = 0;
   int64_t e2e_steps = 0, e2e_resumed_from = 0;
+  int64_t e2e_kept_step = -1;  // holdout > 0: the end-to-end step whose scales were kept (0: the block-wise ones)
+  double e2e_kept_kl = 0;      // its held-out KL when it was scored
   double e2e_seconds = 0, e2e_tokens_per_s = 0;
   // keep_outputs: every retrained module's final codes, and the student's residual stream after the last
   // retrained layer over the calibration windows [n_windows * window, H].

@@ -153,6 +153,9 @@ PtqrE2eReport run_ptqr_e2e(const OpContext& ctx, const ModelConfig& c, const Rop
     fail("ptqr e2e: the teacher's final stream has ", teacher_final.size(), " values, expected ", nw * T * H);
   for (const auto& w : windows)
     if (static_cast<int64_t>(w.size()) != T) fail("ptqr e2e: a window of ", w.size(), " tokens, expected ", T);
+  if (o.holdout < 0 || o.holdout >= nw) fail("ptqr e2e: holdout ", o.holdout, " of ", nw, " windows");
+  if (o.holdout > 0 && o.val_every < 1) fail("ptqr e2e: val_every ", o.val_every, ": expected >= 1");
+  const int64_t n_train = nw - o.holdout;  // training windows 0 .. n_train - 1, then the held-out ones
   // ---- the frozen head ----
   E2eHead head;
   head.V = V;
@@ -199,6 +202,9 @@ PtqrE2eReport run_ptqr_e2e(const OpContext& ctx, const ModelConfig& c, const Rop
     std::unique_ptr<AdamW> opt;
     std::vector<float>* scale_grad;
   };
+  auto set_scales = [](Trained& t) {  // s = round(s0 m) to the storage dtype
+    for (size_t j = 0; j < t.s0.size(); ++j) t.qw->scale[j] = round_to_dtype(t.s0[j] * t.mult[j], t.qw->spec.scale_dtype);
+  };
   std::vector<Trained> tr;
   E2eCheckpoint ck;
   for (E2eLayer& e : layers)
@@ -225,8 +231,7 @@ PtqrE2eReport run_ptqr_e2e(const OpContext& ctx, const ModelConfig& c, const Rop
           t.mult = im->second;
           t.opt->m() = jm->second;
           t.opt->v() = jv->second;
-          for (size_t j = 0; j < t.s0.size(); ++j)
-            t.qw->scale[j] = round_to_dtype(t.s0[j] * t.mult[j], t.qw->spec.scale_dtype);
+          set_scales(t);
         }
         tr.push_back(std::move(t));
       }
@@ -238,32 +243,37 @@ PtqrE2eReport run_ptqr_e2e(const OpContext& ctx, const ModelConfig& c, const Rop
       serve_layer(ctx, c, rope, o.kv, layers[l], x.data(), T);
     }
   };
+  // Scored windows: every one, or the held-out ones.
+  const int64_t w0 = o.holdout > 0 ? n_train : 0, n_scored = nw - w0;
   auto eval_all = [&](double& kl, double& agree) {
     int64_t n_agree = 0;
     double sum = 0;
     std::vector<float> x, z(T * V), zt(T * V);
-    for (int64_t w = 0; w < nw; ++w) {
+    for (int64_t w = w0; w < nw; ++w) {
       forward(w, nullptr, x);
       e2e_logits(ctx, c, head, x.data(), T, z.data());
       e2e_logits(ctx, c, head, teacher_final.data() + w * T * H, T, zt.data());
       sum += kl_of(ctx, z.data(), zt.data(), T, V, nullptr, &n_agree);
     }
-    kl = sum / static_cast<double>(nw);
-    agree = static_cast<double>(n_agree) / static_cast<double>(nw * T);
+    kl = sum / static_cast<double>(n_scored);
+    agree = static_cast<double>(n_agree) / static_cast<double>(n_scored * T);
   };
+
   int64_t t0 = 0;
   if (resume) {
     t0 = resume->step;
     rep.step_kl = resume->step_kl;
     rep.resumed_from = t0;
     rep.kl_before = resume->kl_before, rep.agree_before = resume->agree_before;
+    ck.best_step = resume->best_step, ck.best_kl = resume->best_kl, ck.best_mult = resume->best_mult;
   } else {
     eval_all(rep.kl_before, rep.agree_before);
+    ck.best_step = 0, ck.best_kl = rep.kl_before;
   }
   ck.kl_before = rep.kl_before, ck.agree_before = rep.agree_before;
   if (o.progress)
-    std::fprintf(stderr, "ptqr e2e: KL %.6f, top-1 %.4f over %lld windows with the block-wise scales\n", rep.kl_before,
-                 rep.agree_before, static_cast<long long>(nw));
+    std::fprintf(stderr, "ptqr e2e: KL %.6f, top-1 %.4f over %lld %swindows with the block-wise scales\n", rep.kl_before,
+                 rep.agree_before, static_cast<long long>(n_scored), o.holdout > 0 ? "held-out " : "");
   auto checkpoint = [&](int64_t step) {
     if (!save) return;
     ck.step = step;
@@ -281,12 +291,13 @@ PtqrE2eReport run_ptqr_e2e(const OpContext& ctx, const ModelConfig& c, const Rop
   double train_s = 0, ema = 0;
   for (int64_t t = t0; t < o.steps; ++t) {
     const Timer step_timer;
-    // Every window once per epoch of nw steps, in an order shuffled per epoch (a function of t: resume-safe).
-    std::vector<int64_t> order(nw);
-    for (int64_t i = 0; i < nw; ++i) order[i] = i;
-    Rng pick(o.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(t / nw) * 7919 + 17);
-    for (int64_t i = nw - 1; i > 0; --i) std::swap(order[i], order[pick.next() % static_cast<uint64_t>(i + 1)]);
-    const int64_t w = order[t % nw];
+    // Every training window once per epoch of n_train steps, in an order shuffled per epoch (a function of t:
+    // resume-safe).
+    std::vector<int64_t> order(n_train);
+    for (int64_t i = 0; i < n_train; ++i) order[i] = i;
+    Rng pick(o.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(t / n_train) * 7919 + 17);
+    for (int64_t i = n_train - 1; i > 0; --i) std::swap(order[i], order[pick.next() % static_cast<uint64_t>(i + 1)]);
+    const int64_t w = order[t % n_train];
     std::vector<std::vector<float>> xs(L);
     std::vector<float> x, zt(T * V);
     forward(w, &xs, x);
@@ -299,10 +310,8 @@ PtqrE2eReport run_ptqr_e2e(const OpContext& ctx, const ModelConfig& c, const Rop
     for (Trained& tt : tr) {
       for (size_t j = 0; j < tt.grad.size(); ++j) tt.grad[j] = (*tt.scale_grad)[j] * tt.s0[j];  // dL/dm = s0 dL/ds
       tt.opt->step(tt.mult.data(), tt.grad.data(), t + 1, lr_t, ao);
-      for (size_t j = 0; j < tt.mult.size(); ++j) {
-        tt.mult[j] = std::clamp(tt.mult[j], 0.5f, 2.0f);  // a scale moves at most a factor 2 from its start
-        tt.qw->scale[j] = round_to_dtype(tt.s0[j] * tt.mult[j], tt.qw->spec.scale_dtype);
-      }
+      for (float& m : tt.mult) m = std::clamp(m, 0.5f, 2.0f);  // a scale moves at most a factor 2 from its start
+      set_scales(tt);
     }
     rep.step_kl.push_back(kl);
     ema = t == t0 ? kl : 0.9 * ema + 0.1 * kl;
@@ -313,6 +322,17 @@ PtqrE2eReport run_ptqr_e2e(const OpContext& ctx, const ModelConfig& c, const Rop
                    static_cast<long long>(t + 1), static_cast<long long>(o.steps), static_cast<long long>(w), kl, ema,
                    lr_t, tps,
                    static_cast<double>((o.steps - t - 1) * T) / tps);
+    if (o.holdout > 0 && ((t + 1) % o.val_every == 0 || t + 1 == o.steps)) {
+      double v = 0, agree = 0;
+      eval_all(v, agree);
+      if (v < ck.best_kl) {
+        ck.best_kl = v, ck.best_step = t + 1;
+        for (const Trained& tt : tr) ck.best_mult[tt.module] = tt.mult;
+      }
+      if (o.progress)
+        std::fprintf(stderr, "ptqr e2e: step %lld held-out KL %.6f (start %.6f, best %.6f at step %lld)\n",
+                     static_cast<long long>(t + 1), v, rep.kl_before, ck.best_kl, static_cast<long long>(ck.best_step));
+    }
     if ((t + 1) % 5 == 0 || t + 1 == o.steps) checkpoint(t + 1);
     if (o.stop_after >= 0 && t + 1 >= o.stop_after && t + 1 < o.steps) {
       if ((t + 1) % 5 != 0) checkpoint(t + 1);
@@ -322,10 +342,21 @@ PtqrE2eReport run_ptqr_e2e(const OpContext& ctx, const ModelConfig& c, const Rop
   }
   const int64_t done = rep.stopped ? static_cast<int64_t>(rep.step_kl.size()) : o.steps;
   rep.tokens_per_s = train_s > 0 ? static_cast<double>((done - t0) * T) / train_s : 0;
+  if (o.holdout > 0 && !rep.stopped) {  // the scales of the best held-out score (the block-wise ones at step 0)
+    rep.kept_step = ck.best_step, rep.kept_kl = ck.best_kl;
+    for (Trained& tt : tr) {
+      const auto it = ck.best_mult.find(tt.module);
+      if (ck.best_step == 0) std::fill(tt.mult.begin(), tt.mult.end(), 1.f);
+      else if (it == ck.best_mult.end() || it->second.size() != tt.mult.size())
+        fail("ptqr e2e: no kept multipliers for ", tt.module);
+      else tt.mult = it->second;
+      set_scales(tt);
+    }
+  }
   if (!rep.stopped) eval_all(rep.kl_after, rep.agree_after);
   if (o.progress && !rep.stopped)
-    std::fprintf(stderr, "ptqr e2e: KL %.6f -> %.6f, top-1 %.4f -> %.4f over the calibration windows\n", rep.kl_before,
-                 rep.kl_after, rep.agree_before, rep.agree_after);
+    std::fprintf(stderr, "ptqr e2e: KL %.6f -> %.6f, top-1 %.4f -> %.4f over the %s windows\n", rep.kl_before,
+                 rep.kl_after, rep.agree_before, rep.agree_after, o.holdout > 0 ? "held-out" : "calibration");
   for (const Trained& tt : tr)
     for (size_t j = 0; j < tt.s0.size(); ++j)
       if (tt.s0[j] != 0)

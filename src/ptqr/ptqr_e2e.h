@@ -79,6 +79,8 @@ struct PtqrE2eOptions {
   double warmup_frac = 0.05, lr_floor = 0.1;
   int64_t window = 512;
   KvDType kv = KvDType::kF32;
+  int64_t holdout = 0;                 // the last n windows never train: every val_every steps and at the end their
+  int64_t val_every = 10;              // KL is scored, and the scales of the lowest score (step 0 included) are kept
   uint64_t seed = 0;
   int64_t stop_after = -1;             // stop (checkpoint saved, scales not final) once this many steps are done
   bool progress = true;
@@ -91,15 +93,22 @@ struct E2eCheckpoint {
   std::map<std::string, std::vector<double>> m, v;
   std::vector<double> step_kl;
   double kl_before = 0, agree_before = 0;  // of the block-wise scales, measured when the phase started
+  // holdout > 0: the step of the lowest held-out KL so far, that KL, and its multipliers (empty: step 0, all 1).
+  int64_t best_step = 0;
+  double best_kl = 0;
+  std::map<std::string, std::vector<float>> best_mult;
 };
 
 struct PtqrE2eReport {
-  double kl_before = 0, kl_after = 0;      // mean KL over every calibration window, exact serving forward
+  double kl_before = 0, kl_after = 0;      // mean KL over every calibration window (holdout > 0: the held-out
+                                           // ones; after: of the kept scales), exact serving forward
   double agree_before = 0, agree_after = 0;  // student argmax == teacher argmax, fraction of tokens
   double max_scale_change = 0;             // largest |s / s_0 - 1| over every scale
   std::vector<double> step_kl;             // the training window's KL at each step
   double seconds = 0, tokens_per_s = 0;
   int64_t resumed_from = 0;
+  int64_t kept_step = -1;                  // holdout > 0: the step whose scales were kept (0: the block-wise ones)
+  double kept_kl = 0;                      // and its held-out KL when it was scored (equals kl_after)
   bool stopped = false;                    // stop_after reached before `steps`
 };
 

@@ -10,7 +10,8 @@ over one causal window of T tokens, every rounding the W8A8 serving kernels make
 a straight-through estimator, x + (round(x) - x).detach():
   - weights: per row and group of 128 inputs, scale s = max|w| / 127.5 (the compressed-tensors symmetric rule,
     range 255 / 2; a zero scale becomes f32 eps), codes round_half_even(clamp(w / s, -128, 127)), value code * s;
-  - activations (each linear's input), per token: amax = max|x|, code = round_half_even(x * (127 / amax)) clamped to
+    int4 (the W4A16 case): s = max|w| / 7.5, codes in [-8, 7];
+  - activations (each linear's input; W8A8 only, the W4A16 case keeps them f32), per token: amax = max|x|, code = round_half_even(x * (127 / amax)) clamped to
     [-128, 127], value code * (amax / 127);
   - K (after RoPE) and V, per token and KV head, per 128 channels (int8_block_g128): s = amax / 127,
     code = round_half_even(x / s) clamped to [-127, 127], value code * s (or no rounding for an f32 cache).
@@ -61,6 +62,8 @@ CASES = {
     "qwen2": dict(bias=True, qk_norm=False, kv="int8_block_g128", seed=18),
     # Qwen3: q/k norms, no biases, f32 KV cache
     "qwen3": dict(bias=False, qk_norm=True, kv="f32", seed=19),
+    # W4A16 (ptqr --scheme w4a16): int4 weights on the G128 grid, f32 activations, int8_block_g128 KV cache
+    "qwen2_w4a16": dict(bias=True, qk_norm=False, kv="int8_block_g128", bits=4, acts=False, seed=20),
 }
 
 
@@ -68,16 +71,17 @@ def ste(x, xq):
     return x + (xq - x).detach()
 
 
-def fq_weight(w):
+def fq_weight(w, bits=8):
     n, k = w.shape
+    qmin, qmax = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
     parts = []
     for g0 in range(0, k, 128):
         blk = w[:, g0:g0 + 128]
         mx = torch.clamp(blk.max(dim=1).values, min=0.0)
         mn = torch.clamp(blk.min(dim=1).values, max=0.0)
-        s = torch.maximum(-mn, mx) / 127.5
+        s = torch.maximum(-mn, mx) / ((qmax - qmin) / 2.0)
         s = torch.where(s == 0, torch.full_like(s, float(np.finfo(np.float32).eps)), s)
-        q = torch.round(torch.clamp(blk / s[:, None], -128.0, 127.0))
+        q = torch.round(torch.clamp(blk / s[:, None], float(qmin), float(qmax)))
         parts.append(q * s[:, None])
     return ste(w, torch.cat(parts, dim=1))
 
@@ -162,9 +166,9 @@ def run_case(name, cfg, out):
     B = {m: b.clone().requires_grad_(True) for m, b in B.items()}
     for m in ("input_layernorm", "post_attention_layernorm"):
         norms[m] = norms[m].clone().requires_grad_(True)
-    deq = {m: fq_weight(p) for m, p in params.items()}
+    deq = {m: fq_weight(p, cfg.get("bits", 8)) for m, p in params.items()}
     lin = lambda a, m: a @ deq[m].T + (B[m] if m in B else 0.0)
-    y = layer_forward(x, lin, norms, cfg["qk_norm"], cfg["kv"], cos, sin)
+    y = layer_forward(x, lin, norms, cfg["qk_norm"], cfg["kv"], cos, sin, fake_quant=cfg.get("acts", True))
     loss = (((y - target) ** 2).sum(dim=-1) / (target ** 2).sum(dim=-1)).mean()
     loss.backward()
 

@@ -1,7 +1,7 @@
 // blockspec ptqr IN OUT --calib FILE [flags]
 // Quantization-aware retraining of a dense target whose student runs the
 // serving kernels (issue 18, ptqr/ptqr.h); OUT is a compressed-tensors W8A8
-// G128 checkpoint as `blockspec quantize --scheme w8a8` writes it.
+// (or --scheme w8a16 / w4a16) G128 checkpoint as `blockspec quantize` writes it.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -21,7 +21,9 @@ namespace {
 
 std::vector<FlagSpec> flags() {
   return {
-      {"--scheme", "", true, "w8a8 (the only one so far: int8 G128 weights, dynamic per-token int8 activations)"},
+      {"--scheme", "", true,
+       "w8a8 (default: int8 G128 weights, dynamic per-token int8 activations), w8a16 or w4a16 (weight-only G128); "
+       "a drafter: w8a8"},
       {"--group", "", true, "weight group size (128)"},
       {"--kv-cache-dtype", "", true,
        "the KV cache dtype the student trains through: f32 (default), bf16, int8_per_token_head, int8_block_g128"},
@@ -71,7 +73,8 @@ int ptqr_drafter(const Args& a, const std::string& in, const std::string& out) {
   for (const char* f : {"--calib", "--tokens", "--window", "--kv-cache-dtype", "--smooth", "--smooth-attention", "--smooth-mappings", "--train-vectors",
                         "--lr-vectors", "--max-layers", "--group", "--smooth-tokens", "--holdout", "--val-every"})
     if (a.has(f)) fail("ptqr: ", f, " is for targets; ", in, " is a drafter (see --target, --drafter-data)");
-  if (a.str("--scheme", "w8a8") != "w8a8") fail("ptqr: --scheme ", a.str("--scheme"), ": only w8a8 trains so far");
+  if (a.str("--scheme", "w8a8") != "w8a8")
+    fail("ptqr: --scheme ", a.str("--scheme"), ": a drafter trains w8a8 only so far");
   PtqrDrafterOptions o;
   o.drafter = in, o.out = out;
   o.target = a.required("--target");
@@ -150,8 +153,9 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
   PtqrOptions o;
   o.in = a.positionals()[0];
   o.out = a.positionals()[1];
-  if (a.str("--scheme", "w8a8") != "w8a8")
-    fail("ptqr: --scheme ", a.str("--scheme"), ": only w8a8 trains so far (w4a16 is not supported yet)");
+  o.scheme = qscheme_from_name(a.str("--scheme", "w8a8"));
+  if (o.scheme != QScheme::kW8A8 && o.scheme != QScheme::kW8A16 && o.scheme != QScheme::kW4A16)
+    fail("ptqr: --scheme ", a.str("--scheme"), ": ptqr trains the integer G128 grids w8a8, w8a16 and w4a16");
   o.group = a.integer("--group", 128);
   if (a.has("--kv-cache-dtype")) {
     const auto kv = kv_dtype_from_name(a.str("--kv-cache-dtype"));

@@ -74,12 +74,14 @@ std::string state_dir(const PtqrOptions& o) { return o.out + ".ptqr-state"; }
 
 // What must match for --resume to continue a run.
 json fingerprint(const PtqrOptions& o) {
-  return {{"in", o.in}, {"group", o.group}, {"kv", kv_dtype_name(o.kv)}, {"window", o.window},
+  json f = {{"in", o.in}, {"group", o.group}, {"kv", kv_dtype_name(o.kv)}, {"window", o.window},
           {"steps", o.steps}, {"lr", o.lr}, {"dither_start", o.dither_start}, {"dither_decay", o.dither_decay},
           {"seed", o.seed}, {"calib_tokens", o.calib_ids.size()}, {"max_layers", o.max_layers}, {"smooth", o.smooth},
           {"smooth_tokens", o.smooth_tokens}, {"holdout", o.holdout}, {"val_every", o.holdout > 0 ? o.val_every : 0},
           {"smooth_attention", o.smooth_attention}, {"smooth_all", o.smooth_mappings == SmoothMappings::kAll},
           {"train_vectors", o.train_vectors}, {"lr_vectors", o.train_vectors ? o.lr_vectors : 0.0}};
+  if (o.scheme != QScheme::kW8A8) f["scheme"] = qscheme_name(o.scheme);  // (W8A8 states predate the field)
+  return f;
 }
 
 void save_state(const PtqrOptions& o, const State& st, int64_t H) {
@@ -266,7 +268,7 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
   const KernelTable kt = select_kernels("");
   const OpContext ctx{&kt, &pool};
   const int64_t H = cfg.hidden_size, n_tok = rep.n_windows * o.window;
-  const QuantSpec spec = ptqr_spec(*src, o.group);
+  const QuantSpec spec = ptqr_spec(*src, o.group, o.scheme);
   const int64_t L = o.max_layers < 0 ? cfg.n_layers : std::min<int64_t>(o.max_layers, cfg.n_layers);
   if (o.e2e_steps > 0 && L < cfg.n_layers)
     fail("--e2e-steps: the end-to-end phase trains every layer's scales; drop --max-layers (", o.max_layers, ")");
@@ -435,7 +437,7 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
   QuantizeOptions qo;
   qo.in = o.in;
   qo.out = o.out;
-  qo.scheme = QScheme::kW8A8;
+  qo.scheme = o.scheme;
   qo.group = o.group;
   qo.n_threads = o.n_threads;
   qo.progress = false;

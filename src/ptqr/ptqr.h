@@ -39,6 +39,7 @@ namespace blockspec {
 
 struct PtqrOptions {
   std::string in, out;
+  QScheme scheme = QScheme::kW8A8;    // w8a8 (int8 weights, per-token int8 activations), w8a16 or w4a16 (weight-only)
   int64_t group = 128;                // weight groups of 128 inputs (-1 is not supported by the student)
   KvDType kv = KvDType::kF32;         // the student's KV cache dtype (training through it)
   std::vector<int32_t> calib_ids;     // calibration tokens, cut into windows

@@ -97,6 +97,7 @@ QatLayer e2e_twin(const ModelConfig& c, const RopeTables& rope, KvDType kv, E2eL
   q.q_norm = e.q_norm.empty() ? nullptr : e.q_norm.data();
   q.k_norm = e.k_norm.empty() ? nullptr : e.k_norm.data();
   q.qkv = &e.qkv, q.o = &e.o, q.gu = &e.gu, q.down = &e.down;
+  q.act_int8 = e.qkv.parts.empty() || ptqr_acts_int8(e.qkv.parts[0].qw.spec);
   return q;
 }
 

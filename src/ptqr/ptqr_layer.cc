@@ -10,12 +10,14 @@
 
 namespace blockspec {
 
-QuantSpec ptqr_spec(const WeightSource& src, int64_t group) {
+QuantSpec ptqr_spec(const WeightSource& src, int64_t group, QScheme scheme) {
+  if (scheme != QScheme::kW8A8 && scheme != QScheme::kW8A16 && scheme != QScheme::kW4A16)
+    fail("ptqr: --scheme ", qscheme_name(scheme), ": expected w8a8, w8a16 or w4a16 (integer G128 grids)");
   QuantizeOptions qo;
-  qo.scheme = QScheme::kW8A8;
+  qo.scheme = scheme;
   qo.group = group;
   const std::string name = hf::weight(hf::under(src.config().weight_prefix, hf::target_layer(0)), hf::kQ);
-  return quant_spec_for(qo, QScheme::kW8A8, src.load(name).dtype());
+  return quant_spec_for(qo, scheme, src.load(name).dtype());
 }
 
 double layer_loss(const float* y_s, const float* y_t, int64_t T, int64_t H, float* dy) {
@@ -244,6 +246,7 @@ QatLayer PtqrLayer::twin() {
   q.k_norm = k_norm_.empty() ? nullptr : k_norm_.data();
   q.qkv = &qkv_, q.o = &o_, q.gu = &gu_, q.down = &down_;
   if (!vecs_.empty()) q.attn_norm_grad = attn_norm_grad_.data(), q.ffn_norm_grad = ffn_norm_grad_.data();
+  q.act_int8 = ptqr_acts_int8(spec_);
   return q;
 }
 

@@ -22,8 +22,8 @@
 
 namespace blockspec {
 
-// The W8A8 G128 spec `blockspec quantize --scheme w8a8` would use for this source's weights.
-QuantSpec ptqr_spec(const WeightSource& src, int64_t group);
+// The G128 spec `blockspec quantize --scheme S` would use for this source's weights (S: w8a8, w8a16, w4a16).
+QuantSpec ptqr_spec(const WeightSource& src, int64_t group, QScheme scheme = QScheme::kW8A8);
 
 // Per-token relative error of y_s against y_t, both [T, H]: (1/T) sum_t ||y_s - y_t||^2 / ||y_t||^2;
 // dy (nullable) [T, H] gets its gradient with respect to y_s.

@@ -41,11 +41,16 @@ void qat_forward(const OpContext& ctx, const QatLayer& l, const float* x, int64_
   const float eps = static_cast<float>(c.rms_norm_eps);
   s.T = T;
   s.x.assign(x, x + T * H);
+  // A linear's input as the serving kernels see it: rounded per token to int8 (W8A8) or f32 as it is.
+  auto acts = [&](const float* in, int64_t M, int64_t K, float* out) {
+    if (l.act_int8) round_acts_token(ctx, in, M, K, out);
+    else std::copy_n(in, M * K, out);
+  };
   // ---- attention ----
   std::vector<float> xn(T * H), qkv(T * wr);
   rmsnorm(x, l.attn_norm, eps, T, H, xn.data());
   s.a1.resize(T * H);
-  round_acts_token(ctx, xn.data(), T, H, s.a1.data());
+  acts(xn.data(), T, H, s.a1.data());
   group_forward(ctx, *l.qkv, s.a1.data(), T, qkv.data());
   s.q_pre.resize(T * wq), s.k_pre.resize(T * wk);
   std::vector<float> v(T * wk);
@@ -72,7 +77,7 @@ void qat_forward(const OpContext& ctx, const QatLayer& l, const float* x, int64_
   causal_attention_forward(ctx, s.qr.data(), s.kq.data(), s.vq.data(), T, nh, nkv, hd,
                            1.0f / std::sqrt(static_cast<float>(hd)), s.att.data(), s.probs);
   s.a2.resize(T * wq);
-  round_acts_token(ctx, s.att.data(), T, wq, s.a2.data());
+  acts(s.att.data(), T, wq, s.a2.data());
   std::vector<float> tmp(T * H);
   group_forward(ctx, *l.o, s.a2.data(), T, tmp.data());
   s.x2.resize(T * H);
@@ -80,13 +85,13 @@ void qat_forward(const OpContext& ctx, const QatLayer& l, const float* x, int64_
   // ---- MLP ----
   rmsnorm(s.x2.data(), l.ffn_norm, eps, T, H, xn.data());
   s.a3.resize(T * H);
-  round_acts_token(ctx, xn.data(), T, H, s.a3.data());
+  acts(xn.data(), T, H, s.a3.data());
   s.gu.resize(T * 2 * I);
   group_forward(ctx, *l.gu, s.a3.data(), T, s.gu.data());
   std::vector<float> h(T * I);
   swiglu_rows(ctx, s.gu.data(), T, I, h.data());
   s.a4.resize(T * I);
-  round_acts_token(ctx, h.data(), T, I, s.a4.data());
+  acts(h.data(), T, I, s.a4.data());
   group_forward(ctx, *l.down, s.a4.data(), T, tmp.data());
   for (int64_t i = 0; i < T * H; ++i) y[i] = s.x2[i] + tmp[i];
 }

@@ -3,7 +3,7 @@
 // model/decoder_layer.h over one causal window with every rounding the
 // serving kernels make done as fake quantization in f32 -- the weights are
 // their dequantized codes, each linear's input is rounded per token to int8
-// (kernel quantize_acts_token), K (after RoPE) and V rows are stored and read
+// (kernel quantize_acts_token; W8A8 only, weight-only schemes keep it f32), K (after RoPE) and V rows are stored and read
 // back in the KV cache dtype (kv_quantize_row) -- and a hand-written backward
 // in which every rounding passes its gradient straight through. PTQR takes
 // the loss and dL/dy from the exact serving forward and pushes dL/dy through
@@ -35,6 +35,8 @@ struct QatLayer {
   // When the norms train: dL/d(attn_norm), dL/d(ffn_norm) [H] are added here (nullptr: frozen).
   float* attn_norm_grad = nullptr;
   float* ffn_norm_grad = nullptr;
+  // W8A8: each linear's input is rounded per token to int8; weight-only schemes (W4A16, W8A16): it stays f32.
+  bool act_int8 = true;
 };
 
 // What the backward needs, per window of T tokens.

@@ -41,12 +41,18 @@ void requantize(StudentGroup& g, const QuantSpec& spec, double sigma, uint64_t s
   }
 }
 
+bool ptqr_acts_int8(const QuantSpec& spec) { return spec.scheme == QScheme::kW8A8; }
+
 QuantTensor serving_weight(const OpContext& ctx, const StudentGroup& g) {
   const int64_t G = (g.K + 127) / 128;
+  if (g.parts.empty()) fail("ptqr: a group without parts");
+  const QuantSpec& spec = g.parts[0].qw.spec;
   for (const StudentPart& p : g.parts)
-    if (p.qw.spec.bits != 8 || p.qw.group_len != 128 || p.qw.n_groups != G)
-      fail("ptqr: the serving weight needs int8 codes in groups of 128 (", p.module, " is ", p.qw.spec.describe(), ")");
-  QuantTensor t = make_weight_from_codes(ctx, g.N, g.K, WeightFormat::kQ8_G128,
+    if ((p.qw.spec.bits != 8 && p.qw.spec.bits != 4) || p.qw.spec.bits != spec.bits || p.qw.spec.scheme != spec.scheme ||
+        p.qw.group_len != 128 || p.qw.n_groups != G)
+      fail("ptqr: the serving weight needs int8 or int4 codes in groups of 128, one scheme per group (", p.module,
+           " is ", p.qw.spec.describe(), ")");
+  QuantTensor t = make_weight_from_codes(ctx, g.N, g.K, spec.bits == 4 ? WeightFormat::kQ4_G128 : WeightFormat::kQ8_G128,
                                          [&](int64_t r0, int64_t r1, int8_t* codes, float* scales) {
                                            int64_t base = 0;
                                            for (const StudentPart& p : g.parts) {
@@ -60,7 +66,7 @@ QuantTensor serving_weight(const OpContext& ctx, const StudentGroup& g) {
                                              base += p.N;
                                            }
                                          });
-  t.act_int8 = t.act_per_token = true;
+  t.act_int8 = t.act_per_token = ptqr_acts_int8(spec);
   return t;
 }
 

@@ -44,9 +44,13 @@ struct StudentGroup {
 // seeded by (seed, part, row), so the result does not depend on the threads.
 void requantize(StudentGroup& g, const QuantSpec& spec, double sigma, uint64_t seed, ThreadPool& pool);
 
-// The serving weight of the group's current codes: one fused W8A8 matrix with
-// per-token int8 activations, what a compressed-tensors W8A8 checkpoint of
-// these codes loads as (kernels/quant_import.h make_weight_from_codes).
+// Whether the serving kernels round a linear's input per token to int8 under this spec (W8A8), or keep it f32
+// (the weight-only W4A16 and W8A16).
+bool ptqr_acts_int8(const QuantSpec& spec);
+
+// The serving weight of the group's current codes: one fused Q8_G128 (W8A8, W8A16) or Q4_G128 (W4A16) matrix,
+// with per-token int8 activations for W8A8, what a compressed-tensors checkpoint of these codes loads as
+// (kernels/quant_import.h make_weight_from_codes).
 QuantTensor serving_weight(const OpContext& ctx, const StudentGroup& g);
 
 // ||w - deq|| / ||w|| of one part (the audit of the model cards).

@@ -2,9 +2,10 @@
 // (issue 18 proof "Gradients"). tests/fixtures/ptqr/ptqr_grad.safetensors
 // (scripts/make_ptqr_golden.py, float32 torch, written from the definitions)
 // holds one dense layer (H 128, 2 query / 1 KV heads x 64, I 256, T 16) in
-// two cases -- qwen2 (q/k/v biases, int8_block_g128 KV) and qwen3 (q/k
-// norms, f32 KV) -- with W8A8 G128 fake quantization of weights, per-token
-// int8 activations and the KV rounding, the loss (1/T) sum_t ||y - target||^2
+// three cases -- qwen2 (q/k/v biases, int8_block_g128 KV) and qwen3 (q/k
+// norms, f32 KV) with W8A8 G128 fake quantization of weights, per-token
+// int8 activations and the KV rounding; qwen2_w4a16 (ptqr --scheme w4a16:
+// int4 G128 weights, f32 activations, int8_block_g128 KV) -- the loss (1/T) sum_t ||y - target||^2
 // / ||target||^2, the layer output and the gradient of every weight.
 //
 // Both sides run f32 with different summation orders, so a rounding decision
@@ -93,8 +94,11 @@ TEST_P(PtqrGradGolden, TwinMatchesTorch) {
   const KernelTable kt = select_kernels(isa);
   ThreadPool pool(2);
   const OpContext ctx{&kt, &pool};
+  const int bits = cc.value("bits", 8);
+  const bool acts = cc.value("acts", true);  // W8A8: int8 activations; the W4A16 case: f32
   QuantSpec spec;
-  spec.scheme = QScheme::kW8A8, spec.bits = 8, spec.group = 128, spec.scale_dtype = DType::kF32;
+  spec.scheme = acts ? QScheme::kW8A8 : bits == 4 ? QScheme::kW4A16 : QScheme::kW8A16;
+  spec.bits = bits, spec.group = 128, spec.scale_dtype = DType::kF32;
   for (StudentGroup* g : {&qkv, &o, &gu, &down}) requantize(*g, spec, 0.0, 0, pool);
   QatLayer l;
   l.c = &mc, l.rope = &rope;
@@ -102,6 +106,8 @@ TEST_P(PtqrGradGolden, TwinMatchesTorch) {
   l.attn_norm = an.data(), l.ffn_norm = fn.data();
   l.q_norm = qn.empty() ? nullptr : qn.data(), l.k_norm = kn.empty() ? nullptr : kn.data();
   l.qkv = &qkv, l.o = &o, l.gu = &gu, l.down = &down;
+  l.act_int8 = ptqr_acts_int8(spec);
+  ASSERT_EQ(l.act_int8, acts);
   std::vector<float> an_grad(H, 0.f), fn_grad(H, 0.f);  // the norms and biases train too (--train-vectors)
   l.attn_norm_grad = an_grad.data(), l.ffn_norm_grad = fn_grad.data();
   if (!qkv.bias.empty()) qkv.bias_grad.assign(qkv.N, 0.f);
@@ -154,7 +160,7 @@ TEST_P(PtqrGradGolden, TwinMatchesTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, PtqrGradGolden,
-                         ::testing::Combine(::testing::Values("qwen2", "qwen3"), ::testing::ValuesIn(available_isas())));
+                         ::testing::Combine(::testing::Values("qwen2", "qwen3", "qwen2_w4a16"), ::testing::ValuesIn(available_isas())));
 
 }  // namespace
 }  // namespace blockspec

@@ -122,9 +122,10 @@ struct Tiny {
 // The twin and the serving layer compute the same function (f32 summation order apart).
 TEST(PtqrLayer, TwinFollowsTheServingLayer) {
   for (const std::string& path : {kQwen2, kQwen3})
-    for (KvDType kv : {KvDType::kF32, KvDType::kInt8BlockG128}) {
+    for (KvDType kv : {KvDType::kF32, KvDType::kInt8BlockG128})
+      for (QScheme scheme : {QScheme::kW8A8, QScheme::kW4A16}) {
       Tiny t(path);
-      const QuantSpec spec = ptqr_spec(*t.src, 128);
+      const QuantSpec spec = ptqr_spec(*t.src, 128, scheme);
       PtqrLayer l(t.ctx, t.src->config(), t.rope, *t.src, *t.src, 1, spec, kv);
       l.requantize(0.0, 0);
       const int64_t T = 24, H = t.src->config().hidden_size;
@@ -135,8 +136,8 @@ TEST(PtqrLayer, TwinFollowsTheServingLayer) {
       qat_forward(t.ctx, l.twin(), x.data(), T, y2.data(), s);
       double d = 0, m = 0;
       for (int64_t i = 0; i < T * H; ++i) d = std::max(d, double(std::fabs(y[i] - y2[i]))), m = std::max(m, double(std::fabs(y[i])));
-      EXPECT_LT(d / m, 1e-4) << path << " " << kv_dtype_name(kv);
-    }
+      EXPECT_LT(d / m, 1e-4) << path << " " << kv_dtype_name(kv) << " " << qscheme_name(scheme);
+      }
 }
 
 TEST(PtqrLayer, TrainingLowersTheServingLoss) {
@@ -215,7 +216,8 @@ PtqrOptions tiny_options(const std::string& out) {
 
 // The written checkpoint is the student: codes byte for byte, and the engine's forward on it equals the student's;
 // with SmoothQuant (--smooth) too, whose smoothed norms the checkpoint then carries.
-class PtqrRunSmooth : public ::testing::TestWithParam<std::tuple<double, bool, double, bool>> {};
+// The weight-only schemes (W4A16, W8A16) too: int4 / int8 codes, f32 activations.
+class PtqrRunSmooth : public ::testing::TestWithParam<std::tuple<double, bool, double, bool, QScheme>> {};
 
 TEST_P(PtqrRunSmooth, CheckpointIsTheStudentBitForBit) {
   const std::string out = testing::TempDir() + "/ptqr_bit";
@@ -225,6 +227,7 @@ TEST_P(PtqrRunSmooth, CheckpointIsTheStudentBitForBit) {
   o.train_vectors = std::get<1>(GetParam());
   o.smooth_attention = std::get<2>(GetParam());
   o.smooth_mappings = std::get<3>(GetParam()) ? SmoothMappings::kAll : SmoothMappings::kSmoothQuant;
+  o.scheme = std::get<4>(GetParam());
   o.lr_vectors = 1e-3;
   const PtqrReport r = run_ptqr(o);
   ASSERT_EQ(r.layers.size(), 2u);
@@ -233,7 +236,8 @@ TEST_P(PtqrRunSmooth, CheckpointIsTheStudentBitForBit) {
   const std::unique_ptr<WeightSource> ck = open_weight_source(out);
   for (const auto& [m, qw] : r.codes) {
     ASSERT_TRUE(ck->has_native(m + ".weight")) << m;
-    EXPECT_TRUE(ck->native_act_int8(m + ".weight")) << m;
+    EXPECT_EQ(ck->native_act_int8(m + ".weight"), o.scheme == QScheme::kW8A8) << m;
+    EXPECT_EQ(qw.spec.bits, o.scheme == QScheme::kW4A16 ? 4 : 8) << m;
     std::vector<int8_t> codes(qw.N * qw.K);
     std::vector<float> scales(qw.N * qw.n_groups);
     ck->load_native(m + ".weight", 0, qw.N, codes.data(), scales.data());
@@ -298,9 +302,14 @@ TEST_P(PtqrRunSmooth, CheckpointIsTheStudentBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Smooth, PtqrRunSmooth,
-                         ::testing::Values(std::make_tuple(0.0, false, 0.0, false), std::make_tuple(0.5, false, 0.0, false),
-                                           std::make_tuple(0.0, true, 0.0, false), std::make_tuple(0.5, true, 0.0, false),
-                                           std::make_tuple(0.5, false, 0.5, false), std::make_tuple(0.5, false, 0.5, true)));
+                         ::testing::Values(std::make_tuple(0.0, false, 0.0, false, QScheme::kW8A8),
+                                           std::make_tuple(0.5, false, 0.0, false, QScheme::kW8A8),
+                                           std::make_tuple(0.0, true, 0.0, false, QScheme::kW8A8),
+                                           std::make_tuple(0.5, true, 0.0, false, QScheme::kW8A8),
+                                           std::make_tuple(0.5, false, 0.5, false, QScheme::kW8A8),
+                                           std::make_tuple(0.5, false, 0.5, true, QScheme::kW8A8),
+                                           std::make_tuple(0.0, false, 0.0, false, QScheme::kW4A16),
+                                           std::make_tuple(0.0, true, 0.0, false, QScheme::kW8A16)));
 
 TEST(PtqrRun, ResumeAfterAStopGivesTheSameCheckpoint) {
   const std::string a = testing::TempDir() + "/ptqr_a", b = testing::TempDir() + "/ptqr_b";
@@ -425,6 +434,8 @@ TEST(PtqrRun, BadOptionsAreOneLineErrors) {
   EXPECT_NE(msg(b).find("--val-every 0"), std::string::npos);
   b = o, b.smooth_tokens = 0;
   EXPECT_NE(msg(b).find("--smooth-tokens 0"), std::string::npos);
+  b = o, b.scheme = QScheme::kNVFP4;
+  EXPECT_NE(msg(b).find("--scheme nvfp4"), std::string::npos) << msg(b);
   b = o, b.in = std::string(BS_SOURCE_DIR) + "/tests/fixtures/hybrid";
   EXPECT_FALSE(msg(b).empty());
 }

@@ -210,6 +210,50 @@ bool load_e2e(const PtqrOptions& o, E2eCheckpoint& ck) {
   return true;
 }
 
+// SmoothQuant's activation ranges and SmoothAttention's key absmaxes (the forward passes of --smooth and
+// --smooth-attention), kept in OUT.ptqr-state/smooth_stats.safetensors so that --resume does not measure them again.
+struct SmoothStats {
+  std::vector<LayerRanges> ranges;        // empty without --smooth
+  std::vector<std::vector<float>> kabs;   // empty without --smooth-attention
+};
+
+void save_smooth_stats(const PtqrOptions& o, const SmoothStats& ss) {
+  const std::string dir = state_dir(o), tmp = dir + "/tmp.smooth";
+  fs::create_directories(dir);
+  NamedTensors t;
+  auto add = [&](const std::string& n, const std::vector<float>& v) {
+    t.emplace_back(n, f32_tensor(v, {static_cast<int64_t>(v.size())}));
+  };
+  for (size_t l = 0; l < ss.ranges.size(); ++l) {
+    const std::string p = "layer" + std::to_string(l) + ".";
+    const LayerRanges& r = ss.ranges[l];
+    for (const auto& [n, cr] : {std::pair<const char*, const ChannelRange*>{"attn_in", &r.attn_in}, {"mlp_in", &r.mlp_in},
+                                {"o_in", &r.o_in}, {"down_in", &r.down_in}})
+      add(p + n + ".lo", cr->lo), add(p + n + ".hi", cr->hi);
+  }
+  for (size_t l = 0; l < ss.kabs.size(); ++l) add("layer" + std::to_string(l) + ".key_absmax", ss.kabs[l]);
+  write_safetensors(tmp, t);
+  fs::rename(tmp, dir + "/smooth_stats.safetensors");
+}
+
+// False when the state has none (a state written before they were kept): the caller measures them.
+bool load_smooth_stats(const PtqrOptions& o, int64_t n_layers, SmoothStats& ss) {
+  const std::string path = state_dir(o) + "/smooth_stats.safetensors";
+  if (!fs::exists(path)) return false;
+  const SafetensorsCheckpoint f(path);
+  for (int64_t l = 0; l < n_layers && o.smooth > 0; ++l) {
+    const std::string p = "layer" + std::to_string(l) + ".";
+    LayerRanges r;
+    for (const auto& [n, cr] : {std::pair<const char*, ChannelRange*>{"attn_in", &r.attn_in}, {"mlp_in", &r.mlp_in},
+                                {"o_in", &r.o_in}, {"down_in", &r.down_in}})
+      cr->lo = f32_values(f.tensor(p + n + ".lo")), cr->hi = f32_values(f.tensor(p + n + ".hi"));
+    ss.ranges.push_back(std::move(r));
+  }
+  for (int64_t l = 0; l < n_layers && o.smooth_attention > 0; ++l)
+    ss.kabs.push_back(f32_values(f.tensor("layer" + std::to_string(l) + ".key_absmax")));
+  return true;
+}
+
 }  // namespace
 
 PtqrReport run_ptqr(const PtqrOptions& o) {
@@ -274,7 +318,8 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     fail("--e2e-steps: the end-to-end phase trains every layer's scales; drop --max-layers (", o.max_layers, ")");
 
   State st;
-  if (o.resume && load_state(o, spec, st)) {
+  const bool resumed = o.resume && load_state(o, spec, st);
+  if (resumed) {
     rep.resumed_from = st.layers_done;
     std::fprintf(stderr, "ptqr: resuming after layer %lld of %lld (%s)\n", static_cast<long long>(st.layers_done),
                  static_cast<long long>(L), state_dir(o).c_str());
@@ -284,22 +329,30 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
   }
   const RopeTables rope = compute_rope(cfg);
   // SmoothQuant first (--smooth): the student starts from the smoothed model, the teacher stays the original.
+  // Its statistics (and SmoothAttention's) are measured once and kept in the state for --resume.
   TensorOverrides smoothed;
+  SmoothStats ss;
+  const bool stats_kept = (o.smooth > 0 || o.smooth_attention > 0) && resumed && load_smooth_stats(o, cfg.n_layers, ss);
   if (o.smooth > 0) {
     const double ts = now_s();
-    smoothed = smooth_model(*src, ctx, smooth_windows, o.smooth, o.smooth_mappings);
+    if (!stats_kept) ss.ranges = activation_ranges(*src, ctx, smooth_windows);
+    smoothed = smooth_model_from_ranges(*src, ss.ranges, o.smooth, o.smooth_mappings);
     if (o.progress)
-      std::fprintf(stderr, "ptqr: SmoothQuant alpha %.3g over %lld windows: %zu tensors rescaled in %.0f s\n", o.smooth,
-                   static_cast<long long>(smooth_windows.size()), smoothed.size(), now_s() - ts);
+      std::fprintf(stderr, "ptqr: SmoothQuant alpha %.3g over %lld windows%s: %zu tensors rescaled in %.0f s\n", o.smooth,
+                   static_cast<long long>(smooth_windows.size()), stats_kept ? " (statistics kept in the state)" : "",
+                   smoothed.size(), now_s() - ts);
   }
   if (o.smooth_attention > 0) {  // then SmoothAttention on what SmoothQuant left; its q/k tensors win
     const double ts = now_s();
-    TensorOverrides sa = smooth_attention(OverlaySource(*src, smoothed), ctx, smooth_windows, o.smooth_attention);
+    const OverlaySource sq(*src, smoothed);
+    if (!stats_kept) ss.kabs = key_channel_absmax(sq, ctx, smooth_windows);
+    TensorOverrides sa = smooth_attention_from_absmax(sq, ss.kabs, o.smooth_attention);
     if (o.progress)
       std::fprintf(stderr, "ptqr: SmoothAttention alpha %.3g: %zu q/k tensors rescaled in %.0f s\n", o.smooth_attention,
                    sa.size(), now_s() - ts);
     for (auto& [n, v] : sa) smoothed[n] = std::move(v);
   }
+  if ((o.smooth > 0 || o.smooth_attention > 0) && !stats_kept) save_smooth_stats(o, ss);
   const OverlaySource student_src(*src, smoothed);
   double train_tokens = 0, train_seconds = 0;
   const int64_t stop = o.stop_after_layers >= 0 ? std::min<int64_t>(L, o.stop_after_layers) : L;

@@ -138,12 +138,26 @@ void smooth_linear_pair(const WeightSource& src, const std::string& p, const cha
 
 }  // namespace
 
-TensorOverrides smooth_model(const WeightSource& src, const OpContext& ctx,
-                             const std::vector<std::vector<int32_t>>& windows, double alpha, SmoothMappings mappings) {
+namespace {
+// Fails before any work on what SmoothQuant cannot do.
+void check_smooth(const WeightSource& src, double alpha) {
   if (!(alpha > 0.0 && alpha <= 1.0)) fail("smoothquant: alpha ", alpha, " outside (0, 1]");
   if (src.config().is_hybrid())
     fail(src.path(), ": SmoothQuant of hybrid (Gated DeltaNet) models is not supported yet");
-  const std::vector<LayerRanges> ranges = activation_ranges(src, ctx, windows);
+}
+}  // namespace
+
+TensorOverrides smooth_model(const WeightSource& src, const OpContext& ctx,
+                             const std::vector<std::vector<int32_t>>& windows, double alpha, SmoothMappings mappings) {
+  check_smooth(src, alpha);
+  return smooth_model_from_ranges(src, activation_ranges(src, ctx, windows), alpha, mappings);
+}
+
+TensorOverrides smooth_model_from_ranges(const WeightSource& src, const std::vector<LayerRanges>& ranges, double alpha,
+                                         SmoothMappings mappings) {
+  check_smooth(src, alpha);
+  if (static_cast<int64_t>(ranges.size()) != src.config().n_layers)
+    fail("smoothquant: ranges of ", ranges.size(), " layers for a model of ", src.config().n_layers);
   TensorOverrides out;
   for (int64_t li = 0; li < static_cast<int64_t>(ranges.size()); ++li) {
     const std::string p = hf::target_layer(li);

@@ -63,5 +63,8 @@ SmoothMappings parse_smooth_mappings(const std::string& s);
 TensorOverrides smooth_model(const WeightSource& src, const OpContext& ctx,
                              const std::vector<std::vector<int32_t>>& windows, double alpha,
                              SmoothMappings mappings = SmoothMappings::kSmoothQuant);
+// The same from ranges activation_ranges measured before (ptqr keeps them across a --resume).
+TensorOverrides smooth_model_from_ranges(const WeightSource& src, const std::vector<LayerRanges>& ranges, double alpha,
+                                         SmoothMappings mappings = SmoothMappings::kSmoothQuant);
 
 }  // namespace blockspec

@@ -65,14 +65,31 @@ std::vector<std::vector<float>> key_channel_absmax(const WeightSource& src, cons
   return m;
 }
 
-TensorOverrides smooth_attention(const WeightSource& src, const OpContext& ctx,
-                                 const std::vector<std::vector<int32_t>>& windows, double alpha) {
+namespace {
+// Fails before any work on what SmoothAttention cannot do.
+void check_smooth_attention(const WeightSource& src, double alpha) {
   if (!(alpha > 0.0 && alpha <= 1.0)) fail("SmoothAttention: alpha ", alpha, " outside (0, 1]");
   const ModelConfig& c = src.config();
   if (c.is_hybrid() || c.attn_output_gate)
     fail(src.path(), ": SmoothAttention of hybrid (Gated DeltaNet, gated attention) models is not supported yet");
+}
+}  // namespace
+
+TensorOverrides smooth_attention(const WeightSource& src, const OpContext& ctx,
+                                 const std::vector<std::vector<int32_t>>& windows, double alpha) {
+  check_smooth_attention(src, alpha);
+  return smooth_attention_from_absmax(src, key_channel_absmax(src, ctx, windows), alpha);
+}
+
+TensorOverrides smooth_attention_from_absmax(const WeightSource& src, const std::vector<std::vector<float>>& m,
+                                             double alpha) {
+  check_smooth_attention(src, alpha);
+  const ModelConfig& c = src.config();
   const int64_t hd = c.head_dim, nkv = c.n_kv_heads, group = c.n_heads / c.n_kv_heads;
-  const std::vector<std::vector<float>> m = key_channel_absmax(src, ctx, windows);
+  if (static_cast<int64_t>(m.size()) != c.n_layers)
+    fail("SmoothAttention: key absmaxes of ", m.size(), " layers for a model of ", c.n_layers);
+  for (const auto& v : m)
+    if (static_cast<int64_t>(v.size()) != nkv * hd) fail("SmoothAttention: key absmaxes of ", v.size(), " channels, expected ", nkv * hd);
   auto lambda = [alpha](float v) { return static_cast<float>(std::pow(std::max(v, kMinKeyAbsmax), alpha)); };
   const bool qk_norm = c.arch == Arch::kQwen3;
   TensorOverrides out;

@@ -36,5 +36,8 @@ std::vector<std::vector<float>> key_channel_absmax(const WeightSource& src, cons
 // gated attention of Qwen3.5 fail.
 TensorOverrides smooth_attention(const WeightSource& src, const OpContext& ctx,
                                  const std::vector<std::vector<int32_t>>& windows, double alpha);
+// The same from m as key_channel_absmax measured it before (ptqr keeps it across a --resume).
+TensorOverrides smooth_attention_from_absmax(const WeightSource& src, const std::vector<std::vector<float>>& m,
+                                             double alpha);
 
 }  // namespace blockspec

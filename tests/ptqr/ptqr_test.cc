@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "base/error.h"
+#include "formats/safetensors.h"
 #include "kernels/kernel_table.h"
 #include "kernels/quant.h"
 #include "kernels/quant_import.h"
@@ -409,6 +410,48 @@ TEST(PtqrRun, SmoothTokensLimitTheSmoothingStatistics) {
   run_ptqr(all);
   EXPECT_NE(norm(b), limited);
   fs::remove_all(a), fs::remove_all(b);
+}
+
+// With --smooth and --smooth-attention the state keeps their statistics: a resume smooths from them (same
+// checkpoint as uninterrupted) instead of measuring again (other statistics in the state change the result).
+TEST(PtqrRun, ResumeSmoothsFromTheKeptStatistics) {
+  const std::string a = testing::TempDir() + "/ptqr_ss_a", b = testing::TempDir() + "/ptqr_ss_b";
+  fs::remove_all(a), fs::remove_all(b), fs::remove_all(b + ".ptqr-state");
+  PtqrOptions oa = tiny_options(a);
+  oa.smooth = 0.5, oa.smooth_attention = 0.5, oa.smooth_mappings = SmoothMappings::kAll;
+  const PtqrReport ra = run_ptqr(oa);
+  PtqrOptions ob = oa;
+  ob.out = b, ob.stop_after_layers = 1;
+  run_ptqr(ob);
+  const std::string stats = b + ".ptqr-state/smooth_stats.safetensors";
+  ASSERT_TRUE(fs::exists(stats));
+  const std::string saved = b + "-stats.safetensors";
+  fs::copy_file(stats, saved, fs::copy_options::overwrite_existing);
+  ob.stop_after_layers = -1, ob.resume = true;
+  const PtqrReport rb = run_ptqr(ob);
+  for (const auto& [m, qw] : ra.codes) EXPECT_EQ(rb.codes.at(m).q, qw.q) << m;
+  EXPECT_EQ(rb.stream, ra.stream);
+  // The same resume with every kept activation range doubled: the smoothing, so the export, differs.
+  fs::remove_all(b);
+  ob.stop_after_layers = 1, ob.resume = false;
+  run_ptqr(ob);
+  {
+    const SafetensorsCheckpoint f(saved);
+    std::vector<std::pair<std::string, Tensor>> t;
+    for (const std::string& n : f.names()) {
+      Tensor x = f.tensor(n);
+      Tensor y(DType::kF32, {x.numel()});
+      for (int64_t i = 0; i < x.numel(); ++i) y.mutable_ptr<float>()[i] = 2 * x.ptr<float>()[i];
+      t.emplace_back(n, y);
+    }
+    write_safetensors(stats, t);
+  }
+  ob.stop_after_layers = -1, ob.resume = true;
+  run_ptqr(ob);
+  const Tensor na = open_weight_source(a)->load("model.layers.1.post_attention_layernorm.weight"),
+               nb = open_weight_source(b)->load("model.layers.1.post_attention_layernorm.weight");
+  EXPECT_NE(std::memcmp(na.data(), nb.data(), na.nbytes()), 0);
+  fs::remove_all(a), fs::remove_all(b), fs::remove(saved);
 }
 
 TEST(PtqrRun, BadOptionsAreOneLineErrors) {

@@ -53,4 +53,18 @@ print(r["choices"][0]["text"], end="")
 PY
 ) || { cat "$tmp/serve.log"; fail "completion request failed"; }
 [[ "$gen" == *"$text"* ]] || fail "served text \"$text\" is not generate's \"$gen\""
-echo "run_ptqr_serve_test.sh: ok (served \"$text\")"
+
+# The weight-only grid with held-out windows and SmoothQuant statistics on the first window, through the CLI:
+# a W4A16 compressed-tensors checkpoint that `inspect` reads and `generate` runs, and the report's held-out columns.
+"$bin" ptqr "$model" "$tmp/w4" --scheme w4a16 --calib "$root/data/text/tinyshakespeare.txt" --tokens 256 --window 64 \
+  --steps 8 --lr 2e-4 --holdout 1 --val-every 4 --smooth 0.5 --smooth-tokens 64 --threads 2 > "$tmp/w4.log" 2>&1 \
+  || { cat "$tmp/w4.log"; fail "ptqr --scheme w4a16 failed"; }
+grep -q 'held-out RTN' "$tmp/w4.log" || { cat "$tmp/w4.log"; fail "no held-out columns in the report"; }
+grep -q '"num_bits": 4' "$tmp/w4/config.json" || fail "the w4a16 checkpoint's config.json has no 4-bit weights"
+"$bin" inspect "$tmp/w4" > "$tmp/inspect.log" 2>&1 || { cat "$tmp/inspect.log"; fail "inspect failed on the w4a16 PTQR checkpoint"; }
+grep -q "q_proj.weight_packed" "$tmp/inspect.log" || { cat "$tmp/inspect.log"; fail "the w4a16 checkpoint has no packed int4 weights"; }
+"$bin" generate -m "$tmp/w4" -p "$prompt" -n 4 --temp 0 --threads 2 > /dev/null 2>&1 || fail "generate failed on w4a16"
+"$bin" ptqr "$model" "$tmp/bad" --calib "$root/data/text/tinyshakespeare.txt" --tokens 256 --window 64 --holdout 4 \
+  > "$tmp/bad.log" 2>&1 && fail "--holdout 4 of 4 windows was accepted"
+grep -q -- '--holdout 4' "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "the --holdout error does not name the flag"; }
+echo "run_ptqr_serve_test.sh: ok (served \"$text\"; w4a16 with --holdout checked)"

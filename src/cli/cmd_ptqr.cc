@@ -2,7 +2,9 @@
 // Quantization-aware retraining of a dense target whose student runs the
 // serving kernels (issue 18, ptqr/ptqr.h); OUT is a compressed-tensors W8A8
 // (or --scheme w8a16 / w4a16) G128 checkpoint as `blockspec quantize` writes it.
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
@@ -50,6 +52,8 @@ std::vector<FlagSpec> flags() {
       {"--e2e-stop-after", "", true, "stop once N end-to-end steps are done; the state is kept, continue with --resume"},
       {"--smooth-tokens", "", true,
        "SmoothQuant / SmoothAttention statistics over the first N calibration tokens (default: all of --tokens)"},
+      {"--smooth-search", "", true,
+       "comma-separated SmoothQuant alphas: each layer starts from the one whose RTN start fits best (needs --smooth)"},
       {"--holdout", "", true,
        "hold the last N windows out of training; each layer keeps the step (0: its start) scoring lowest on them"},
       {"--val-every", "", true, "with --holdout: score the held-out windows every N steps (default 10)"},
@@ -71,7 +75,8 @@ std::vector<FlagSpec> flags() {
 // IN is a DFlash drafter (ptqr/ptqr_drafter.h).
 int ptqr_drafter(const Args& a, const std::string& in, const std::string& out) {
   for (const char* f : {"--calib", "--tokens", "--window", "--kv-cache-dtype", "--smooth", "--smooth-attention", "--smooth-mappings", "--train-vectors",
-                        "--lr-vectors", "--max-layers", "--group", "--smooth-tokens", "--holdout", "--val-every"})
+                        "--lr-vectors", "--max-layers", "--group", "--smooth-tokens", "--holdout", "--val-every",
+                        "--smooth-search"})
     if (a.has(f)) fail("ptqr: ", f, " is for targets; ", in, " is a drafter (see --target, --drafter-data)");
   if (a.str("--scheme", "w8a8") != "w8a8")
     fail("ptqr: --scheme ", a.str("--scheme"), ": a drafter trains w8a8 only so far");
@@ -176,6 +181,21 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
   if (a.has("--smooth-tokens") && !a.has("--smooth") && !a.has("--smooth-attention"))
     fail("--smooth-tokens needs --smooth ALPHA or --smooth-attention ALPHA");
   if (a.has("--smooth-tokens") && o.smooth_tokens < 1) fail("ptqr: --smooth-tokens ", o.smooth_tokens, ": expected >= 1");
+  if (a.has("--smooth-search")) {
+    const std::string list = a.str("--smooth-search");
+    size_t i = 0;
+    while (i <= list.size()) {
+      const size_t j = std::min(list.find(',', i), list.size());
+      const std::string item = list.substr(i, j - i);
+      char* end = nullptr;
+      const double v = std::strtod(item.c_str(), &end);
+      if (item.empty() || end != item.c_str() + item.size())
+        fail("ptqr: --smooth-search ", list, ": \"", item, "\" is not a number (expected e.g. 0.3,0.5,0.7)");
+      o.smooth_search.push_back(v);
+      i = j + 1;
+    }
+    if (!a.has("--smooth")) fail("ptqr: --smooth-search needs --smooth ALPHA (the statistics' model)");
+  }
   o.holdout = a.integer("--holdout", 0);
   o.val_every = a.integer("--val-every", 10);
   if (a.has("--val-every") && o.holdout == 0) fail("ptqr: --val-every needs --holdout N");
@@ -216,7 +236,8 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
     std::fprintf(h, "%-6lld %-12.6g %-12.6g %-8.3f %-8.0f", static_cast<long long>(l.layer), l.loss_rtn, l.loss_final,
                  l.loss_final / std::max(1e-30, l.loss_rtn), l.seconds);
     if (o.holdout > 0)
-      std::fprintf(h, " %-13.6g %-13.6g %lld", l.val_rtn, l.val_final, static_cast<long long>(l.kept_step));
+      std::fprintf(h, " %-13.6g %-13.6g %-9lld", l.val_rtn, l.val_final, static_cast<long long>(l.kept_step));
+    if (!o.smooth_search.empty()) std::fprintf(h, " alpha %.3g", l.smooth_alpha);
     std::fprintf(h, "\n");
   }
   std::fprintf(h, "ptqr: %zu layers retrained on %lld windows of %lld tokens (resumed after %lld); %.0f s, "
@@ -263,6 +284,7 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
       nlohmann::ordered_json lj = {{"layer", l.layer}, {"loss_rtn", l.loss_rtn}, {"loss_final", l.loss_final},
                                    {"seconds", l.seconds}};
       if (o.holdout > 0) lj["val_rtn"] = l.val_rtn, lj["val_final"] = l.val_final, lj["kept_step"] = l.kept_step;
+      if (!o.smooth_search.empty()) lj["smooth_alpha"] = l.smooth_alpha, lj["smooth_scores"] = l.smooth_scores;
       for (const auto& [m, e] : l.rel_err) lj["rel_err"][m] = e;
       j["layers"].push_back(lj);
     }

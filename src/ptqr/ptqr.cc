@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -77,7 +78,7 @@ json fingerprint(const PtqrOptions& o) {
   json f = {{"in", o.in}, {"group", o.group}, {"kv", kv_dtype_name(o.kv)}, {"window", o.window},
           {"steps", o.steps}, {"lr", o.lr}, {"dither_start", o.dither_start}, {"dither_decay", o.dither_decay},
           {"seed", o.seed}, {"calib_tokens", o.calib_ids.size()}, {"max_layers", o.max_layers}, {"smooth", o.smooth},
-          {"smooth_tokens", o.smooth_tokens}, {"holdout", o.holdout}, {"val_every", o.holdout > 0 ? o.val_every : 0},
+          {"smooth_tokens", o.smooth_tokens}, {"smooth_search", o.smooth_search}, {"holdout", o.holdout}, {"val_every", o.holdout > 0 ? o.val_every : 0},
           {"smooth_attention", o.smooth_attention}, {"smooth_all", o.smooth_mappings == SmoothMappings::kAll},
           {"train_vectors", o.train_vectors}, {"lr_vectors", o.train_vectors ? o.lr_vectors : 0.0}};
   if (o.scheme != QScheme::kW8A8) f["scheme"] = qscheme_name(o.scheme);  // (W8A8 states predate the field)
@@ -290,6 +291,9 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
          " calibration windows of ", o.window, " tokens; at least one must train)");
   if (o.holdout > 0 && o.val_every < 1) fail("--val-every ", o.val_every, ": expected >= 1");
   if (o.smooth_tokens == 0 || o.smooth_tokens < -1) fail("--smooth-tokens ", o.smooth_tokens, ": expected >= 1");
+  if (!o.smooth_search.empty() && !(o.smooth > 0)) fail("--smooth-search needs --smooth ALPHA (the statistics' model)");
+  for (double a : o.smooth_search)
+    if (!(a > 0 && a <= 1)) fail("--smooth-search ", a, ": expected alphas in (0, 1]");
   const int64_t n_train = rep.n_windows - o.holdout;
   // SmoothQuant / SmoothAttention statistics: the first smooth_tokens tokens in whole windows (at least one).
   const std::vector<std::vector<int32_t>> smooth_windows(
@@ -353,17 +357,53 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     for (auto& [n, v] : sa) smoothed[n] = std::move(v);
   }
   if ((o.smooth > 0 || o.smooth_attention > 0) && !stats_kept) save_smooth_stats(o, ss);
+  // --smooth-search: layer li's smoothed tensors at SmoothQuant alpha a (then SmoothAttention as above).
+  auto layer_smoothing = [&](int64_t li, double a) {
+    TensorOverrides t;
+    smooth_layer_from_ranges(*src, li, ss.ranges.at(li), a, o.smooth_mappings, t);
+    if (o.smooth_attention > 0) {
+      TensorOverrides sa;
+      smooth_attention_layer(OverlaySource(*src, t), li, ss.kabs.at(li), o.smooth_attention, sa);
+      for (auto& [n, v] : sa) t[n] = std::move(v);
+    }
+    return t;
+  };
+  for (const json& jr : st.reports)  // resumed: the finished layers' picks
+    if (!o.smooth_search.empty())
+      for (auto& [n, v] : layer_smoothing(jr.at("layer").get<int64_t>(), jr.at("smooth_alpha").get<double>()))
+        smoothed[n] = std::move(v);
   const OverlaySource student_src(*src, smoothed);
   double train_tokens = 0, train_seconds = 0;
   const int64_t stop = o.stop_after_layers >= 0 ? std::min<int64_t>(L, o.stop_after_layers) : L;
   for (int64_t li = st.layers_done; li < stop; ++li) {
     const double t0 = now_s();
-    PtqrLayer layer(ctx, cfg, rope, *src, student_src, li, spec, o.kv, o.train_vectors);
-    // Teacher: bf16 weights, f32 activations and KV, on the teacher's stream.
-    std::vector<float> y_t = st.x_t;
-    layer.run_teacher(o.window, y_t.data(), n_tok);
     PtqrLayerReport lr;
     lr.layer = li;
+    // Teacher: bf16 weights, f32 activations and KV, on the teacher's stream.
+    std::vector<float> y_t = st.x_t;
+    if (!o.smooth_search.empty()) {  // each candidate alpha's RTN start on the first training windows; the best wins
+      const int64_t n_score = std::min<int64_t>(n_train, 8) * o.window;
+      double best = std::numeric_limits<double>::infinity();
+      TensorOverrides best_t;
+      for (double a : o.smooth_search) {
+        TensorOverrides t = layer_smoothing(li, a);
+        PtqrLayer cand(ctx, cfg, rope, *src, OverlaySource(*src, t), li, spec, o.kv, false);
+        if (lr.smooth_scores.empty()) cand.run_teacher(o.window, y_t.data(), n_tok);
+        cand.requantize(0.0, 0);
+        const double loss = cand.serving_loss(o.window, st.x_s.data(), y_t.data(), n_score, nullptr);
+        lr.smooth_scores.emplace_back(a, loss);
+        if (loss < best) best = loss, lr.smooth_alpha = a, best_t = std::move(t);
+      }
+      for (auto& [n, v] : best_t) smoothed[n] = std::move(v);
+      if (o.progress) {
+        std::string s;
+        for (const auto& [a, l] : lr.smooth_scores) s += str_cat(" ", a, ":", l);
+        std::fprintf(stderr, "ptqr: layer %lld/%lld SmoothQuant alpha %.3g picked (RTN loss per alpha:%s)\n",
+                     static_cast<long long>(li + 1), static_cast<long long>(L), lr.smooth_alpha, s.c_str());
+      }
+    }
+    PtqrLayer layer(ctx, cfg, rope, *src, student_src, li, spec, o.kv, o.train_vectors);
+    if (o.smooth_search.empty()) layer.run_teacher(o.window, y_t.data(), n_tok);
     layer.requantize(0.0, 0);
     lr.loss_rtn = layer.serving_loss(o.window, st.x_s.data(), y_t.data(), n_tok, nullptr);
     // Held-out windows: the rows after the training windows'.
@@ -422,7 +462,8 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     st.x_s.swap(y_s);
     st.layers_done = li + 1;
     json jr = {{"layer", li}, {"loss_rtn", lr.loss_rtn}, {"loss_final", lr.loss_final}, {"seconds", lr.seconds},
-               {"val_rtn", lr.val_rtn}, {"val_final", lr.val_final}, {"kept_step", lr.kept_step}};
+               {"val_rtn", lr.val_rtn}, {"val_final", lr.val_final}, {"kept_step", lr.kept_step},
+               {"smooth_alpha", lr.smooth_alpha}, {"smooth_scores", lr.smooth_scores}};
     for (const auto& [m, e] : lr.rel_err) jr["rel_err"][m] = e;
     st.reports.push_back(jr);
     save_state(o, st, H);
@@ -444,6 +485,8 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     lr.seconds = jr.at("seconds").get<double>();
     lr.val_rtn = jr.value("val_rtn", 0.0), lr.val_final = jr.value("val_final", 0.0);
     lr.kept_step = jr.value("kept_step", int64_t{-1});
+    lr.smooth_alpha = jr.value("smooth_alpha", 0.0);
+    if (jr.contains("smooth_scores")) lr.smooth_scores = jr.at("smooth_scores").get<std::vector<std::pair<double, double>>>();
     for (const auto& [m, e] : jr.at("rel_err").items()) lr.rel_err.emplace_back(m, e.get<double>());
     rep.layers.push_back(lr);
   }

@@ -159,19 +159,24 @@ TensorOverrides smooth_model_from_ranges(const WeightSource& src, const std::vec
   if (static_cast<int64_t>(ranges.size()) != src.config().n_layers)
     fail("smoothquant: ranges of ", ranges.size(), " layers for a model of ", src.config().n_layers);
   TensorOverrides out;
-  for (int64_t li = 0; li < static_cast<int64_t>(ranges.size()); ++li) {
-    const std::string p = hf::target_layer(li);
-    smooth_mapping(src, p, hf::kAttnNorm, {hf::kQ, hf::kK, hf::kV}, ranges[li].attn_in, alpha, out);
-    smooth_mapping(src, p, hf::kFfnNorm, {hf::kGate, hf::kUp}, ranges[li].mlp_in, alpha, out);
-    if (mappings != SmoothMappings::kAll) continue;
-    const ModelConfig& c = src.config();
-    const int64_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
-    smooth_linear_pair(src, p, hf::kV, hf::kO, ranges[li].o_in,
-                       [&](int64_t ch) { return (ch / hd) / group * hd + ch % hd; }, c.n_kv_heads * hd, alpha, out);
-    smooth_linear_pair(src, p, hf::kUp, hf::kDown, ranges[li].down_in, [](int64_t ch) { return ch; },
-                       c.intermediate_size, alpha, out);
-  }
+  for (int64_t li = 0; li < static_cast<int64_t>(ranges.size()); ++li)
+    smooth_layer_from_ranges(src, li, ranges[li], alpha, mappings, out);
   return out;
+}
+
+void smooth_layer_from_ranges(const WeightSource& src, int64_t layer, const LayerRanges& r, double alpha,
+                              SmoothMappings mappings, TensorOverrides& out) {
+  check_smooth(src, alpha);
+  const std::string p = hf::target_layer(layer);
+  smooth_mapping(src, p, hf::kAttnNorm, {hf::kQ, hf::kK, hf::kV}, r.attn_in, alpha, out);
+  smooth_mapping(src, p, hf::kFfnNorm, {hf::kGate, hf::kUp}, r.mlp_in, alpha, out);
+  if (mappings != SmoothMappings::kAll) return;
+  const ModelConfig& c = src.config();
+  const int64_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
+  smooth_linear_pair(src, p, hf::kV, hf::kO, r.o_in, [&](int64_t ch) { return (ch / hd) / group * hd + ch % hd; },
+                     c.n_kv_heads * hd, alpha, out);
+  smooth_linear_pair(src, p, hf::kUp, hf::kDown, r.down_in, [](int64_t ch) { return ch; }, c.intermediate_size, alpha,
+                     out);
 }
 
 }  // namespace blockspec

@@ -63,6 +63,9 @@ SmoothMappings parse_smooth_mappings(const std::string& s);
 TensorOverrides smooth_model(const WeightSource& src, const OpContext& ctx,
                              const std::vector<std::vector<int32_t>>& windows, double alpha,
                              SmoothMappings mappings = SmoothMappings::kSmoothQuant);
+// One layer of it into out (ptqr --smooth-search picks alpha per layer).
+void smooth_layer_from_ranges(const WeightSource& src, int64_t layer, const LayerRanges& r, double alpha,
+                              SmoothMappings mappings, TensorOverrides& out);
 // The same from ranges activation_ranges measured before (ptqr keeps them across a --resume).
 TensorOverrides smooth_model_from_ranges(const WeightSource& src, const std::vector<LayerRanges>& ranges, double alpha,
                                          SmoothMappings mappings = SmoothMappings::kSmoothQuant);

@@ -85,41 +85,45 @@ TensorOverrides smooth_attention_from_absmax(const WeightSource& src, const std:
                                              double alpha) {
   check_smooth_attention(src, alpha);
   const ModelConfig& c = src.config();
-  const int64_t hd = c.head_dim, nkv = c.n_kv_heads, group = c.n_heads / c.n_kv_heads;
   if (static_cast<int64_t>(m.size()) != c.n_layers)
     fail("SmoothAttention: key absmaxes of ", m.size(), " layers for a model of ", c.n_layers);
-  for (const auto& v : m)
-    if (static_cast<int64_t>(v.size()) != nkv * hd) fail("SmoothAttention: key absmaxes of ", v.size(), " channels, expected ", nkv * hd);
-  auto lambda = [alpha](float v) { return static_cast<float>(std::pow(std::max(v, kMinKeyAbsmax), alpha)); };
-  const bool qk_norm = c.arch == Arch::kQwen3;
   TensorOverrides out;
-  for (int64_t li = 0; li < c.n_layers; ++li) {
-    const std::string p = hf::target_layer(li);
-    if (qk_norm) {  // one lambda per channel, shared by the heads as the norms are
-      std::vector<float> up(hd), down(hd);
-      for (int64_t i = 0; i < hd; ++i) {
-        float mi = 0;
-        for (int64_t h = 0; h < nkv; ++h) mi = std::max(mi, m[li][h * hd + i]);
-        up[i] = lambda(mi), down[i] = 1.f / up[i];
-      }
-      scale_head_rows(src, hf::weight(p, hf::kKNorm), hd, {0}, {down}, out);
-      scale_head_rows(src, hf::weight(p, hf::kQNorm), hd, {0}, {up}, out);
-      continue;
-    }
-    std::vector<int64_t> kheads(nkv), qheads(nkv * group);
-    std::vector<std::vector<float>> down(nkv, std::vector<float>(hd)), up(nkv * group);
-    for (int64_t h = 0; h < nkv; ++h) {
-      kheads[h] = h;
-      std::vector<float> l(hd);
-      for (int64_t i = 0; i < hd; ++i) l[i] = lambda(m[li][h * hd + i]), down[h][i] = 1.f / l[i];
-      for (int64_t g = 0; g < group; ++g) qheads[h * group + g] = h * group + g, up[h * group + g] = l;
-    }
-    for (auto fn : {hf::weight, hf::bias}) {
-      scale_head_rows(src, fn(p, hf::kK), hd, kheads, down, out);
-      scale_head_rows(src, fn(p, hf::kQ), hd, qheads, up, out);
-    }
-  }
+  for (int64_t li = 0; li < c.n_layers; ++li) smooth_attention_layer(src, li, m[li], alpha, out);
   return out;
+}
+
+void smooth_attention_layer(const WeightSource& src, int64_t layer, const std::vector<float>& m, double alpha,
+                            TensorOverrides& out) {
+  check_smooth_attention(src, alpha);
+  const ModelConfig& c = src.config();
+  const int64_t hd = c.head_dim, nkv = c.n_kv_heads, group = c.n_heads / c.n_kv_heads;
+  if (static_cast<int64_t>(m.size()) != nkv * hd)
+    fail("SmoothAttention: key absmaxes of ", m.size(), " channels, expected ", nkv * hd);
+  auto lambda = [alpha](float v) { return static_cast<float>(std::pow(std::max(v, kMinKeyAbsmax), alpha)); };
+  const std::string p = hf::target_layer(layer);
+  if (c.arch == Arch::kQwen3) {  // one lambda per channel, shared by the heads as the norms are
+    std::vector<float> up(hd), down(hd);
+    for (int64_t i = 0; i < hd; ++i) {
+      float mi = 0;
+      for (int64_t h = 0; h < nkv; ++h) mi = std::max(mi, m[h * hd + i]);
+      up[i] = lambda(mi), down[i] = 1.f / up[i];
+    }
+    scale_head_rows(src, hf::weight(p, hf::kKNorm), hd, {0}, {down}, out);
+    scale_head_rows(src, hf::weight(p, hf::kQNorm), hd, {0}, {up}, out);
+    return;
+  }
+  std::vector<int64_t> kheads(nkv), qheads(nkv * group);
+  std::vector<std::vector<float>> down(nkv, std::vector<float>(hd)), up(nkv * group);
+  for (int64_t h = 0; h < nkv; ++h) {
+    kheads[h] = h;
+    std::vector<float> l(hd);
+    for (int64_t i = 0; i < hd; ++i) l[i] = lambda(m[h * hd + i]), down[h][i] = 1.f / l[i];
+    for (int64_t g = 0; g < group; ++g) qheads[h * group + g] = h * group + g, up[h * group + g] = l;
+  }
+  for (auto fn : {hf::weight, hf::bias}) {
+    scale_head_rows(src, fn(p, hf::kK), hd, kheads, down, out);
+    scale_head_rows(src, fn(p, hf::kQ), hd, qheads, up, out);
+  }
 }
 
 }  // namespace blockspec

@@ -36,6 +36,9 @@ std::vector<std::vector<float>> key_channel_absmax(const WeightSource& src, cons
 // gated attention of Qwen3.5 fail.
 TensorOverrides smooth_attention(const WeightSource& src, const OpContext& ctx,
                                  const std::vector<std::vector<int32_t>>& windows, double alpha);
+// One layer of it (m: that layer's key absmaxes) into out, reading through src (ptqr --smooth-search).
+void smooth_attention_layer(const WeightSource& src, int64_t layer, const std::vector<float>& m, double alpha,
+                            TensorOverrides& out);
 // The same from m as key_channel_absmax measured it before (ptqr keeps it across a --resume).
 TensorOverrides smooth_attention_from_absmax(const WeightSource& src, const std::vector<std::vector<float>>& m,
                                              double alpha);

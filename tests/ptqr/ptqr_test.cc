@@ -454,6 +454,62 @@ TEST(PtqrRun, ResumeSmoothsFromTheKeptStatistics) {
   fs::remove_all(a), fs::remove_all(b), fs::remove(saved);
 }
 
+// --smooth-search: each layer starts from the candidate alpha whose RTN start scores lowest; one candidate is
+// exactly --smooth with that alpha; a resume re-applies the finished layers' picks.
+TEST(PtqrRun, SmoothSearchPicksEachLayersStart) {
+  const std::string a = testing::TempDir() + "/ptqr_sr_a", b = testing::TempDir() + "/ptqr_sr_b";
+  fs::remove_all(a), fs::remove_all(b), fs::remove_all(b + ".ptqr-state");
+  auto norm = [](const std::string& dir, int layer) {
+    const Tensor t = open_weight_source(dir)->load("model.layers." + std::to_string(layer) + ".input_layernorm.weight");
+    return std::vector<uint8_t>(static_cast<const uint8_t*>(t.data()), static_cast<const uint8_t*>(t.data()) + t.nbytes());
+  };
+  PtqrOptions o = tiny_options(a);
+  o.smooth = 0.5, o.smooth_mappings = SmoothMappings::kAll;
+  o.smooth_search = {0.2, 0.9};
+  const PtqrReport r = run_ptqr(o);
+  std::vector<double> layer0;  // layer 0's RTN loss with each alpha alone (its input does not depend on the picks)
+  for (double alpha : o.smooth_search) {
+    PtqrOptions x = tiny_options(b);
+    x.smooth = alpha, x.smooth_mappings = SmoothMappings::kAll, x.steps = 1;
+    layer0.push_back(run_ptqr(x).layers.at(0).loss_rtn);
+    fs::remove_all(b);
+  }
+  ASSERT_EQ(r.layers.size(), 2u);
+  for (const PtqrLayerReport& l : r.layers) {
+    ASSERT_EQ(l.smooth_scores.size(), 2u);
+    std::printf("[ measured ] layer %lld alpha 0.2: %.6g, 0.9: %.6g -> picked %.3g\n", static_cast<long long>(l.layer),
+                l.smooth_scores[0].second, l.smooth_scores[1].second, l.smooth_alpha);
+    const auto best = std::min_element(l.smooth_scores.begin(), l.smooth_scores.end(),
+                                       [](const auto& x, const auto& y) { return x.second < y.second; });
+    EXPECT_EQ(l.smooth_alpha, best->first);
+    EXPECT_EQ(l.loss_rtn, best->second) << "the 4 windows are all scored: the RTN start is the picked candidate";
+  }
+  EXPECT_EQ(r.layers[0].smooth_scores[0].second, layer0[0]);
+  EXPECT_EQ(r.layers[0].smooth_scores[1].second, layer0[1]);
+  // One candidate: exactly --smooth with it.
+  PtqrOptions one = tiny_options(b);
+  one.smooth = 0.5, one.smooth_mappings = SmoothMappings::kAll, one.smooth_search = {0.3};
+  const PtqrReport r1 = run_ptqr(one);
+  const auto n1 = norm(b, 1);
+  fs::remove_all(b);
+  PtqrOptions plain = tiny_options(b);
+  plain.smooth = 0.3, plain.smooth_mappings = SmoothMappings::kAll;
+  const PtqrReport rp = run_ptqr(plain);
+  for (const auto& [m, qw] : rp.codes) EXPECT_EQ(r1.codes.at(m).q, qw.q) << m;
+  EXPECT_EQ(norm(b, 1), n1);
+  fs::remove_all(b);
+  // Stop after layer 1 and resume: the same checkpoint, layer 0's pick (not 0.5) re-applied.
+  PtqrOptions rs = o;
+  rs.out = b, rs.stop_after_layers = 1;
+  run_ptqr(rs);
+  rs.stop_after_layers = -1, rs.resume = true;
+  const PtqrReport rr = run_ptqr(rs);
+  EXPECT_EQ(rr.layers.at(0).smooth_alpha, r.layers[0].smooth_alpha);
+  EXPECT_EQ(norm(b, 0), norm(a, 0));
+  for (const auto& [m, qw] : r.codes) EXPECT_EQ(rr.codes.at(m).q, qw.q) << m;
+  fs::remove_all(a), fs::remove_all(b), fs::remove_all(b + ".ptqr-state");
+}
+
 TEST(PtqrRun, BadOptionsAreOneLineErrors) {
   PtqrOptions o = tiny_options(testing::TempDir() + "/ptqr_bad");
   auto msg = [&](const PtqrOptions& x) -> std::string {
@@ -477,6 +533,10 @@ TEST(PtqrRun, BadOptionsAreOneLineErrors) {
   EXPECT_NE(msg(b).find("--val-every 0"), std::string::npos);
   b = o, b.smooth_tokens = 0;
   EXPECT_NE(msg(b).find("--smooth-tokens 0"), std::string::npos);
+  b = o, b.smooth_search = {0.5};
+  EXPECT_NE(msg(b).find("--smooth-search needs --smooth"), std::string::npos) << msg(b);
+  b = o, b.smooth = 0.5, b.smooth_search = {0.5, 1.5};
+  EXPECT_NE(msg(b).find("--smooth-search 1.5"), std::string::npos) << msg(b);
   b = o, b.scheme = QScheme::kNVFP4;
   EXPECT_NE(msg(b).find("--scheme nvfp4"), std::string::npos) << msg(b);
   b = o, b.in = std::string(BS_SOURCE_DIR) + "/tests/fixtures/hybrid";

@@ -78,10 +78,11 @@ json fingerprint(const PtqrOptions& o) {
   json f = {{"in", o.in}, {"group", o.group}, {"kv", kv_dtype_name(o.kv)}, {"window", o.window},
           {"steps", o.steps}, {"lr", o.lr}, {"dither_start", o.dither_start}, {"dither_decay", o.dither_decay},
           {"seed", o.seed}, {"calib_tokens", o.calib_ids.size()}, {"max_layers", o.max_layers}, {"smooth", o.smooth},
-          {"smooth_tokens", o.smooth_tokens}, {"smooth_search", o.smooth_search}, {"holdout", o.holdout}, {"val_every", o.holdout > 0 ? o.val_every : 0},
+          {"smooth_tokens", o.smooth_tokens}, {"holdout", o.holdout}, {"val_every", o.holdout > 0 ? o.val_every : 0},
           {"smooth_attention", o.smooth_attention}, {"smooth_all", o.smooth_mappings == SmoothMappings::kAll},
           {"train_vectors", o.train_vectors}, {"lr_vectors", o.train_vectors ? o.lr_vectors : 0.0}};
-  if (o.scheme != QScheme::kW8A8) f["scheme"] = qscheme_name(o.scheme);  // (W8A8 states predate the field)
+  if (o.scheme != QScheme::kW8A8) f["scheme"] = qscheme_name(o.scheme);  // (states without these predate them)
+  if (!o.smooth_search.empty()) f["smooth_search"] = o.smooth_search;
   return f;
 }
 

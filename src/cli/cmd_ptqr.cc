@@ -256,12 +256,12 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
     std::fprintf(h, "audit: largest relative dequantization error against the trained masters %.5f (%s)\n", worst,
                  worst_m.c_str());
   if (r.e2e_steps > 0)
-    std::fprintf(h, "ptqr e2e: %lld steps (resumed at %lld) in %.0f s, %.0f tok/s: KL over the calibration windows "
+    std::fprintf(h, "ptqr e2e: %lld steps (resumed at %lld) in %.0f s, %.0f tok/s: KL over the %s windows "
                  "%.6f -> %.6f, top-1 %.4f -> %.4f; largest scale change %.4f%%%s\n",
                  static_cast<long long>(r.e2e_steps), static_cast<long long>(r.e2e_resumed_from), r.e2e_seconds,
-                 r.e2e_tokens_per_s, r.e2e_kl_before, r.e2e_kl_after, r.e2e_agree_before, r.e2e_agree_after,
-                 100.0 * r.e2e_max_scale_change,
-                 o.holdout > 0 ? str_cat(" (held-out windows; kept the scales of step ", r.e2e_kept_step, ")").c_str() : "");
+                 r.e2e_tokens_per_s, o.holdout > 0 ? "held-out" : "calibration", r.e2e_kl_before, r.e2e_kl_after,
+                 r.e2e_agree_before, r.e2e_agree_after, 100.0 * r.e2e_max_scale_change,
+                 o.holdout > 0 ? str_cat("; kept the scales of step ", r.e2e_kept_step).c_str() : "");
   for (const std::string& n : r.notes) std::fprintf(h, "note: %s\n", n.c_str());
   if (a.has("--json")) {
     nlohmann::ordered_json j;

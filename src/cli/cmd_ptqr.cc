@@ -158,9 +158,7 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
   PtqrOptions o;
   o.in = a.positionals()[0];
   o.out = a.positionals()[1];
-  o.scheme = qscheme_from_name(a.str("--scheme", "w8a8"));
-  if (o.scheme != QScheme::kW8A8 && o.scheme != QScheme::kW8A16 && o.scheme != QScheme::kW4A16)
-    fail("ptqr: --scheme ", a.str("--scheme"), ": ptqr trains the integer G128 grids w8a8, w8a16 and w4a16");
+  o.scheme = qscheme_from_name(a.str("--scheme", "w8a8"));  // run_ptqr (ptqr_spec) refuses the float schemes
   o.group = a.integer("--group", 128);
   if (a.has("--kv-cache-dtype")) {
     const auto kv = kv_dtype_from_name(a.str("--kv-cache-dtype"));
@@ -194,7 +192,6 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
       o.smooth_search.push_back(v);
       i = j + 1;
     }
-    if (!a.has("--smooth")) fail("ptqr: --smooth-search needs --smooth ALPHA (the statistics' model)");
   }
   o.holdout = a.integer("--holdout", 0);
   o.val_every = a.integer("--val-every", 10);

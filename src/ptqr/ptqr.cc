@@ -2,6 +2,7 @@
 #include "ptqr/ptqr.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -219,7 +220,12 @@ struct SmoothStats {
   std::vector<std::vector<float>> kabs;   // empty without --smooth-attention
 };
 
-void save_smooth_stats(const PtqrOptions& o, const SmoothStats& ss) {
+// The four channel ranges of a layer, by the names the stats file uses.
+std::array<std::pair<const char*, ChannelRange*>, 4> range_fields(LayerRanges& r) {
+  return {{{"attn_in", &r.attn_in}, {"mlp_in", &r.mlp_in}, {"o_in", &r.o_in}, {"down_in", &r.down_in}}};
+}
+
+void save_smooth_stats(const PtqrOptions& o, SmoothStats& ss) {
   const std::string dir = state_dir(o), tmp = dir + "/tmp.smooth";
   fs::create_directories(dir);
   NamedTensors t;
@@ -228,10 +234,7 @@ void save_smooth_stats(const PtqrOptions& o, const SmoothStats& ss) {
   };
   for (size_t l = 0; l < ss.ranges.size(); ++l) {
     const std::string p = "layer" + std::to_string(l) + ".";
-    const LayerRanges& r = ss.ranges[l];
-    for (const auto& [n, cr] : {std::pair<const char*, const ChannelRange*>{"attn_in", &r.attn_in}, {"mlp_in", &r.mlp_in},
-                                {"o_in", &r.o_in}, {"down_in", &r.down_in}})
-      add(p + n + ".lo", cr->lo), add(p + n + ".hi", cr->hi);
+    for (const auto& [n, cr] : range_fields(ss.ranges[l])) add(p + n + ".lo", cr->lo), add(p + n + ".hi", cr->hi);
   }
   for (size_t l = 0; l < ss.kabs.size(); ++l) add("layer" + std::to_string(l) + ".key_absmax", ss.kabs[l]);
   write_safetensors(tmp, t);
@@ -246,8 +249,7 @@ bool load_smooth_stats(const PtqrOptions& o, int64_t n_layers, SmoothStats& ss) 
   for (int64_t l = 0; l < n_layers && o.smooth > 0; ++l) {
     const std::string p = "layer" + std::to_string(l) + ".";
     LayerRanges r;
-    for (const auto& [n, cr] : {std::pair<const char*, ChannelRange*>{"attn_in", &r.attn_in}, {"mlp_in", &r.mlp_in},
-                                {"o_in", &r.o_in}, {"down_in", &r.down_in}})
+    for (const auto& [n, cr] : range_fields(r))
       cr->lo = f32_values(f.tensor(p + n + ".lo")), cr->hi = f32_values(f.tensor(p + n + ".hi"));
     ss.ranges.push_back(std::move(r));
   }
@@ -382,20 +384,22 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     lr.layer = li;
     // Teacher: bf16 weights, f32 activations and KV, on the teacher's stream.
     std::vector<float> y_t = st.x_t;
+    std::unique_ptr<PtqrLayer> layer_ptr;  // --smooth-search: the winning candidate, which then trains
     if (!o.smooth_search.empty()) {  // each candidate alpha's RTN start on the first training windows; the best wins
       const int64_t n_score = std::min<int64_t>(n_train, 8) * o.window;
       double best = std::numeric_limits<double>::infinity();
       TensorOverrides best_t;
       for (double a : o.smooth_search) {
         TensorOverrides t = layer_smoothing(li, a);
-        PtqrLayer cand(ctx, cfg, rope, *src, OverlaySource(*src, t), li, spec, o.kv, false);
-        if (lr.smooth_scores.empty()) cand.run_teacher(o.window, y_t.data(), n_tok);
-        cand.requantize(0.0, 0);
-        const double loss = cand.serving_loss(o.window, st.x_s.data(), y_t.data(), n_score, nullptr);
+        auto cand = std::make_unique<PtqrLayer>(ctx, cfg, rope, *src, OverlaySource(*src, t), li, spec, o.kv,
+                                                o.train_vectors);
+        if (lr.smooth_scores.empty()) cand->run_teacher(o.window, y_t.data(), n_tok);
+        cand->requantize(0.0, 0);
+        const double loss = cand->serving_loss(o.window, st.x_s.data(), y_t.data(), n_score, nullptr);
         lr.smooth_scores.emplace_back(a, loss);
-        if (loss < best) best = loss, lr.smooth_alpha = a, best_t = std::move(t);
+        if (loss < best) best = loss, lr.smooth_alpha = a, best_t = std::move(t), layer_ptr = std::move(cand);
       }
-      for (auto& [n, v] : best_t) smoothed[n] = std::move(v);
+      for (auto& [n, v] : best_t) smoothed[n] = std::move(v);  // the export's (and later phases') tensors
       if (o.progress) {
         std::string s;
         for (const auto& [a, l] : lr.smooth_scores) s += str_cat(" ", a, ":", l);
@@ -403,8 +407,11 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
                      static_cast<long long>(li + 1), static_cast<long long>(L), lr.smooth_alpha, s.c_str());
       }
     }
-    PtqrLayer layer(ctx, cfg, rope, *src, student_src, li, spec, o.kv, o.train_vectors);
-    if (o.smooth_search.empty()) layer.run_teacher(o.window, y_t.data(), n_tok);
+    if (!layer_ptr) {
+      layer_ptr = std::make_unique<PtqrLayer>(ctx, cfg, rope, *src, student_src, li, spec, o.kv, o.train_vectors);
+      layer_ptr->run_teacher(o.window, y_t.data(), n_tok);
+    }
+    PtqrLayer& layer = *layer_ptr;
     layer.requantize(0.0, 0);
     lr.loss_rtn = layer.serving_loss(o.window, st.x_s.data(), y_t.data(), n_tok, nullptr);
     // Held-out windows: the rows after the training windows'.

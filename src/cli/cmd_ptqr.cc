@@ -54,6 +54,8 @@ std::vector<FlagSpec> flags() {
        "SmoothQuant / SmoothAttention statistics over the first N calibration tokens (default: all of --tokens)"},
       {"--smooth-search", "", true,
        "comma-separated SmoothQuant alphas: each layer starts from the one whose RTN start fits best (needs --smooth)"},
+      {"--smooth-search-mappings", "", false,
+       "with --smooth-search: then each mapping's alpha in turn (q/k/v, gate/up, o, down) over the same alphas"},
       {"--holdout", "", true,
        "hold the last N windows out of training; each layer keeps the step (0: its start) scoring lowest on them"},
       {"--val-every", "", true, "with --holdout: score the held-out windows every N steps (default 10)"},
@@ -76,7 +78,7 @@ std::vector<FlagSpec> flags() {
 int ptqr_drafter(const Args& a, const std::string& in, const std::string& out) {
   for (const char* f : {"--calib", "--tokens", "--window", "--kv-cache-dtype", "--smooth", "--smooth-attention", "--smooth-mappings", "--train-vectors",
                         "--lr-vectors", "--max-layers", "--group", "--smooth-tokens", "--holdout", "--val-every",
-                        "--smooth-search"})
+                        "--smooth-search", "--smooth-search-mappings"})
     if (a.has(f)) fail("ptqr: ", f, " is for targets; ", in, " is a drafter (see --target, --drafter-data)");
   if (a.str("--scheme", "w8a8") != "w8a8")
     fail("ptqr: --scheme ", a.str("--scheme"), ": a drafter trains w8a8 only so far");
@@ -193,6 +195,7 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
       i = j + 1;
     }
   }
+  o.smooth_search_mappings = a.has("--smooth-search-mappings");
   o.holdout = a.integer("--holdout", 0);
   o.val_every = a.integer("--val-every", 10);
   if (a.has("--val-every") && o.holdout == 0) fail("ptqr: --val-every needs --holdout N");
@@ -234,7 +237,7 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
                  l.loss_final / std::max(1e-30, l.loss_rtn), l.seconds);
     if (o.holdout > 0)
       std::fprintf(h, " %-13.6g %-13.6g %-9lld", l.val_rtn, l.val_final, static_cast<long long>(l.kept_step));
-    if (!o.smooth_search.empty()) std::fprintf(h, " alpha %.3g", l.smooth_alpha);
+    if (!o.smooth_search.empty()) std::fprintf(h, " alpha %s", l.smooth_alphas.describe().c_str());
     std::fprintf(h, "\n");
   }
   std::fprintf(h, "ptqr: %zu layers retrained on %lld windows of %lld tokens (resumed after %lld); %.0f s, "
@@ -281,7 +284,10 @@ int cmd_ptqr(const std::vector<std::string>& argv) {
       nlohmann::ordered_json lj = {{"layer", l.layer}, {"loss_rtn", l.loss_rtn}, {"loss_final", l.loss_final},
                                    {"seconds", l.seconds}};
       if (o.holdout > 0) lj["val_rtn"] = l.val_rtn, lj["val_final"] = l.val_final, lj["kept_step"] = l.kept_step;
-      if (!o.smooth_search.empty()) lj["smooth_alpha"] = l.smooth_alpha, lj["smooth_scores"] = l.smooth_scores;
+      if (!o.smooth_search.empty()) {
+        lj["smooth_alphas"] = l.smooth_alphas.values();  // q/k/v, gate/up, o, down
+        for (const auto& [al, loss] : l.smooth_scores) lj["smooth_scores"].push_back({al.values(), loss});
+      }
       for (const auto& [m, e] : l.rel_err) lj["rel_err"][m] = e;
       j["layers"].push_back(lj);
     }

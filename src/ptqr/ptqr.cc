@@ -84,6 +84,7 @@ json fingerprint(const PtqrOptions& o) {
           {"train_vectors", o.train_vectors}, {"lr_vectors", o.train_vectors ? o.lr_vectors : 0.0}};
   if (o.scheme != QScheme::kW8A8) f["scheme"] = qscheme_name(o.scheme);  // (states without these predate them)
   if (!o.smooth_search.empty()) f["smooth_search"] = o.smooth_search;
+  if (o.smooth_search_mappings) f["smooth_search_mappings"] = true;
   return f;
 }
 
@@ -213,6 +214,20 @@ bool load_e2e(const PtqrOptions& o, E2eCheckpoint& ck) {
   return true;
 }
 
+// A layer report's SmoothQuant alphas: [attn, mlp, o, down], or one number (states written before the per-mapping
+// search).
+SmoothAlphas alphas_of(const json& j) {
+  return j.is_array() ? SmoothAlphas::of(j.get<std::array<double, 4>>()) : SmoothAlphas::all(j.get<double>());
+}
+SmoothAlphas report_alphas(const json& jr) {
+  return jr.contains("smooth_alphas") ? alphas_of(jr.at("smooth_alphas")) : alphas_of(jr.value("smooth_alpha", 0.0));
+}
+json scores_json(const std::vector<std::pair<SmoothAlphas, double>>& scores) {
+  json j = json::array();
+  for (const auto& [al, l] : scores) j.push_back({al.values(), l});
+  return j;
+}
+
 // SmoothQuant's activation ranges and SmoothAttention's key absmaxes (the forward passes of --smooth and
 // --smooth-attention), kept in OUT.ptqr-state/smooth_stats.safetensors so that --resume does not measure them again.
 struct SmoothStats {
@@ -295,6 +310,8 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
   if (o.holdout > 0 && o.val_every < 1) fail("--val-every ", o.val_every, ": expected >= 1");
   if (o.smooth_tokens == 0 || o.smooth_tokens < -1) fail("--smooth-tokens ", o.smooth_tokens, ": expected >= 1");
   if (!o.smooth_search.empty() && !(o.smooth > 0)) fail("--smooth-search needs --smooth ALPHA (the statistics' model)");
+  if (o.smooth_search_mappings && o.smooth_search.size() < 2)
+    fail("--smooth-search-mappings needs --smooth-search with at least two alphas (the grid each mapping searches)");
   for (double a : o.smooth_search)
     if (!(a > 0 && a <= 1)) fail("--smooth-search ", a, ": expected alphas in (0, 1]");
   const int64_t n_train = rep.n_windows - o.holdout;
@@ -360,10 +377,10 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     for (auto& [n, v] : sa) smoothed[n] = std::move(v);
   }
   if ((o.smooth > 0 || o.smooth_attention > 0) && !stats_kept) save_smooth_stats(o, ss);
-  // --smooth-search: layer li's smoothed tensors at SmoothQuant alpha a (then SmoothAttention as above).
-  auto layer_smoothing = [&](int64_t li, double a) {
+  // --smooth-search: layer li's smoothed tensors at SmoothQuant alphas al (then SmoothAttention as above).
+  auto layer_smoothing = [&](int64_t li, const SmoothAlphas& al) {
     TensorOverrides t;
-    smooth_layer_from_ranges(*src, li, ss.ranges.at(li), a, o.smooth_mappings, t);
+    smooth_layer_from_ranges(*src, li, ss.ranges.at(li), al, o.smooth_mappings, t);
     if (o.smooth_attention > 0) {
       TensorOverrides sa;
       smooth_attention_layer(OverlaySource(*src, t), li, ss.kabs.at(li), o.smooth_attention, sa);
@@ -373,8 +390,7 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
   };
   for (const json& jr : st.reports)  // resumed: the finished layers' picks
     if (!o.smooth_search.empty())
-      for (auto& [n, v] : layer_smoothing(jr.at("layer").get<int64_t>(), jr.at("smooth_alpha").get<double>()))
-        smoothed[n] = std::move(v);
+      for (auto& [n, v] : layer_smoothing(jr.at("layer").get<int64_t>(), report_alphas(jr))) smoothed[n] = std::move(v);
   const OverlaySource student_src(*src, smoothed);
   double train_tokens = 0, train_seconds = 0;
   const int64_t stop = o.stop_after_layers >= 0 ? std::min<int64_t>(L, o.stop_after_layers) : L;
@@ -385,26 +401,41 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     // Teacher: bf16 weights, f32 activations and KV, on the teacher's stream.
     std::vector<float> y_t = st.x_t;
     std::unique_ptr<PtqrLayer> layer_ptr;  // --smooth-search: the winning candidate, which then trains
-    if (!o.smooth_search.empty()) {  // each candidate alpha's RTN start on the first training windows; the best wins
+    if (!o.smooth_search.empty()) {  // each candidate's RTN start on the first training windows; the best wins
       const int64_t n_score = std::min<int64_t>(n_train, 8) * o.window;
       double best = std::numeric_limits<double>::infinity();
       TensorOverrides best_t;
-      for (double a : o.smooth_search) {
-        TensorOverrides t = layer_smoothing(li, a);
+      auto score = [&](const SmoothAlphas& al) {
+        TensorOverrides t = layer_smoothing(li, al);
         auto cand = std::make_unique<PtqrLayer>(ctx, cfg, rope, *src, OverlaySource(*src, t), li, spec, o.kv,
                                                 o.train_vectors);
         if (lr.smooth_scores.empty()) cand->run_teacher(o.window, y_t.data(), n_tok);
         cand->requantize(0.0, 0);
         const double loss = cand->serving_loss(o.window, st.x_s.data(), y_t.data(), n_score, nullptr);
-        lr.smooth_scores.emplace_back(a, loss);
-        if (loss < best) best = loss, lr.smooth_alpha = a, best_t = std::move(t), layer_ptr = std::move(cand);
+        lr.smooth_scores.push_back({al, loss});
+        if (loss < best) best = loss, lr.smooth_alphas = al, best_t = std::move(t), layer_ptr = std::move(cand);
+      };
+      for (double a : o.smooth_search) score(SmoothAlphas::all(a));
+      if (o.smooth_search_mappings) {  // then each mapping's alpha in turn, the others at their best so far
+        const bool all = o.smooth_mappings == SmoothMappings::kAll;
+        for (double SmoothAlphas::*m : {&SmoothAlphas::attn_in, &SmoothAlphas::mlp_in, &SmoothAlphas::o_in,
+                                        &SmoothAlphas::down_in}) {
+          if (!all && (m == &SmoothAlphas::o_in || m == &SmoothAlphas::down_in)) continue;
+          const SmoothAlphas base = lr.smooth_alphas;
+          for (double a : o.smooth_search) {
+            SmoothAlphas al = base;
+            al.*m = a;
+            if (!(al == base)) score(al);
+          }
+        }
       }
       for (auto& [n, v] : best_t) smoothed[n] = std::move(v);  // the export's (and later phases') tensors
       if (o.progress) {
-        std::string s;
-        for (const auto& [a, l] : lr.smooth_scores) s += str_cat(" ", a, ":", l);
-        std::fprintf(stderr, "ptqr: layer %lld/%lld SmoothQuant alpha %.3g picked (RTN loss per alpha:%s)\n",
-                     static_cast<long long>(li + 1), static_cast<long long>(L), lr.smooth_alpha, s.c_str());
+        std::string sc;
+        for (const auto& [al, l] : lr.smooth_scores) sc += str_cat(" ", al.describe(), ":", l);
+        std::fprintf(stderr, "ptqr: layer %lld/%lld SmoothQuant alphas %s picked (RTN loss per candidate:%s)\n",
+                     static_cast<long long>(li + 1), static_cast<long long>(L), lr.smooth_alphas.describe().c_str(),
+                     sc.c_str());
       }
     }
     if (!layer_ptr) {
@@ -471,7 +502,7 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     st.layers_done = li + 1;
     json jr = {{"layer", li}, {"loss_rtn", lr.loss_rtn}, {"loss_final", lr.loss_final}, {"seconds", lr.seconds},
                {"val_rtn", lr.val_rtn}, {"val_final", lr.val_final}, {"kept_step", lr.kept_step},
-               {"smooth_alpha", lr.smooth_alpha}, {"smooth_scores", lr.smooth_scores}};
+               {"smooth_alphas", lr.smooth_alphas.values()}, {"smooth_scores", scores_json(lr.smooth_scores)}};
     for (const auto& [m, e] : lr.rel_err) jr["rel_err"][m] = e;
     st.reports.push_back(jr);
     save_state(o, st, H);
@@ -493,8 +524,9 @@ PtqrReport run_ptqr(const PtqrOptions& o) {
     lr.seconds = jr.at("seconds").get<double>();
     lr.val_rtn = jr.value("val_rtn", 0.0), lr.val_final = jr.value("val_final", 0.0);
     lr.kept_step = jr.value("kept_step", int64_t{-1});
-    lr.smooth_alpha = jr.value("smooth_alpha", 0.0);
-    if (jr.contains("smooth_scores")) lr.smooth_scores = jr.at("smooth_scores").get<std::vector<std::pair<double, double>>>();
+    lr.smooth_alphas = report_alphas(jr);
+    if (jr.contains("smooth_scores"))
+      for (const json& c : jr.at("smooth_scores")) lr.smooth_scores.emplace_back(alphas_of(c.at(0)), c.at(1).get<double>());
     for (const auto& [m, e] : jr.at("rel_err").items()) lr.rel_err.emplace_back(m, e.get<double>());
     rep.layers.push_back(lr);
   }

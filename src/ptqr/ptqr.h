@@ -56,6 +56,7 @@ struct PtqrOptions {
   double smooth_attention = 0;        // SmoothAttention alpha, after SmoothQuant (quantize/smooth_attention.h); 0: off
   std::vector<double> smooth_search;  // per layer, the SmoothQuant alpha among these whose RTN start has the lowest
                                       // serving loss on the first (up to 8) training windows; empty: --smooth for all
+  bool smooth_search_mappings = false;  // then each mapping's alpha in turn over the same grid (coordinate search)
   int64_t smooth_tokens = -1;         // SmoothQuant / SmoothAttention statistics over the first n tokens (whole
                                       // windows, at least one); -1: every calibration window
   int64_t holdout = 0;                // the last n windows are never trained on: each layer keeps the step (0: its
@@ -78,8 +79,8 @@ struct PtqrLayerReport {
   double loss_rtn = 0, loss_final = 0;  // exact serving loss over every window: RTN start, after training
   double val_rtn = 0, val_final = 0;    // the same over the held-out windows (holdout > 0)
   int64_t kept_step = -1;               // holdout > 0: the step whose masters were kept (0: the start); else -1
-  double smooth_alpha = 0;              // smooth_search: the alpha picked for this layer (else 0)
-  std::vector<std::pair<double, double>> smooth_scores;  // smooth_search: (alpha, RTN serving loss) of each candidate
+  SmoothAlphas smooth_alphas;           // smooth_search: the alphas picked for this layer (else 0)
+  std::vector<std::pair<SmoothAlphas, double>> smooth_scores;  // smooth_search: (alphas, RTN serving loss) per candidate
   double seconds = 0;
   std::vector<std::pair<std::string, double>> rel_err;  // per module: ||W - deq|| / ||W|| of the trained master
 };

@@ -147,6 +147,11 @@ void check_smooth(const WeightSource& src, double alpha) {
 }
 }  // namespace
 
+std::string SmoothAlphas::describe() const {
+  if (attn_in == mlp_in && mlp_in == o_in && o_in == down_in) return str_cat(attn_in);
+  return str_cat(attn_in, "/", mlp_in, "/", o_in, "/", down_in);
+}
+
 TensorOverrides smooth_model(const WeightSource& src, const OpContext& ctx,
                              const std::vector<std::vector<int32_t>>& windows, double alpha, SmoothMappings mappings) {
   check_smooth(src, alpha);
@@ -160,23 +165,25 @@ TensorOverrides smooth_model_from_ranges(const WeightSource& src, const std::vec
     fail("smoothquant: ranges of ", ranges.size(), " layers for a model of ", src.config().n_layers);
   TensorOverrides out;
   for (int64_t li = 0; li < static_cast<int64_t>(ranges.size()); ++li)
-    smooth_layer_from_ranges(src, li, ranges[li], alpha, mappings, out);
+    smooth_layer_from_ranges(src, li, ranges[li], SmoothAlphas::all(alpha), mappings, out);
   return out;
 }
 
-void smooth_layer_from_ranges(const WeightSource& src, int64_t layer, const LayerRanges& r, double alpha,
+void smooth_layer_from_ranges(const WeightSource& src, int64_t layer, const LayerRanges& r, const SmoothAlphas& alphas,
                               SmoothMappings mappings, TensorOverrides& out) {
-  check_smooth(src, alpha);
+  check_smooth(src, alphas.attn_in);
+  check_smooth(src, alphas.mlp_in);
+  if (mappings == SmoothMappings::kAll) check_smooth(src, alphas.o_in), check_smooth(src, alphas.down_in);
   const std::string p = hf::target_layer(layer);
-  smooth_mapping(src, p, hf::kAttnNorm, {hf::kQ, hf::kK, hf::kV}, r.attn_in, alpha, out);
-  smooth_mapping(src, p, hf::kFfnNorm, {hf::kGate, hf::kUp}, r.mlp_in, alpha, out);
+  smooth_mapping(src, p, hf::kAttnNorm, {hf::kQ, hf::kK, hf::kV}, r.attn_in, alphas.attn_in, out);
+  smooth_mapping(src, p, hf::kFfnNorm, {hf::kGate, hf::kUp}, r.mlp_in, alphas.mlp_in, out);
   if (mappings != SmoothMappings::kAll) return;
   const ModelConfig& c = src.config();
   const int64_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
   smooth_linear_pair(src, p, hf::kV, hf::kO, r.o_in, [&](int64_t ch) { return (ch / hd) / group * hd + ch % hd; },
-                     c.n_kv_heads * hd, alpha, out);
-  smooth_linear_pair(src, p, hf::kUp, hf::kDown, r.down_in, [](int64_t ch) { return ch; }, c.intermediate_size, alpha,
-                     out);
+                     c.n_kv_heads * hd, alphas.o_in, out);
+  smooth_linear_pair(src, p, hf::kUp, hf::kDown, r.down_in, [](int64_t ch) { return ch; }, c.intermediate_size,
+                     alphas.down_in, out);
 }
 
 }  // namespace blockspec

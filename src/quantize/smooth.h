@@ -18,6 +18,7 @@
 // activation's max - min: for symmetric activations s_j is the paper's
 // max|x_j|^alpha / max|W_j|^(1 - alpha).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -63,8 +64,19 @@ SmoothMappings parse_smooth_mappings(const std::string& s);
 TensorOverrides smooth_model(const WeightSource& src, const OpContext& ctx,
                              const std::vector<std::vector<int32_t>>& windows, double alpha,
                              SmoothMappings mappings = SmoothMappings::kSmoothQuant);
-// One layer of it into out (ptqr --smooth-search picks alpha per layer).
-void smooth_layer_from_ranges(const WeightSource& src, int64_t layer, const LayerRanges& r, double alpha,
+// One alpha per mapping of a layer (ptqr --smooth-search-mappings picks them): attn_in for input_layernorm ->
+// q/k/v, mlp_in for post_attention_layernorm -> gate/up, o_in for v -> o, down_in for up -> down (the last two only
+// with SmoothMappings::kAll).
+struct SmoothAlphas {
+  double attn_in = 0, mlp_in = 0, o_in = 0, down_in = 0;
+  static SmoothAlphas all(double a) { return {a, a, a, a}; }
+  static SmoothAlphas of(const std::array<double, 4>& v) { return {v[0], v[1], v[2], v[3]}; }
+  std::array<double, 4> values() const { return {attn_in, mlp_in, o_in, down_in}; }
+  std::string describe() const;  // "0.8" when all four are equal, else "0.65/0.8/0.8/0.95" (attn/mlp/o/down)
+  bool operator==(const SmoothAlphas&) const = default;
+};
+// One layer of it into out (ptqr --smooth-search picks alpha per layer, or per mapping).
+void smooth_layer_from_ranges(const WeightSource& src, int64_t layer, const LayerRanges& r, const SmoothAlphas& alphas,
                               SmoothMappings mappings, TensorOverrides& out);
 // The same from ranges activation_ranges measured before (ptqr keeps them across a --resume).
 TensorOverrides smooth_model_from_ranges(const WeightSource& src, const std::vector<LayerRanges>& ranges, double alpha,

@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "base/error.h"
+#include "base/mapped_file.h"
 #include "formats/safetensors.h"
 #include "kernels/kernel_table.h"
 #include "kernels/quant.h"
@@ -477,11 +478,11 @@ TEST(PtqrRun, SmoothSearchPicksEachLayersStart) {
   ASSERT_EQ(r.layers.size(), 2u);
   for (const PtqrLayerReport& l : r.layers) {
     ASSERT_EQ(l.smooth_scores.size(), 2u);
-    std::printf("[ measured ] layer %lld alpha 0.2: %.6g, 0.9: %.6g -> picked %.3g\n", static_cast<long long>(l.layer),
-                l.smooth_scores[0].second, l.smooth_scores[1].second, l.smooth_alpha);
+    std::printf("[ measured ] layer %lld alpha 0.2: %.6g, 0.9: %.6g -> picked %s\n", static_cast<long long>(l.layer),
+                l.smooth_scores[0].second, l.smooth_scores[1].second, l.smooth_alphas.describe().c_str());
     const auto best = std::min_element(l.smooth_scores.begin(), l.smooth_scores.end(),
                                        [](const auto& x, const auto& y) { return x.second < y.second; });
-    EXPECT_EQ(l.smooth_alpha, best->first);
+    EXPECT_EQ(l.smooth_alphas, best->first);
     EXPECT_EQ(l.loss_rtn, best->second) << "the 4 windows are all scored: the RTN start is the picked candidate";
   }
   EXPECT_EQ(r.layers[0].smooth_scores[0].second, layer0[0]);
@@ -504,9 +505,57 @@ TEST(PtqrRun, SmoothSearchPicksEachLayersStart) {
   run_ptqr(rs);
   rs.stop_after_layers = -1, rs.resume = true;
   const PtqrReport rr = run_ptqr(rs);
-  EXPECT_EQ(rr.layers.at(0).smooth_alpha, r.layers[0].smooth_alpha);
+  EXPECT_EQ(rr.layers.at(0).smooth_alphas, r.layers[0].smooth_alphas);
   EXPECT_EQ(norm(b, 0), norm(a, 0));
   for (const auto& [m, qw] : r.codes) EXPECT_EQ(rr.codes.at(m).q, qw.q) << m;
+  fs::remove_all(a), fs::remove_all(b), fs::remove_all(b + ".ptqr-state");
+}
+
+// --smooth-search-mappings: after the uniform grid, each mapping's alpha in turn (the others at the best so far):
+// 2 uniform + 4 mappings x 1 other alpha candidates, the best of all of them wins and is the start; layer 0's scores
+// equal what the same alphas score alone; a resume re-applies the per-mapping picks.
+TEST(PtqrRun, SmoothSearchMappingsRefinesEachMapping) {
+  const std::string a = testing::TempDir() + "/ptqr_sm_a", b = testing::TempDir() + "/ptqr_sm_b";
+  fs::remove_all(a), fs::remove_all(b), fs::remove_all(b + ".ptqr-state");
+  PtqrOptions o = tiny_options(a);
+  o.smooth = 0.5, o.smooth_mappings = SmoothMappings::kAll;
+  o.smooth_search = {0.2, 0.9};
+  o.smooth_search_mappings = true;
+  const PtqrReport r = run_ptqr(o);
+  ASSERT_EQ(r.layers.size(), 2u);
+  bool any_mixed = false;
+  for (const PtqrLayerReport& l : r.layers) {
+    ASSERT_EQ(l.smooth_scores.size(), 6u);
+    const auto best = std::min_element(l.smooth_scores.begin(), l.smooth_scores.end(),
+                                       [](const auto& x, const auto& y) { return x.second < y.second; });
+    EXPECT_EQ(l.smooth_alphas, best->first);
+    EXPECT_EQ(l.loss_rtn, best->second);
+    EXPECT_LE(l.loss_rtn, std::min(l.smooth_scores[0].second, l.smooth_scores[1].second));
+    for (size_t i = 2; i < 6; ++i) {  // one mapping differs from the best uniform alpha's
+      const SmoothAlphas u = l.smooth_scores[0].second <= l.smooth_scores[1].second ? l.smooth_scores[0].first
+                                                                                    : l.smooth_scores[1].first;
+      const auto c = l.smooth_scores[i].first.values(), uv = u.values();
+      int diff = 0;
+      for (int k = 0; k < 4; ++k) diff += c[k] != uv[k];
+      EXPECT_GE(diff, 1) << "candidate " << i;
+    }
+    any_mixed |= l.smooth_alphas.describe().find('/') != std::string::npos;
+    std::printf("[ measured ] layer %lld picked %s, RTN loss %.6g (best uniform %.6g)\n", static_cast<long long>(l.layer),
+                l.smooth_alphas.describe().c_str(), l.loss_rtn,
+                std::min(l.smooth_scores[0].second, l.smooth_scores[1].second));
+  }
+  // Stop after layer 1 and resume: layer 0's per-mapping picks are re-applied (its norms and v bias come from them),
+  // so the checkpoint is the uninterrupted run's byte for byte.
+  PtqrOptions rs = o;
+  rs.out = b, rs.stop_after_layers = 1;
+  run_ptqr(rs);
+  rs.stop_after_layers = -1, rs.resume = true;
+  const PtqrReport rr = run_ptqr(rs);
+  EXPECT_EQ(rr.layers.at(0).smooth_alphas, r.layers[0].smooth_alphas);
+  EXPECT_EQ(rr.layers.at(0).smooth_scores, r.layers[0].smooth_scores);
+  for (const auto& [m, qw] : r.codes) EXPECT_EQ(rr.codes.at(m).q, qw.q) << m;
+  EXPECT_EQ(read_text_file(a + "/model.safetensors"), read_text_file(b + "/model.safetensors"));
+  std::printf("[ measured ] a layer picked per-mapping alphas: %s\n", any_mixed ? "yes" : "no");
   fs::remove_all(a), fs::remove_all(b), fs::remove_all(b + ".ptqr-state");
 }
 
@@ -535,6 +584,8 @@ TEST(PtqrRun, BadOptionsAreOneLineErrors) {
   EXPECT_NE(msg(b).find("--smooth-tokens 0"), std::string::npos);
   b = o, b.smooth_search = {0.5};
   EXPECT_NE(msg(b).find("--smooth-search needs --smooth"), std::string::npos) << msg(b);
+  b = o, b.smooth = 0.5, b.smooth_search = {0.5}, b.smooth_search_mappings = true;
+  EXPECT_NE(msg(b).find("--smooth-search-mappings needs"), std::string::npos) << msg(b);
   b = o, b.smooth = 0.5, b.smooth_search = {0.5, 1.5};
   EXPECT_NE(msg(b).find("--smooth-search 1.5"), std::string::npos) << msg(b);
   b = o, b.scheme = QScheme::kNVFP4;

@@ -149,6 +149,40 @@ TEST(Smooth, LinearMappingsFollowTheDefinition) {
   EXPECT_THROW(parse_smooth_mappings("awq"), Error);
 }
 
+// Per-mapping alphas (ptqr --smooth-search-mappings): each mapping's tensors are the ones a uniform alpha equal to
+// its own gives -- the norms and o_proj / down_proj, which one mapping alone rescales -- so no alpha lands on another
+// mapping; all four equal is smooth_model_from_ranges bit for bit.
+TEST(Smooth, EachMappingTakesItsOwnAlpha) {
+  auto src = open_weight_source(kGolden + "qwen2-tiny-f32");
+  Ctx k;
+  const std::vector<LayerRanges> r = activation_ranges(*src, k.ctx, windows_of(random_ids(96, 7), 48));
+  const SmoothAlphas al{0.2, 0.4, 0.6, 0.9};
+  const std::pair<const char*, double> owner[] = {{"input_layernorm.weight", al.attn_in},
+                                                  {"post_attention_layernorm.weight", al.mlp_in},
+                                                  {"self_attn.o_proj.weight", al.o_in},
+                                                  {"mlp.down_proj.weight", al.down_in}};
+  for (int64_t li = 0; li < src->config().n_layers; ++li) {
+    const std::string p = "model.layers." + std::to_string(li) + ".";
+    TensorOverrides mixed;
+    smooth_layer_from_ranges(*src, li, r[li], al, SmoothMappings::kAll, mixed);
+    for (const auto& [t, a] : owner) {
+      TensorOverrides uni;
+      smooth_layer_from_ranges(*src, li, r[li], SmoothAlphas::all(a), SmoothMappings::kAll, uni);
+      EXPECT_EQ(mixed.at(p + t), uni.at(p + t)) << p << t << " alpha " << a;
+    }
+  }
+  const TensorOverrides whole = smooth_model_from_ranges(*src, r, 0.6, SmoothMappings::kAll);
+  TensorOverrides layers;
+  for (int64_t li = 0; li < src->config().n_layers; ++li)
+    smooth_layer_from_ranges(*src, li, r[li], SmoothAlphas::all(0.6), SmoothMappings::kAll, layers);
+  EXPECT_EQ(whole, layers);
+  EXPECT_EQ(al.describe(), "0.2/0.4/0.6/0.9");
+  EXPECT_EQ(SmoothAlphas::all(0.8).describe(), "0.8");
+  TensorOverrides bad;
+  EXPECT_THROW(smooth_layer_from_ranges(*src, 0, r[0], SmoothAlphas{0.5, 0.5, 0.5, 1.5}, SmoothMappings::kAll, bad),
+               Error);
+}
+
 // In f32 smoothing is an identity: the smoothed model's logits equal the original's (Qwen3 with q/k norms, Qwen2
 // with q/k/v biases, Llama), although the norms and weights moved by large factors.
 // With all mappings (v_proj -> o_proj, up_proj -> down_proj too) as well.

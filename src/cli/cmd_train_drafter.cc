@@ -50,6 +50,7 @@ std::vector<FlagSpec> flags() {
     {"--responses", "", true, "tokens-only data file of an earlier run (--export-responses): those prompts are prefilled for their taps, not answered again"},
     {"--export-responses", "", true, "only write the tokens (no taps) of OUT's data records to FILE, then stop (small enough to keep; --responses reads it)"},
     {"--data-only", "", false, "generate (or finish) the data, then stop"},
+    {"--tokens-only", "", false, "generate the responses only, without taps, into OUT/data/responses.bin (--responses copied in, not prefilled; resumable), then stop: the file --responses reads, with no prefill spent now"},
     {"--train-only", "", false, "train on the records the data file holds now (data generation may still be running)"},
     {"--layers", "", true, "draft layers (default 1)"},
     {"--block-size", "", true, "block size B: drafts up to B-1 tokens (default 8)"},
@@ -218,9 +219,12 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   if (a.has("--data-only") && a.has("--train-only")) fail("train-drafter: --data-only and --train-only exclude each other");
   if (a.has("--responses") && a.has("--train-only"))
     fail("train-drafter: --responses feeds data generation, which --train-only skips");
+  const bool tokens_only = a.has("--tokens-only");
+  if (tokens_only && a.has("--train-only")) fail("train-drafter: --tokens-only and --train-only exclude each other");
   if (!a.has("--train-only")) {
     const TapDType want = parse_tap_dtype(a.has("--tap-dtype") ? a.str("--tap-dtype") : "bf16");
-    DraftDataWriter w(data_path, static_cast<int64_t>(taps.size()), mc.hidden_size, want);
+    const std::string write_path = tokens_only ? (fs::path(out) / "data" / "responses.bin").string() : data_path;
+    DraftDataWriter w(write_path, static_cast<int64_t>(taps.size()), mc.hidden_size, want);
     if (a.has("--tap-dtype") && w.tap_dtype() != want)
       fail("--tap-dtype: ", data_path, " already holds ", w.tap_dtype() == TapDType::kBF16 ? "bf16" : "f32",
            " taps; resume without --tap-dtype or use another output directory");
@@ -243,9 +247,10 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
       eo.max_num_seqs = conc;
       eo.max_model_len = std::min<int64_t>(mc.max_position_embeddings, 4096);
       eo.max_step_tokens = 512;
-      eo.capture_taps = taps;
+      if (!tokens_only) eo.capture_taps = taps;
       Engine eng(Transformer::load(target_path, mo), eo);
       DatagenOptions dg;
+      dg.taps = !tokens_only;
       dg.max_new_tokens = max_new;
       if (!known.empty()) dg.responses = &known;
       dg.in_flight = 2 * conc;
@@ -256,24 +261,25 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
         for (int64_t i = static_cast<int64_t>(dg.order.size()) - 1; i > 0; --i)
           std::swap(dg.order[i], dg.order[static_cast<int64_t>(rng.next() % static_cast<uint64_t>(i + 1))]);
       }
-      double last = -1;
+      double last = -1e9;  // the first report always prints
       dg.progress = [&](const DatagenProgress& p) {
         if (p.seconds - last < 10 && p.done != p.total) return;
         last = p.seconds;
         const double tps = p.new_tokens / std::max(1e-9, p.seconds);
-        std::fprintf(stderr, "data %lld/%lld prompts | %lld new tokens | %lld known tokens prefilled | %.1f tok/s | %s elapsed\n",
+        std::fprintf(stderr, "data %lld/%lld prompts | %lld new tokens | %lld known tokens %s | %.1f tok/s | %s elapsed\n",
                      static_cast<long long>(p.done), static_cast<long long>(p.total),
-                     static_cast<long long>(p.new_tokens), static_cast<long long>(p.known_tokens), tps,
+                     static_cast<long long>(p.new_tokens), static_cast<long long>(p.known_tokens),
+                     tokens_only ? "copied" : "prefilled", tps,
                      hms(p.seconds).c_str());
       };
       const int64_t skipped = generate_draft_data(eng, prompts, w, dg);
       if (skipped > 0) std::fprintf(stderr, "data: %lld prompts too long for --max-new-tokens were skipped\n",
                                     static_cast<long long>(skipped));
     }
-    std::fprintf(stderr, "data: %zu records, %lld tokens in %s\n", w.done().size(),
-                 static_cast<long long>(w.tokens_written()), data_path.c_str());
+    std::fprintf(stderr, "data: %zu records, %lld tokens in %s%s\n", w.done().size(),
+                 static_cast<long long>(w.tokens_written()), write_path.c_str(), tokens_only ? " (tokens only)" : "");
   }
-  if (a.has("--data-only")) return 0;
+  if (a.has("--data-only") || tokens_only) return 0;
 
   // ---- training ----
   DraftData data(data_path);

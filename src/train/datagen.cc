@@ -64,14 +64,26 @@ int64_t generate_draft_data(Engine& eng, const std::vector<std::vector<int32_t>>
     while (n_known < static_cast<int64_t>(todo.size()) && known(todo[n_known])) ++n_known;
     std::reverse(todo.begin(), todo.begin() + n_known);
   }
-  const int64_t width = w.width();
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<int64_t, std::unique_ptr<Pending>> live;  // by prompt index; guarded by mu
   DatagenProgress pr;
   pr.total = static_cast<int64_t>(prompts.size()) - skipped;
   pr.done = static_cast<int64_t>(done.size());
   Timer timer;
+  if (!o.taps) {  // tokens only: the known responses go into w as they are, first and in order
+    while (!todo.empty() && known(todo.front())) {
+      const int64_t i = todo.front();
+      const std::vector<int32_t>& r = *known(i);
+      todo.pop_front();
+      w.append({i, static_cast<int64_t>(r.size()), static_cast<int64_t>(prompts[i].size()), 0, r.data(), nullptr});
+      pr.done += 1;
+      pr.known_tokens += static_cast<int64_t>(r.size() - prompts[i].size());
+    }
+    pr.seconds = timer.seconds();
+    if (o.progress && pr.known_tokens > 0) o.progress(pr);
+  }
+  const int64_t width = w.width();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<int64_t, std::unique_ptr<Pending>> live;  // by prompt index; guarded by mu
   int64_t in_flight = 0, n_finished = 0;  // n_finished: guarded by mu
   while (!todo.empty() || in_flight > 0) {
     while (!todo.empty() && in_flight < o.in_flight) {
@@ -90,7 +102,7 @@ int64_t generate_draft_data(Engine& eng, const std::vector<std::vector<int32_t>>
       rp.prompt = forced ? *forced : prompts[i];
       rp.max_tokens = forced ? 1 : o.max_new_tokens;
       rp.sampling.temperature = 0;  // target-greedy: the labels are the data (training.md §8)
-      rp.on_taps = [&mu, pp, width](int64_t first, int64_t n, const float* t) {
+      if (o.taps) rp.on_taps = [&mu, pp, width](int64_t first, int64_t n, const float* t) {
         std::lock_guard<std::mutex> g(mu);
         pp->in_order &= first == pp->rows;
         pp->taps.insert(pp->taps.end(), t, t + n * width);

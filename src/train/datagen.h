@@ -38,6 +38,12 @@ struct DatagenOptions {
   // equal up to the summation order (tests/train/trainer_test.cc).
   // Known prompts go first, in `order`'s order.
   const std::map<int64_t, std::vector<int32_t>>* responses = nullptr;
+  // false: tokens only (--tokens-only). No tap rows are kept (records have
+  // rows = 0, the format --export-responses writes) and known responses are
+  // copied into w as they are, in `order`'s order, instead of prefilled: a
+  // run spends all its time generating new responses, whose taps a later
+  // run prefills (--responses) when it trains.
+  bool taps = true;
 };
 
 // Generates every prompt whose index is not already in w.done(), appending

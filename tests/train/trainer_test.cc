@@ -220,5 +220,81 @@ TEST(Datagen, KnownResponsesArePrefilledForTheirTaps) {
   fs::remove_all(root);
 }
 
+// --tokens-only: the engine captures no taps, generated records carry the same
+// greedy tokens as a tapped run's with rows = 0, and known responses are
+// copied in first, as they are, without a request to the engine.
+TEST(Datagen, TokensOnlyCopiesKnownResponsesAndGeneratesTheRest) {
+  const std::string target_dir = std::string(BS_SOURCE_DIR) + "/tests/fixtures/dflash/target";
+  const fs::path root = fs::temp_directory_path() / ("bs_datagen_tok_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  ModelOptions mo;
+  mo.n_threads = 2;
+  mo.weights = WeightFormat::kF32;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int32_t> p;
+    for (int j = 0; j < 5 + i % 3; ++j) p.push_back((i * 29 + j * 17 + 5) % 240);
+    prompts.push_back(p);
+  }
+  DatagenOptions dg;
+  dg.max_new_tokens = 20;
+  const std::string tapped = (root / "tapped.bin").string(), tok = (root / "tokens.bin").string();
+  {
+    EngineOptions eo;
+    eo.max_num_seqs = 4;
+    eo.max_model_len = 128;
+    eo.capture_taps = {1, 4};
+    Engine eng(Transformer::load(target_dir, mo), eo);
+    DraftDataWriter w(tapped, 2, 64, TapDType::kF32);
+    ASSERT_EQ(generate_draft_data(eng, prompts, w, dg), 0);
+  }
+  const DraftData d1(tapped);
+  std::map<int64_t, std::vector<int32_t>> known;
+  for (const DraftRecordView& r : d1.records())
+    if (r.index % 4 != 1) known[r.index].assign(r.tokens, r.tokens + r.n_tokens);  // 6 known, 2 to generate
+  ASSERT_EQ(known.size(), 6u);
+  dg.responses = &known;
+  dg.taps = false;
+  for (int64_t i = 7; i >= 0; --i) dg.order.push_back(i);
+  int64_t known_tokens = 0, new_tokens = 0;
+  dg.progress = [&](const DatagenProgress& p) { known_tokens = p.known_tokens, new_tokens = p.new_tokens; };
+  EngineOptions eo;
+  eo.max_num_seqs = 4;
+  eo.max_model_len = 128;
+  Engine eng(Transformer::load(target_dir, mo), eo);
+  {
+    DraftDataWriter w(tok, 2, 64, TapDType::kBF16);
+    ASSERT_EQ(generate_draft_data(eng, prompts, w, dg), 0);
+    const std::vector<int64_t> first6(w.done().begin(), w.done().begin() + 6);
+    EXPECT_EQ(first6, (std::vector<int64_t>{7, 6, 4, 3, 2, 0})) << "known responses first, in the given order";
+  }
+  int64_t want_known = 0, want_new = 0;
+  for (const DraftRecordView& r : d1.records()) (known.count(r.index) ? want_known : want_new) += r.n_tokens - r.n_prompt;
+  EXPECT_EQ(known_tokens, want_known);
+  EXPECT_EQ(new_tokens, want_new);
+  // Only the two unknown prompts reached the engine.
+  EXPECT_EQ(eng.metrics().requests_finished, 2u);
+  const DraftData d2(tok);
+  ASSERT_EQ(d2.records().size(), 8u);
+  std::map<int64_t, const DraftRecordView*> by_index;
+  for (const DraftRecordView& r : d1.records()) by_index[r.index] = &r;
+  for (const DraftRecordView& r : d2.records()) {
+    const DraftRecordView& o = *by_index.at(r.index);
+    EXPECT_EQ(r.rows, 0) << "prompt " << r.index;
+    EXPECT_EQ(r.n_prompt, o.n_prompt) << "prompt " << r.index;
+    EXPECT_EQ(std::vector<int32_t>(r.tokens, r.tokens + r.n_tokens), std::vector<int32_t>(o.tokens, o.tokens + o.n_tokens))
+        << "prompt " << r.index;
+  }
+  {  // a rerun has nothing left to do
+    DraftDataWriter w(tok, 2, 64, TapDType::kBF16);
+    ASSERT_EQ(generate_draft_data(eng, prompts, w, dg), 0);
+    EXPECT_EQ(w.done().size(), 8u);
+  }
+  EXPECT_EQ(eng.metrics().requests_finished, 2u);
+  EXPECT_EQ(DraftData(tok).records().size(), 8u);
+  fs::remove_all(root);
+}
+
 }  // namespace
 }  // namespace blockspec

@@ -226,7 +226,7 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
     const std::string write_path = tokens_only ? (fs::path(out) / "data" / "responses.bin").string() : data_path;
     DraftDataWriter w(write_path, static_cast<int64_t>(taps.size()), mc.hidden_size, want);
     if (a.has("--tap-dtype") && w.tap_dtype() != want)
-      fail("--tap-dtype: ", data_path, " already holds ", w.tap_dtype() == TapDType::kBF16 ? "bf16" : "f32",
+      fail("--tap-dtype: ", write_path, " already holds ", w.tap_dtype() == TapDType::kBF16 ? "bf16" : "f32",
            " taps; resume without --tap-dtype or use another output directory");
     std::map<int64_t, std::vector<int32_t>> known;  // --responses: prompt index -> prompt + response
     if (a.has("--responses")) {

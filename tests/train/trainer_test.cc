@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include "base/error.h"
@@ -149,29 +150,41 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
   fs::remove_all(root);
 }
 
-// Responses an earlier run generated are not answered again: their tokens are
-// prefilled for the taps (--responses). The records keep exactly the known
-// tokens, and the prefilled taps equal the taps captured while decoding up
-// to the summation order of the prefill GEMMs.
-TEST(Datagen, KnownResponsesArePrefilledForTheirTaps) {
-  const std::string target_dir = std::string(BS_SOURCE_DIR) + "/tests/fixtures/dflash/target";
-  const fs::path root = fs::temp_directory_path() / ("bs_datagen_" + std::to_string(::getpid()));
-  fs::remove_all(root);
-  fs::create_directories(root);
+// The tiny fixture target in an engine of 4 sequences x 128 tokens (f32 weights), capturing `taps`.
+std::unique_ptr<Engine> fixture_engine(const std::vector<int64_t>& taps) {
   ModelOptions mo;
   mo.n_threads = 2;
   mo.weights = WeightFormat::kF32;
   EngineOptions eo;
   eo.max_num_seqs = 4;
   eo.max_model_len = 128;
-  eo.capture_taps = {1, 4};
-  Engine eng(Transformer::load(target_dir, mo), eo);
+  eo.capture_taps = taps;
+  return std::make_unique<Engine>(
+      Transformer::load(std::string(BS_SOURCE_DIR) + "/tests/fixtures/dflash/target", mo), eo);
+}
+
+// 8 prompts of 5-7 tokens: token j of prompt i is (i * a + j * b + c) % 240.
+std::vector<std::vector<int32_t>> fixture_prompts(int a, int b, int c) {
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 8; ++i) {
     std::vector<int32_t> p;
-    for (int j = 0; j < 5 + i % 3; ++j) p.push_back((i * 41 + j * 13 + 3) % 240);
+    for (int j = 0; j < 5 + i % 3; ++j) p.push_back((i * a + j * b + c) % 240);
     prompts.push_back(p);
   }
+  return prompts;
+}
+
+// Responses an earlier run generated are not answered again: their tokens are
+// prefilled for the taps (--responses). The records keep exactly the known
+// tokens, and the prefilled taps equal the taps captured while decoding up
+// to the summation order of the prefill GEMMs.
+TEST(Datagen, KnownResponsesArePrefilledForTheirTaps) {
+  const fs::path root = fs::temp_directory_path() / ("bs_datagen_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  const std::unique_ptr<Engine> engine = fixture_engine({1, 4});
+  Engine& eng = *engine;
+  const std::vector<std::vector<int32_t>> prompts = fixture_prompts(41, 13, 3);
   DatagenOptions dg;
   dg.max_new_tokens = 20;
   const std::string first = (root / "first.bin").string(), again = (root / "again.bin").string();
@@ -224,30 +237,16 @@ TEST(Datagen, KnownResponsesArePrefilledForTheirTaps) {
 // greedy tokens as a tapped run's with rows = 0, and known responses are
 // copied in first, as they are, without a request to the engine.
 TEST(Datagen, TokensOnlyCopiesKnownResponsesAndGeneratesTheRest) {
-  const std::string target_dir = std::string(BS_SOURCE_DIR) + "/tests/fixtures/dflash/target";
   const fs::path root = fs::temp_directory_path() / ("bs_datagen_tok_" + std::to_string(::getpid()));
   fs::remove_all(root);
   fs::create_directories(root);
-  ModelOptions mo;
-  mo.n_threads = 2;
-  mo.weights = WeightFormat::kF32;
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 8; ++i) {
-    std::vector<int32_t> p;
-    for (int j = 0; j < 5 + i % 3; ++j) p.push_back((i * 29 + j * 17 + 5) % 240);
-    prompts.push_back(p);
-  }
+  const std::vector<std::vector<int32_t>> prompts = fixture_prompts(29, 17, 5);
   DatagenOptions dg;
   dg.max_new_tokens = 20;
   const std::string tapped = (root / "tapped.bin").string(), tok = (root / "tokens.bin").string();
   {
-    EngineOptions eo;
-    eo.max_num_seqs = 4;
-    eo.max_model_len = 128;
-    eo.capture_taps = {1, 4};
-    Engine eng(Transformer::load(target_dir, mo), eo);
     DraftDataWriter w(tapped, 2, 64, TapDType::kF32);
-    ASSERT_EQ(generate_draft_data(eng, prompts, w, dg), 0);
+    ASSERT_EQ(generate_draft_data(*fixture_engine({1, 4}), prompts, w, dg), 0);
   }
   const DraftData d1(tapped);
   std::map<int64_t, std::vector<int32_t>> known;
@@ -259,10 +258,8 @@ TEST(Datagen, TokensOnlyCopiesKnownResponsesAndGeneratesTheRest) {
   for (int64_t i = 7; i >= 0; --i) dg.order.push_back(i);
   int64_t known_tokens = 0, new_tokens = 0;
   dg.progress = [&](const DatagenProgress& p) { known_tokens = p.known_tokens, new_tokens = p.new_tokens; };
-  EngineOptions eo;
-  eo.max_num_seqs = 4;
-  eo.max_model_len = 128;
-  Engine eng(Transformer::load(target_dir, mo), eo);
+  const std::unique_ptr<Engine> engine = fixture_engine({});  // no taps captured
+  Engine& eng = *engine;
   {
     DraftDataWriter w(tok, 2, 64, TapDType::kBF16);
     ASSERT_EQ(generate_draft_data(eng, prompts, w, dg), 0);

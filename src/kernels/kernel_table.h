@@ -132,7 +132,7 @@ void gemm_q4g128_wo_avx512(const PackedWeights& w, const float* x, float* y, int
 // AVX-512 VNNI (vpdpbusd); the "avx512" level uses them when the CPU has VNNI.
 void gemm_q8g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 // Rows per micro-kernel of gemm_block_avx512vnni: the BlockActs interleave it reads.
-inline constexpr int kBlockVnniRows = 4;
+inline constexpr int kBlockVnniRows = 8;
 void gemm_block_avx512vnni(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q4g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 // AVX-512 BF16 (vdpbf16ps).

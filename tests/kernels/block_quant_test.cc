@@ -108,7 +108,7 @@ TEST(BlockQuant, EveryIsaMatchesTheScalarTwinBitwise) {
         for (int64_t N : {5, 16, 70, 131}) {
           const int64_t K = N == 70 ? block_spec(f).block : k_of(f);
           const QuantTensor q = pack(fx.ref_ctx, f, N, K, random_blocks(f, N, K, static_cast<uint32_t>(N)));
-          for (int64_t M : {1, 2, 3, 4, 5, 9}) {
+          for (int64_t M : {1, 2, 3, 4, 5, 8, 9, 17}) {
             auto x = randv(M * K, static_cast<uint32_t>(M + 100), 1.f);
             if (M > 2) x[K + 3] = 40.f;  // an outlier in row 1
             std::vector<float> bias = randv(N, 3, 0.1f), y(M * N), yr(M * N);
@@ -138,7 +138,7 @@ TEST(BlockQuant, KernelTakesRowMajorOrInterleavedActivations) {
       const int64_t N = 131, K = k_of(f), S = block_spec(f).sub, KS = K / S, KA = K / kBlockActs;
       const QuantTensor w = pack(fx.ref_ctx, f, N, K, random_blocks(f, N, K, 9));
       const BlockWeights b = block_weights(w);
-      for (int64_t M : {2, 5, 9}) {
+      for (int64_t M : {2, 5, 9, 17}) {
         const auto x = randv(M * K, static_cast<uint32_t>(M + 40), 1.f);
         std::vector<int8_t> q(M * K), iq(M * K);
         std::vector<float> d(M * KA), c(M * KS), id(M * KA), ic(M * KS);

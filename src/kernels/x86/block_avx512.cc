@@ -4,10 +4,14 @@
 // activation rows. Per input quad it builds each tile's 16 x 4 unsigned codes (one 64-byte lo line, nibble
 // split, plus the hi plane's bits for 5- and 6-bit codes) and issues vpdpbusd against the broadcast 4 int8
 // activation codes of each row: codes unsigned, activations signed, so no offset correction. At each
-// sub-block end the int32 sum is corrected by zero * X, multiplied by sc (int32), converted and folded into the
-// block's f32 sum with dx, and the min term into its own with float(mc) and c; at the block end both go into the
-// output with d and dm. Every lane visits its inputs in order, so each output follows the scalar twin's
-// sequence exactly.
+// sub-block end the int32 sum is corrected by zero * X, converted, multiplied by float(sc) (the twin's int32
+// product I * sc, bit for bit: both factors and the product, |I * sc| < 2^24, are exact in f32; vmulps is one
+// uop where vpmulld is two on Intel cores) and folded into the block's f32 sum with dx, and the min term into
+// its own with float(mc) and c; at the block end both go into the output with d and dm. Every lane visits its
+// inputs in order, so each output follows the scalar twin's sequence exactly. Rows per micro-kernel: up to 8
+// (kBlockVnniRows), one tile per pass at 8 rows: kernels_bench, 1 thread, 2-core Zen 4
+// EPYC, up 1536 x 8960, against 4 rows by two tiles (b391a58), M = 512: q4_k 49.7 -> 45.7 ms, q5_k 58.3 -> 46.8,
+// q6_k 64.1 -> 56.1, q4_0 42.7 -> 40.6, q4_1 and q8_0 level; M = 8 level or faster.
 //
 // GCC 12 warns falsely inside its own avx512fintrin.h (_mm512_undefined_ps).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -16,7 +20,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -34,15 +37,11 @@ namespace {
 constexpr int kMaxT = kQPanel;
 constexpr int kMaxMB = kBlockVnniRows;
 
-BS_VNNI inline __m512i bcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-
-// acc += u8(a) . s8(b) per 4 bytes (inline asm: see quant_avx512.cc for why).
-BS_VNNI inline __m512i dpbusd(__m512i acc, __m512i a_u8, __m512i b_s8) {
-  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a_u8), "v"(b_s8));
+// acc += u8(a) . s8(the 4 bytes at p, broadcast), the broadcast folded into the instruction ({1to16}); inline
+// asm: see quant_avx512.cc for why.
+using AliasI32 = int32_t __attribute__((may_alias));
+BS_VNNI inline __m512i dpbusd_b(__m512i acc, __m512i a_u8, const int8_t* p) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a_u8), "m"(*reinterpret_cast<const AliasI32*>(p)));
   return acc;
 }
 
@@ -74,6 +73,7 @@ BS_VNNI inline __m512i codes(const uint8_t* rec, int q) {
 // (the high nibbles of a line) is masked with 0xF0 instead of shifted down, and summed in its own accumulator as
 // 16 u x; the sub-block's integer sum is then acc + (acc16 >> 4), exact (a multiple of 16; |acc16| < 2^23). One
 // shift fewer per odd quad for one shift and one add per sub-block, and the registers allow it at MB = 1.
+
 template <class F, int MB>
 inline constexpr bool kSplitNibbles = F::BITS <= 4 && MB == 1;
 
@@ -103,7 +103,7 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
   const int32_t* xs = a.sums + m0 * KS;  // [K / S][MB]
   const float* xc = a.csums + m0 * KS;   // [K / S][MB]
   const float* xd = a.d + m0 * KA;       // [K / 32][MB]
-  const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
+  const __m512i high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
   for (int64_t s = 0; s < nb; ++s) {
     const uint8_t* rec0 = panel + s * Tp * F::REC;
     // The step reads its T records interleaved (one sub-block of each tile in turn, scales at the records'
@@ -116,8 +116,14 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
     for (int t = 0; t < T; ++t)
       #pragma GCC unroll 16
       for (int m = 0; m < MB; ++m) blk[t][m] = _mm512_setzero_ps(), mblk[t][m] = _mm512_setzero_ps();
+    // Sub-blocks fully unrolled, except the 16-input ones (q6_k, q3_k, q2_k) at 4 rows or more, one per
+    // iteration: kernels_bench, 1 thread, Zen 4 EPYC, q6_k M = 512 59.5 -> 55.6 ms rolled (M = 8 level); q4_k
+    // rolled is slower at M = 8 (1.42 against 1.25-1.30 ms) and level at M = 512, q5_k level.
+    constexpr int JU = MB >= 4 && F::S == 16 ? 1 : NS;
+    #pragma GCC unroll 1
+    for (int jo = 0; jo < NS; jo += JU) {
     #pragma GCC unroll 16
-    for (int j = 0; j < NS; ++j) {
+    for (int j = jo; j < jo + JU; ++j) {
       __m512i acc[T][MB], acc16[T][MB];
       #pragma GCC unroll 16
       for (int t = 0; t < T; ++t)
@@ -134,11 +140,11 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
                       : codes<F>(rec0 + t * F::REC, q);
         #pragma GCC unroll 16
         for (int m = 0; m < MB; ++m) {
-          const __m512i b = bcast4(xq + (q * MB + m) * 4);
+          const int8_t* b = xq + (q * MB + m) * 4;
           #pragma GCC unroll 16
           for (int t = 0; t < T; ++t) {
-            if (hi16) acc16[t][m] = dpbusd(acc16[t][m], u[t], b);
-            else acc[t][m] = dpbusd(acc[t][m], u[t], b);
+            if (hi16) acc16[t][m] = dpbusd_b(acc16[t][m], u[t], b);
+            else acc[t][m] = dpbusd_b(acc[t][m], u[t], b);
           }
         }
       }
@@ -146,10 +152,10 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
       #pragma GCC unroll 16
       for (int t = 0; t < T; ++t) {
         const uint8_t* r = rec0 + t * F::REC + F::LO + F::HI;
-        __m512i sc = _mm512_set1_epi32(1);
+        __m512 scf = _mm512_set1_ps(1.f);
         __m512 mcf = _mm512_set1_ps(1.f);
         if constexpr (F::SC) {
-          sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + j * 16)));
+          scf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + j * 16))));
           if constexpr (F::MIN)
             mcf = _mm512_cvtepi32_ps(
                 _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + F::SCB + j * 16))));
@@ -159,11 +165,13 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
           __m512i I = acc[t][m];
           if constexpr (split) I = _mm512_add_epi32(I, _mm512_srai_epi32(acc16[t][m], 4));
           if constexpr (F::Z != 0) I = _mm512_sub_epi32(I, _mm512_set1_epi32(F::Z * xs[j * MB + m]));
-          if constexpr (F::SC) I = _mm512_mullo_epi32(I, sc);
-          blk[t][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_set1_ps(xd[ja * MB + m]), blk[t][m]);
+          __m512 P = _mm512_cvtepi32_ps(I);
+          if constexpr (F::SC) P = _mm512_mul_ps(P, scf);  // == float(I * sc): both exact, |I * sc| < 2^24
+          blk[t][m] = _mm512_fmadd_ps(P, _mm512_set1_ps(xd[ja * MB + m]), blk[t][m]);
           if constexpr (F::MIN) mblk[t][m] = _mm512_fmadd_ps(mcf, _mm512_set1_ps(xc[j * MB + m]), mblk[t][m]);
         }
       }
+    }
     }
     #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {

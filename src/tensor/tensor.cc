@@ -1,5 +1,7 @@
 #include "tensor/tensor.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -7,6 +9,11 @@
 #include "base/error.h"
 
 namespace blockspec {
+
+namespace {
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+constexpr size_t kHugeTensorBytes = size_t{4} << 20;
+}  // namespace
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
@@ -29,10 +36,16 @@ size_t dtype_nbytes(DType t, int64_t numel) {
 Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   for (int64_t d : shape_) BS_ASSERT(d >= 0, "negative dimension in ", shape_str(shape_));
   size_t n = dtype_nbytes(dtype_, shape_numel(shape_));
-  size_t alloc = (n + 63) / 64 * 64;
+  // Tensors of 4 MiB and more (weights, KV pools) sit on 2 MiB pages where the kernel grants them (THP in
+  // "madvise" mode, the Debian default, only backs regions that ask): decode streams every weight once per
+  // token, and on 4 KiB pages that is a TLB miss per 4 KiB read.
+  const bool huge = n >= kHugeTensorBytes;
+  const size_t align = huge ? kHugePageBytes : 64;
+  size_t alloc = (n + align - 1) / align * align;
   if (alloc == 0) alloc = 64;
-  void* p = std::aligned_alloc(64, alloc);
+  void* p = std::aligned_alloc(align, alloc);
   if (p == nullptr) fail("out of memory allocating ", alloc, " bytes for tensor ", shape_str(shape_));
+  if (huge) ::madvise(p, alloc, MADV_HUGEPAGE);  // advisory: without THP the pages stay 4 KiB
   std::memset(p, 0, alloc);
   keep_ = std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); });
   data_ = p;

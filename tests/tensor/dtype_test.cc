@@ -61,5 +61,17 @@ TEST(Tensor, OwnedAndView) {
   EXPECT_EQ(dtype_nbytes(DType::kF4, 3), 2u);
 }
 
+// Tensors of 4 MiB and more start on a 2 MiB boundary (so the kernel can back them with huge pages), zeroed like
+// any other; smaller ones keep the 64-byte alignment.
+TEST(Tensor, LargeTensorsAreHugePageAligned) {
+  Tensor big(DType::kF32, {1024, 1025});  // 4.0 MiB + 4 KiB
+  Tensor small(DType::kF32, {3, 5});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % (size_t{2} << 20), 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data()) % 64, 0u);
+  const float* p = big.ptr<float>();
+  EXPECT_EQ(p[0], 0.f);
+  EXPECT_EQ(p[big.numel() - 1], 0.f);
+}
+
 }  // namespace
 }  // namespace blockspec

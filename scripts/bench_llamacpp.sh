@@ -4,8 +4,9 @@
 # $BLOCKSPEC_CACHE/llamacpp (outside the repository) and used only to measure. No llama.cpp code is kept here.
 #   scripts/bench_llamacpp.sh build                      download the sdist, build llama-bench/-server/-perplexity
 #   scripts/bench_llamacpp.sh engine MODEL.gguf [ROUNDS] [OUTDIR]
-#       ROUNDS x (llama-bench -p 512 -n 64 -t 2 ; blockspec bench --prompt-len 512 --gen-len 64), interleaved,
-#       then the medians and blockspec / llama.cpp ratios.
+#       ROUNDS x (llama-bench -p 512 -n 64 -t 2, and -p 0 -n 64 -d 512; blockspec bench --prompt-len 512 --gen-len 64),
+#       interleaved, then the medians and blockspec / llama.cpp ratios (decode against tg64 from an empty context,
+#       the issue's method, and at depth 512, the context blockspec decodes in).
 #   scripts/bench_llamacpp.sh kld MODEL.gguf TEXT [CHUNKS] [OUTDIR]
 #       llama.cpp's KL divergence of MODEL against the same file dequantized to F32 (llama-perplexity).
 #   scripts/bench_llamacpp.sh serve MODEL.gguf [NPROMPTS] [OUTDIR]
@@ -54,6 +55,8 @@ engine)
   uptime > "$O/uptime_start.txt"
   for r in $(seq "$R"); do
     "$BIN/llama-bench" -m "$M" -p 512 -n 64 -t 2 -r 1 -o json > "$O/llama_$r.json" 2> "$O/llama_$r.err"
+    # tg64 above starts from an empty context; blockspec decodes after its 512-token prompt: the same at depth 512.
+    "$BIN/llama-bench" -m "$M" -p 0 -n 64 -d 512 -t 2 -r 1 -o json > "$O/llama_d512_$r.json" 2> "$O/llama_d512_$r.err"
     # shellcheck disable=SC2086
     $B bench -m "$M" ${BS_FLAGS:-} --prompt-len 512 --gen-len 64 --repeats 1 --json > "$O/bs_$r.json" 2> "$O/bs_$r.err"
     echo "round $r/$R done" >&2
@@ -62,17 +65,20 @@ engine)
   python3 - "$O" "$R" << 'EOF'
 import json, statistics, sys
 o, R = sys.argv[1], int(sys.argv[2])
-lp, lg, bp, bg, bw = [], [], [], [], []
+lp, lg, ld, bp, bg, bw = [], [], [], [], [], []
 for r in range(1, R + 1):
     for t in json.load(open(f"{o}/llama_{r}.json")):
         (lp if t["n_prompt"] > 0 else lg).append(t["avg_ts"])
+    ld += [t["avg_ts"] for t in json.load(open(f"{o}/llama_d512_{r}.json"))]
     b = json.load(open(f"{o}/bs_{r}.json"))
     bp.append(b["prefill_tok_s"]); bg.append(b["decode_tok_s"]); bw.append(b.get("bw_fraction", float("nan")))
 med = statistics.median
-print(f"rounds {R}  (each: llama-bench -p 512 -n 64 -t 2 -r 1, then blockspec bench --prompt-len 512 --gen-len 64)")
+print(f"rounds {R}  (each: llama-bench -p 512 -n 64 -t 2 -r 1 and -p 0 -n 64 -d 512, then blockspec bench --prompt-len 512 --gen-len 64)")
 print(f"llama.cpp  pp512 {med(lp):7.1f} tok/s  tg64 {med(lg):6.2f} tok/s   (per round pp {[round(x,1) for x in lp]} tg {[round(x,2) for x in lg]})")
 print(f"blockspec  prefill {med(bp):7.1f} tok/s  decode {med(bg):6.2f} tok/s  bw_fraction {med(bw):.2f}   (per round pp {[round(x,1) for x in bp]} tg {[round(x,2) for x in bg]})")
+print(f"llama.cpp  tg64 at depth 512 {med(ld):6.2f} tok/s   (per round {[round(x,2) for x in ld]})")
 print(f"ratio      prefill {med(bp)/med(lp):.2f}x  decode {med(bg)/med(lg):.2f}x   (per-round decode ratios {[round(b/l,2) for b,l in zip(bg,lg)]})")
+print(f"           decode at the same context (llama.cpp at depth 512) {med(bg)/med(ld):.2f}x")
 EOF
   ;;
 serve)

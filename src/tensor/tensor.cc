@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -46,7 +47,8 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   void* p = std::aligned_alloc(align, alloc);
   if (p == nullptr) fail("out of memory allocating ", alloc, " bytes for tensor ", shape_str(shape_));
   if (huge) ::madvise(p, alloc, MADV_HUGEPAGE);  // advisory: without THP the pages stay 4 KiB
-  std::memset(p, 0, alloc);
+  // Zero the data and its 64-byte tail only: the rest of the last 2 MiB is touched only if THP backs it anyway.
+  std::memset(p, 0, std::min(alloc, std::max<size_t>((n + 63) / 64 * 64, 64)));
   keep_ = std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); });
   data_ = p;
   owned_ = true;

@@ -73,7 +73,6 @@ BS_VNNI inline __m512i codes(const uint8_t* rec, int q) {
 // (the high nibbles of a line) is masked with 0xF0 instead of shifted down, and summed in its own accumulator as
 // 16 u x; the sub-block's integer sum is then acc + (acc16 >> 4), exact (a multiple of 16; |acc16| < 2^23). One
 // shift fewer per odd quad for one shift and one add per sub-block, and the registers allow it at MB = 1.
-
 template <class F, int MB>
 inline constexpr bool kSplitNibbles = F::BITS <= 4 && MB == 1;
 

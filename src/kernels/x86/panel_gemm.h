@@ -22,7 +22,8 @@ namespace blockspec {
 // of a loaded host: 2-core Zen 4 EPYC whose read bandwidth swung between 28 and 48 GB/s, decode of
 // Qwen2.5-Coder-1.5B Q4_K_M, `bench --prompt-len 64 --gen-len 64 --repeats 2`, 6 rounds interleaved with
 // llama-bench tg64: L1 only 23.0 22.4 20.9 21.0 20.1 22.4 tok/s, with L2 at 8 KiB 25.2 24.3 23.3 23.9 23.6 25.4
-// (+13%); 16 and 32 KiB 21.9-25.7 and 21.9-26.8 over 3 rounds, not clearly apart from 8. A prefetch past a buffer's end is harmless: prefetches never fault.
+// (+13%); 16 and 32 KiB 21.9-25.7 and 21.9-26.8 over 3 rounds, not clearly apart from 8. A prefetch past a
+// buffer's end is harmless: prefetches never fault.
 inline constexpr int64_t kPrefetchAhead = 2048;
 inline constexpr int64_t kPrefetchAheadL2 = 8192;
 inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {

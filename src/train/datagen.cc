@@ -31,7 +31,7 @@ int64_t generate_draft_data(Engine& eng, const std::vector<std::vector<int32_t>>
                             const DatagenOptions& o) {
   const std::set<int64_t> done(w.done().begin(), w.done().end());
   std::deque<int64_t> todo;
-  int64_t skipped = 0;
+  int64_t skipped = 0, left_out = 0;  // left_out: unknown prompts under known_only
   const auto known = [&](int64_t i) -> const std::vector<int32_t>* {
     if (!o.responses) return nullptr;
     const auto it = o.responses->find(i);
@@ -53,6 +53,10 @@ int64_t generate_draft_data(Engine& eng, const std::vector<std::vector<int32_t>>
       todo.push_front(i);  // prefilled first (reversed below)
       continue;
     }
+    if (o.known_only) {
+      ++left_out;
+      continue;
+    }
     if (prompts[i].empty() || static_cast<int64_t>(prompts[i].size()) + o.max_new_tokens > eng.max_model_len()) {
       ++skipped;
       continue;
@@ -65,7 +69,7 @@ int64_t generate_draft_data(Engine& eng, const std::vector<std::vector<int32_t>>
     std::reverse(todo.begin(), todo.begin() + n_known);
   }
   DatagenProgress pr;
-  pr.total = static_cast<int64_t>(prompts.size()) - skipped;
+  pr.total = static_cast<int64_t>(prompts.size()) - skipped - left_out;
   pr.done = static_cast<int64_t>(done.size());
   Timer timer;
   if (!o.taps) {  // tokens only: the known responses go into w as they are, first and in order

@@ -44,6 +44,9 @@ struct DatagenOptions {
   // run spends all its time generating new responses, whose taps a later
   // run prefills (--responses) when it trains.
   bool taps = true;
+  // true: only the prompts of `responses` are done (prefilled for their
+  // taps); no new response is generated (--known-only).
+  bool known_only = false;
 };
 
 // Generates every prompt whose index is not already in w.done(), appending

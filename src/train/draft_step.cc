@@ -11,6 +11,7 @@
 #include "train/gemm.h"
 #include "train/grad_ops.h"
 #include "train/selector_loss.h"
+#include "train/span_attention.h"
 
 namespace blockspec {
 
@@ -212,7 +213,7 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
     A.V.insert(A.V.end(), A.vb.begin(), A.vb.end());
     A.qr = std::move(qr);  // the normed, roped q the attention used
     A.att.resize(Nq * nq);
-    masked_attention_forward(A.qr.data(), A.K.data(), A.V.data(), spans_of(li), as, A.att.data(), A.probs, *ctx.pool);
+    span_attention_forward(ctx, A.qr.data(), A.K.data(), A.V.data(), spans_of(li), as, A.att.data(), A.probs);
     std::vector<float> o(Nq * H);
     A.att_in = lin_in(A.att.data(), Nq, nq, A.attq);
     matmul(ctx, A.att_in, l.o, Nq, nq, H, o.data());
@@ -317,8 +318,8 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
       dattn = dout.data();
     }
     gemm_backward(ctx, A.att_in, l.o.data(), nullptr, dattn, Nq, nq, H, datt.data(), gl.o.data());
-    masked_attention_backward(A.qr.data(), A.K.data(), A.V.data(), spans_of(li), as, A.probs, datt.data(), dq.data(),
-                              dK.data(), dV.data(), *ctx.pool);
+    span_attention_backward(ctx, A.qr.data(), A.K.data(), A.V.data(), spans_of(li), as, A.probs, datt.data(), dq.data(),
+                            dK.data(), dV.data());
     std::vector<float> dkc(dK.begin(), dK.begin() + S * nk), dkb(dK.begin() + S * nk, dK.end());
     std::vector<float> dvc(dV.begin(), dV.begin() + S * nk), dvb(dV.begin() + S * nk, dV.end());
     rope_bwd(dq, pos_b.data(), Nq, nh);

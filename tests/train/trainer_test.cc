@@ -293,5 +293,45 @@ TEST(Datagen, TokensOnlyCopiesKnownResponsesAndGeneratesTheRest) {
   fs::remove_all(root);
 }
 
+// known_only: only the prompts with a known response get a record (prefilled
+// for their taps); the others reach no engine request and are not counted.
+TEST(Datagen, KnownOnlyPrefillsTheKnownAndGeneratesNothing) {
+  const fs::path root = fs::temp_directory_path() / ("bs_datagen_ko_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  const std::vector<std::vector<int32_t>> prompts = fixture_prompts(29, 17, 5);
+  DatagenOptions dg;
+  dg.max_new_tokens = 20;
+  const std::string tapped = (root / "tapped.bin").string(), ko = (root / "known.bin").string();
+  {
+    DraftDataWriter w(tapped, 2, 64, TapDType::kF32);
+    ASSERT_EQ(generate_draft_data(*fixture_engine({1, 4}), prompts, w, dg), 0);
+  }
+  const DraftData d1(tapped);
+  std::map<int64_t, std::vector<int32_t>> known;
+  for (const DraftRecordView& r : d1.records())
+    if (r.index % 3 == 0) known[r.index].assign(r.tokens, r.tokens + r.n_tokens);
+  ASSERT_EQ(known.size(), 3u);
+  dg.responses = &known;
+  dg.known_only = true;
+  int64_t total = -1, new_tokens = -1;
+  dg.progress = [&](const DatagenProgress& p) { total = p.total, new_tokens = p.new_tokens; };
+  const std::unique_ptr<Engine> engine = fixture_engine({1, 4});
+  {
+    DraftDataWriter w(ko, 2, 64, TapDType::kF32);
+    ASSERT_EQ(generate_draft_data(*engine, prompts, w, dg), 0);
+  }
+  EXPECT_EQ(total, 3);
+  EXPECT_EQ(new_tokens, 0);
+  const DraftData d2(ko);
+  ASSERT_EQ(d2.records().size(), 3u);
+  for (const DraftRecordView& r : d2.records()) {
+    ASSERT_TRUE(known.count(r.index)) << "prompt " << r.index;
+    EXPECT_EQ(std::vector<int32_t>(r.tokens, r.tokens + r.n_tokens), known.at(r.index)) << "prompt " << r.index;
+    EXPECT_EQ(r.rows, r.n_tokens - 1) << "prompt " << r.index;  // taps for all but the last token
+  }
+  fs::remove_all(root);
+}
+
 }  // namespace
 }  // namespace blockspec

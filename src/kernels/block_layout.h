@@ -3,18 +3,23 @@
 //
 // Weights W [N, K] (K a multiple of the format's block B) are cut into tiles of 16 rows (N padded with zero
 // rows), tiles grouped in panels of 4 (the last panel has Tp = 1..4 tiles), as Q8_G128 / Q4_G128 are
-// (kernels/quant_layout.h). A panel is one contiguous stream: for each block s = 0 .. K/B - 1, the records of
-// its Tp tiles in order; record (t, s) holds block s of the 16 rows of tile t:
-//   lo   bits != 8: [B/8][16][4] bytes: byte (i, r, j) = (u(r, 8i+j) & 15) | (u(r, 8i+4+j) & 15) << 4
-//        bits == 8: [B/4][16][4] bytes: byte (i, r, j) = u(r, 4i+j)
-//        (one 64-byte line is one vpdpbusd operand: lane r holds 4 consecutive inputs of row r)
-//   hi   bits 5:    [B/32][16][4]: bit q of byte (i, r, j) = bit 4 of u(r, 32i + 4q + j), q < 8
-//        bits 6:    [B/16][16][4]: bits 2q, 2q+1 of byte (i, r, j) = bits 4, 5 of u(r, 16i + 4q + j), q < 4
-//   sc   has_scale: [B/S][16] int8      sc of row r, sub-block j
-//   mc   has_scale and has_min: [B/S][16] u8
-//   d    [16] f16 bits;   dm  has_min: [16] f16 bits
-// so a record is as large as the file's 16 blocks, or for Q4_K / Q5_K 4 bytes per row more (the 6-bit
-// scale/min pairs unpacked to bytes), and Q2_K / Q3_K codes take a nibble (2.6 -> 4.6 bits per weight).
+// (kernels/quant_layout.h). A panel is one contiguous stream of steps, one per block s = 0 .. K/B - 1; step s
+// holds block s of the panel's 16 * Tp rows, each part of it with the Tp tiles interleaved at the unit the GEMM
+// reads them in (tile t of Tp, row r):
+//   lo   bits != 8: B/8 lines, line i = [Tp][16][4] bytes: byte (t, r, j) = (u(r, 8i+j) & 15) | (u(r, 8i+4+j) & 15) << 4
+//        bits == 8: B/4 lines, line i = [Tp][16][4] bytes: byte (t, r, j) = u(r, 4i+j)
+//        (one 64-byte line of one tile is one vpdpbusd operand: lane r holds 4 consecutive inputs of row r)
+//   hi   bits 5:    B/32 lines [Tp][16][4]: bit q of byte (t, r, j) = bit 4 of u(r, 32i + 4q + j), q < 8
+//        bits 6:    B/16 lines [Tp][16][4]: bits 2q, 2q+1 of byte (t, r, j) = bits 4, 5 of u(r, 16i + 4q + j), q < 4
+//   sc   has_scale: [B/S][Tp][16] int8      sc of row r, sub-block j
+//   mc   has_scale and has_min: [B/S][Tp][16] u8
+//   d    [Tp][16] f16 bits;   dm  has_min: [Tp][16] f16 bits
+// so a step is as large as the file's 16 * Tp blocks, or for Q4_K / Q5_K 4 bytes per row more (the 6-bit
+// scale/min pairs unpacked to bytes), and Q2_K / Q3_K codes take a nibble (2.6 -> 4.6 bits per weight). A GEMM
+// that reads line i of every tile, then line i + 1, reads the step front to back: one stream. (Tiles were
+// earlier kept whole, one record after another, which a kernel reading the tiles side by side took as Tp
+// streams: 1-thread reads of the q4_k access order from DRAM at 15 GB/s against 29 GB/s front to back, a 2-core
+// Zen 4 EPYC; decode of the K-quants ran at half of q8_0's bandwidth.)
 //
 // Activations x [M, K] f32 are quantized per row and block of 32 inputs (kBlockActs; llama.cpp's Q8_0 / Q8_1
 // for the 32-blocks; for the K-quants its Q8_K uses one scale per 256, which Qwen2.5's outlier channels make too
@@ -82,48 +87,59 @@ struct BlockWeights {
   const uint8_t* data = nullptr;
   int64_t N = 0, K = 0, n_blocks = 0, n_tiles = 0;
 
-  int64_t lo_bytes() const { return spec.bits == 8 ? spec.block * 16 : spec.block * 8; }
+  int64_t lo_bytes() const { return spec.bits == 8 ? spec.block * 16 : spec.block * 8; }  // per tile
   int64_t hi_bytes() const { return spec.bits == 5 ? spec.block * 2 : spec.bits == 6 ? spec.block * 4 : 0; }
   int64_t sc_bytes() const { return spec.has_scale ? spec.subs() * 16 : 0; }
   int64_t mc_bytes() const { return spec.has_scale && spec.has_min ? spec.subs() * 16 : 0; }
   int64_t record_bytes() const { return lo_bytes() + hi_bytes() + sc_bytes() + mc_bytes() + (spec.has_min ? 64 : 32); }
   int64_t tile_bytes() const { return n_blocks * record_bytes(); }
   int64_t panel_tiles(int64_t t) const { return std::min(kQPanel, n_tiles - t / kQPanel * kQPanel); }
-  // Record of tile t, block s: its lo plane, then hi, sc, mc, d, dm.
-  const uint8_t* record(int64_t t, int64_t s) const {
+  // Step s of tile t's panel (Tp = panel_tiles(t) records' worth of bytes).
+  const uint8_t* step(int64_t t, int64_t s) const {
     const int64_t p0 = t / kQPanel * kQPanel;
-    return data + p0 * tile_bytes() + (s * panel_tiles(t) + (t - p0)) * record_bytes();
+    return data + p0 * tile_bytes() + s * panel_tiles(t) * record_bytes();
   }
 };
 
-// Byte offsets inside a record: the one definition of the record layout, used by the packer, the scalar twin
-// and dequantize.
-inline int64_t bq_lo_offset(const BlockWeights& w, int64_t r, int64_t k) {  // k < B
-  return w.spec.bits == 8 ? (k / 4) * 64 + r * 4 + k % 4 : (k / 8) * 64 + r * 4 + k % 4;
+// Byte offsets inside a step of tile t's panel (tile t % 4 of Tp): the one definition of the step layout, used
+// by the packer, the scalar twin and dequantize (the x86 kernels spell the same offsets with compile-time part
+// sizes, kernels/x86/block_fmt.h).
+inline int64_t bq_lo_offset(const BlockWeights& w, int64_t t, int64_t r, int64_t k) {  // k < B
+  const int64_t Tp = w.panel_tiles(t), line = w.spec.bits == 8 ? k / 4 : k / 8;
+  return (line * Tp + t % kQPanel) * 64 + r * 4 + k % 4;
 }
-inline int64_t bq_hi_offset(const BlockWeights& w, int64_t r, int64_t k) {
-  return w.lo_bytes() + (w.spec.bits == 5 ? (k / 32) * 64 : (k / 16) * 64) + r * 4 + k % 4;
+inline int64_t bq_hi_offset(const BlockWeights& w, int64_t t, int64_t r, int64_t k) {
+  const int64_t Tp = w.panel_tiles(t), line = w.spec.bits == 5 ? k / 32 : k / 16;
+  return w.lo_bytes() * Tp + (line * Tp + t % kQPanel) * 64 + r * 4 + k % 4;
 }
 inline int bq_hi_shift(const BlockWeights& w, int64_t k) {
   return w.spec.bits == 5 ? static_cast<int>((k % 32) / 4) : static_cast<int>(2 * ((k % 16) / 4));
 }
-inline int64_t bq_sc_offset(const BlockWeights& w, int64_t r, int64_t j) { return w.lo_bytes() + w.hi_bytes() + j * 16 + r; }
-inline int64_t bq_mc_offset(const BlockWeights& w, int64_t r, int64_t j) { return bq_sc_offset(w, r, j) + w.sc_bytes(); }
-inline int64_t bq_d_offset(const BlockWeights& w, int64_t r) {
-  return w.lo_bytes() + w.hi_bytes() + w.sc_bytes() + w.mc_bytes() + 2 * r;
+inline int64_t bq_sc_offset(const BlockWeights& w, int64_t t, int64_t r, int64_t j) {
+  const int64_t Tp = w.panel_tiles(t);
+  return (w.lo_bytes() + w.hi_bytes()) * Tp + (j * Tp + t % kQPanel) * 16 + r;
 }
-inline int64_t bq_dm_offset(const BlockWeights& w, int64_t r) { return bq_d_offset(w, r) + 32; }
+inline int64_t bq_mc_offset(const BlockWeights& w, int64_t t, int64_t r, int64_t j) {
+  return bq_sc_offset(w, t, r, j) + w.sc_bytes() * w.panel_tiles(t);
+}
+inline int64_t bq_d_offset(const BlockWeights& w, int64_t t, int64_t r) {
+  const int64_t Tp = w.panel_tiles(t);
+  return (w.lo_bytes() + w.hi_bytes() + w.sc_bytes() + w.mc_bytes()) * Tp + (t % kQPanel) * 32 + 2 * r;
+}
+inline int64_t bq_dm_offset(const BlockWeights& w, int64_t t, int64_t r) {
+  return bq_d_offset(w, t, r) + 32 * w.panel_tiles(t);
+}
 
 // The code u of weight (n, k), n < 16 * n_tiles, k < K.
 inline int bq_code(const BlockWeights& w, int64_t n, int64_t k) {
-  const int64_t B = w.spec.block, r = n % kQTile;
-  const uint8_t* rec = w.record(n / kQTile, k / B);
+  const int64_t B = w.spec.block, r = n % kQTile, t = n / kQTile;
+  const uint8_t* st = w.step(t, k / B);
   const int64_t kb = k % B;
-  const uint8_t lo = rec[bq_lo_offset(w, r, kb)];
+  const uint8_t lo = st[bq_lo_offset(w, t, r, kb)];
   if (w.spec.bits == 8) return lo;
   int u = (kb % 8) < 4 ? (lo & 15) : (lo >> 4);
-  if (w.spec.bits == 5) u |= ((rec[bq_hi_offset(w, r, kb)] >> bq_hi_shift(w, kb)) & 1) << 4;
-  if (w.spec.bits == 6) u |= ((rec[bq_hi_offset(w, r, kb)] >> bq_hi_shift(w, kb)) & 3) << 4;
+  if (w.spec.bits == 5) u |= ((st[bq_hi_offset(w, t, r, kb)] >> bq_hi_shift(w, kb)) & 1) << 4;
+  if (w.spec.bits == 6) u |= ((st[bq_hi_offset(w, t, r, kb)] >> bq_hi_shift(w, kb)) & 3) << 4;
   return u;
 }
 

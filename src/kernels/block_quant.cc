@@ -25,43 +25,43 @@ BlockWeights block_weights(const QuantTensor& w) {
 
 QBlock bq_block(const BlockWeights& w, int64_t n, int64_t s) {
   const BlockQuantSpec& sp = w.spec;
-  const int64_t r = n % kQTile;
-  const uint8_t* rec = w.record(n / kQTile, s);
+  const int64_t r = n % kQTile, t = n / kQTile;
+  const uint8_t* st = w.step(t, s);
   QBlock b;
   for (int64_t k = 0; k < sp.block; ++k) b.u[k] = static_cast<uint8_t>(bq_code(w, n, s * sp.block + k));
   for (int64_t j = 0; j < sp.subs() && sp.has_scale; ++j) {
-    b.sc[j] = static_cast<int8_t>(rec[bq_sc_offset(w, r, j)]);
-    if (sp.has_min) b.mc[j] = rec[bq_mc_offset(w, r, j)];
+    b.sc[j] = static_cast<int8_t>(st[bq_sc_offset(w, t, r, j)]);
+    if (sp.has_min) b.mc[j] = st[bq_mc_offset(w, t, r, j)];
   }
-  std::memcpy(&b.d, rec + bq_d_offset(w, r), 2);
-  if (sp.has_min) std::memcpy(&b.dm, rec + bq_dm_offset(w, r), 2);
+  std::memcpy(&b.d, st + bq_d_offset(w, t, r), 2);
+  if (sp.has_min) std::memcpy(&b.dm, st + bq_dm_offset(w, t, r), 2);
   return b;
 }
 
 namespace {
 
-// Writes block s of row n (b) into its record (zero-initialised buffer).
+// Writes block s of row n (b) into its step (zero-initialised buffer).
 void pack_block(const BlockWeights& w, uint8_t* base, int64_t n, int64_t s, const QBlock& b) {
   const BlockQuantSpec& sp = w.spec;
-  const int64_t r = n % kQTile;
-  uint8_t* rec = base + (w.record(n / kQTile, s) - w.data);
+  const int64_t r = n % kQTile, t = n / kQTile;
+  uint8_t* rec = base + (w.step(t, s) - w.data);
   for (int64_t k = 0; k < sp.block; ++k) {
     const int u = b.u[k];
     if (u >= (1 << sp.bits)) fail("block format ", weight_format_name(w.format), ": code ", u, " of row ", n, " is out of range");
-    uint8_t& lo = rec[bq_lo_offset(w, r, k)];
+    uint8_t& lo = rec[bq_lo_offset(w, t, r, k)];
     if (sp.bits == 8) {
       lo = static_cast<uint8_t>(u);
       continue;
     }
     lo |= static_cast<uint8_t>((k % 8) < 4 ? (u & 15) : (u & 15) << 4);
-    if (sp.bits == 5 || sp.bits == 6) rec[bq_hi_offset(w, r, k)] |= static_cast<uint8_t>((u >> 4) << bq_hi_shift(w, k));
+    if (sp.bits == 5 || sp.bits == 6) rec[bq_hi_offset(w, t, r, k)] |= static_cast<uint8_t>((u >> 4) << bq_hi_shift(w, k));
   }
   for (int64_t j = 0; j < sp.subs() && sp.has_scale; ++j) {
-    rec[bq_sc_offset(w, r, j)] = static_cast<uint8_t>(b.sc[j]);
-    if (sp.has_min) rec[bq_mc_offset(w, r, j)] = b.mc[j];
+    rec[bq_sc_offset(w, t, r, j)] = static_cast<uint8_t>(b.sc[j]);
+    if (sp.has_min) rec[bq_mc_offset(w, t, r, j)] = b.mc[j];
   }
-  std::memcpy(rec + bq_d_offset(w, r), &b.d, 2);
-  if (sp.has_min) std::memcpy(rec + bq_dm_offset(w, r), &b.dm, 2);
+  std::memcpy(rec + bq_d_offset(w, t, r), &b.d, 2);
+  if (sp.has_min) std::memcpy(rec + bq_dm_offset(w, t, r), &b.dm, 2);
 }
 
 }  // namespace
@@ -94,7 +94,7 @@ QuantTensor make_block_weight(const OpContext& ctx, WeightFormat fmt, int64_t N,
     const int64_t r1 = std::min(N, r0 + chunk_rows);
     buf.resize((r1 - r0) * nb);
     rows(r0, r1, buf.data());
-    // Threads take whole tiles: a tile's records are written by one thread only.
+    // Threads take whole tiles: each byte of a step belongs to one tile, written by one thread only.
     ctx.pool->parallel_for(q_tiles(r1 - r0), [&](int64_t t0, int64_t t1) {
       for (int64_t n = r0 + t0 * kQTile; n < std::min(r1, r0 + t1 * kQTile); ++n)
         for (int64_t s = 0; s < nb; ++s) pack_block(w, base, n, s, buf[(n - r0) * nb + s]);

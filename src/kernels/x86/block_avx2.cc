@@ -1,5 +1,5 @@
 // AVX2 GEMM for the GGUF block formats (layout and exact arithmetic: kernels/block_layout.h), for CPUs without
-// AVX-512 VNNI. It follows kernels/x86/block_avx512.cc: same records, same panel driver, same per-sub-block
+// AVX-512 VNNI. It follows kernels/x86/block_avx512.cc: same steps, same panel driver, same per-sub-block
 // fold, so its outputs equal the scalar twin's bit for bit.
 //
 // Micro-kernel: the T tiles of one panel, one after another, times MB activation rows. A tile is two ymm halves
@@ -18,8 +18,9 @@
 // into the block's f32 sum with dx, and the min term into its own with float(mc) and c; at the block end both go
 // into the output with d and dm, in the twin's order (nothing for GCC to contract, whatever -ffp-contract says:
 // every float operation is an explicit FMA). The f32 sums live in L1, as in quant_avx2.cc, leaving the 16 ymm to the integer sums, codes and
-// broadcasts. Tiles run one after another (not interleaved as in the VNNI kernel): the records are then read in
-// stream order, and one tile's sums already take 8 of the 16 ymm at MB = 4.
+// broadcasts. Tiles run one after another (not side by side as in the VNNI kernel, for whose reading order the
+// steps are laid out): one tile's sums already take 8 of the 16 ymm at MB = 4; the step's lines of one tile are
+// every T-th line, which the step's prefetch brings in.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -64,22 +65,23 @@ struct Fmt : Base {
   static_assert(QPS % G == 0 && G * 2 * 127 * (BITS == 8 ? 128 : (1 << BITS) - 1) <= 32767);
 };
 
-// Half h (rows 8h..8h+7) of the codes of quad q (inputs 4q..4q+3 of the block) of one record: u, or for Q8_0
-// u - 128 as s8.
-template <class F>
-BS_AVX2 inline __m256i codes(const uint8_t* rec, int q, int h) {
+// Half h (rows 8h..8h+7) of the codes of quad q (inputs 4q..4q+3 of the block) of one tile: u, or for Q8_0
+// u - 128 as s8. The tile's lo lines are at lo + i * LS, its hi lines at hi + i * LS (LS = Tp * 64, the step's
+// line stride, block_layout.h).
+template <class F, int64_t LS>
+BS_AVX2 inline __m256i codes(const uint8_t* lo, const uint8_t* hi, int q, int h) {
   if constexpr (F::BITS == 8) {
-    return _mm256_xor_si256(load32(rec + q * 64 + h * 32), _mm256_set1_epi8(static_cast<char>(0x80)));
+    return _mm256_xor_si256(load32(lo + q * LS + h * 32), _mm256_set1_epi8(static_cast<char>(0x80)));
   } else {
-    const __m256i v = load32(rec + (q / 2) * 64 + h * 32), low4 = _mm256_set1_epi8(0x0F);
+    const __m256i v = load32(lo + (q / 2) * LS + h * 32), low4 = _mm256_set1_epi8(0x0F);
     __m256i u = (q % 2) == 0 ? _mm256_and_si256(v, low4) : _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
     if constexpr (F::BITS == 5) {
-      const __m256i hv = load32(rec + F::LO + (q / 8) * 64 + h * 32);
+      const __m256i hv = load32(hi + (q / 8) * LS + h * 32);
       const int c = q % 8;  // bit c of each byte -> bit 4
       const __m256i hb = c == 4 ? hv : c < 4 ? _mm256_slli_epi32(hv, 4 - c) : _mm256_srli_epi32(hv, c - 4);
       u = _mm256_or_si256(u, _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
     } else if constexpr (F::BITS == 6) {
-      const __m256i hv = load32(rec + F::LO + (q / 4) * 64 + h * 32);
+      const __m256i hv = load32(hi + (q / 4) * LS + h * 32);
       const int c = 2 * (q % 4);  // bits c, c+1 of each byte -> bits 4, 5
       const __m256i hb = c == 4 ? hv : c < 4 ? _mm256_slli_epi32(hv, 4 - c) : _mm256_srli_epi32(hv, c - 4);
       u = _mm256_or_si256(u, _mm256_and_si256(hb, _mm256_set1_epi8(0x30)));
@@ -92,7 +94,8 @@ template <class F, int T, int MB>
 BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0) {
   constexpr int NS = F::B / F::S, QPS = F::QPS, G = F::G;
   const int64_t K = w.K, nb = w.n_blocks, KS = K / F::S, KA = K / kBlockActs;
-  const uint8_t* panel = w.record(tile, 0);  // records (s, t) at panel + (s * T + t) * REC
+  constexpr int64_t LS = T * 64;  // line stride of a step of T tiles (block_layout.h)
+  const uint8_t* panel = w.step(tile, 0);  // step s at panel + s * T * REC
   const __m256i ones = _mm256_set1_epi16(1);
   // f32 sums in L1, touched once per sub-block; the empty asm stops GCC promoting them to registers.
   alignas(32) float facc[T][2][MB][8] = {};
@@ -110,9 +113,9 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
     const uint8_t* rec0 = panel + s * T * F::REC;
     prefetch_ahead(rec0, T * F::REC);  // the VNNI kernel's measured gain (block_avx512.cc); same stream here
     for (int t = 0; t < T; ++t) {
-      const uint8_t* rec = rec0 + t * F::REC;
-      const uint8_t* sc = rec + F::LO + F::HI;           // sc [NS][16] int8, mc [NS][16] u8
-      const uint8_t* dp = sc + F::SCB + F::MCB;          // d [16] f16, dm [16] f16
+      const uint8_t* lo = rec0 + t * 64, *hi = rec0 + F::LO * T + t * 64;  // line i at + i * LS
+      const uint8_t* sc = rec0 + (F::LO + F::HI) * T + t * 16;  // sc of sub-block j at + j * T * 16; mc SCB * T on
+      const uint8_t* dp = rec0 + (F::LO + F::HI + F::SCB + F::MCB) * T + t * 32;  // d [16] f16; dm T * 32 on
       // The block's f32 sums (block_layout.h: blk, mblk), in L1 like facc.
       alignas(32) float blk[2][MB][8] = {}, mblk[2][MB][8] = {};
       asm volatile("" : : "r"(&blk[0][0][0]), "r"(&mblk[0][0][0]) : "memory");
@@ -132,7 +135,7 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
             __m256i u[2], au[2];
             #pragma GCC unroll 2
             for (int h = 0; h < 2; ++h) {
-              u[h] = codes<F>(rec, q, h);
+              u[h] = codes<F, LS>(lo, hi, q, h);
               au[h] = F::BITS == 8 ? _mm256_abs_epi8(u[h]) : u[h];
             }
             #pragma GCC unroll 16
@@ -162,8 +165,8 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
           __m256i sw = _mm256_set1_epi32(1);
           __m256 mcf = _mm256_set1_ps(1.f);  // sc as int32, float(mc)
           if constexpr (F::SC) {
-            sw = _mm256_cvtepi8_epi32(load8(sc + j * 16 + h * 8));
-            if constexpr (F::MIN) mcf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(load8(sc + F::SCB + j * 16 + h * 8)));
+            sw = _mm256_cvtepi8_epi32(load8(sc + j * T * 16 + h * 8));
+            if constexpr (F::MIN) mcf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(load8(sc + F::SCB * T + j * T * 16 + h * 8)));
           }
           #pragma GCC unroll 16
           for (int m = 0; m < MB; ++m) {
@@ -182,7 +185,7 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
       #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const __m256 d = _mm256_cvtph_ps(load16(dp + 16 * h));
-        const __m256 dm = F::MIN ? _mm256_cvtph_ps(load16(dp + 32 + 16 * h)) : _mm256_setzero_ps();
+        const __m256 dm = F::MIN ? _mm256_cvtph_ps(load16(dp + T * 32 + 16 * h)) : _mm256_setzero_ps();
         #pragma GCC unroll 16
         for (int m = 0; m < MB; ++m) {
           float* f = facc[t][h][m];

@@ -45,22 +45,23 @@ BS_VNNI inline __m512i dpbusd_b(__m512i acc, __m512i a_u8, const int8_t* p) {
   return acc;
 }
 
-// The 16 x 4 unsigned codes of quad q (inputs 4q..4q+3 of the block) of one record.
-template <class F>
-BS_VNNI inline __m512i codes(const uint8_t* rec, int q) {
+// The 16 x 4 unsigned codes of quad q (inputs 4q..4q+3 of the block) of one tile: its lo lines at lo + i * LS,
+// its hi lines at hi + i * LS (LS = Tp * 64, the step's line stride, block_layout.h).
+template <class F, int64_t LS>
+BS_VNNI inline __m512i codes(const uint8_t* lo, const uint8_t* hi, int q) {
   if constexpr (F::BITS == 8) {
-    return _mm512_loadu_si512(rec + q * 64);
+    return _mm512_loadu_si512(lo + q * LS);
   } else {
-    const __m512i v = _mm512_loadu_si512(rec + (q / 2) * 64), low4 = _mm512_set1_epi8(0x0F);
+    const __m512i v = _mm512_loadu_si512(lo + (q / 2) * LS), low4 = _mm512_set1_epi8(0x0F);
     __m512i u = (q % 2) == 0 ? _mm512_and_si512(v, low4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
     // u | (hb & mask) in one vpternlogd (0xF8: a | (b & c)).
     if constexpr (F::BITS == 5) {
-      const __m512i h = _mm512_loadu_si512(rec + F::LO + (q / 8) * 64);
+      const __m512i h = _mm512_loadu_si512(hi + (q / 8) * LS);
       const int c = q % 8;  // bit c of each byte -> bit 4
       const __m512i hb = c == 4 ? h : c < 4 ? _mm512_slli_epi32(h, 4 - c) : _mm512_srli_epi32(h, c - 4);
       u = _mm512_ternarylogic_epi32(u, hb, _mm512_set1_epi8(0x10), 0xF8);
     } else if constexpr (F::BITS == 6) {
-      const __m512i h = _mm512_loadu_si512(rec + F::LO + (q / 4) * 64);
+      const __m512i h = _mm512_loadu_si512(hi + (q / 4) * LS);
       const int c = 2 * (q % 4);  // bits c, c+1 of each byte -> bits 4, 5
       const __m512i hb = c == 4 ? h : c < 4 ? _mm512_slli_epi32(h, 4 - c) : _mm512_srli_epi32(h, c - 4);
       u = _mm512_ternarylogic_epi32(u, hb, _mm512_set1_epi8(0x30), 0xF8);
@@ -84,13 +85,14 @@ inline constexpr int kTilesPerPass =
     std::max(1, std::min(kMaxT, 24 / (MB * ((F::MIN ? 3 : 2) + (kSplitNibbles<F, MB> ? 1 : 0)))));
 
 // Tiles t0 .. t0 + T - 1 of the panel starting at tile `tile` (Tp tiles) times activation rows m0 .. m0 + MB - 1.
-template <class F, int T, int MB>
-BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t Tp, int64_t t0,
-                   int64_t m0) {
+template <class F, int T, int MB, int Tp>
+BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t t0, int64_t m0) {
   constexpr int NS = F::B / F::S, QPS = F::S / 4;  // sub-blocks per block, quads per sub-block
   constexpr bool split = kSplitNibbles<F, MB>;
   const int64_t K = w.K, nb = w.n_blocks, KS = K / F::S, KA = K / kBlockActs;
-  const uint8_t* panel = w.record(tile, 0) + t0 * F::REC;  // records (s, t) at panel + (s * Tp + t) * REC
+  constexpr int64_t LS = Tp * 64;  // line stride of a step (block_layout.h)
+  constexpr int64_t SC = (F::LO + F::HI) * Tp, MC = SC + F::SCB * Tp, DD = MC + F::MCB * Tp;  // parts of a step
+  const uint8_t* panel = w.step(tile, 0);  // step s at panel + s * Tp * REC
   __m512 facc[T][MB];
   #pragma GCC unroll 16
   for (int t = 0; t < T; ++t)
@@ -104,12 +106,18 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
   const float* xd = a.d + m0 * KA;       // [K / 32][MB]
   const __m512i high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
   for (int64_t s = 0; s < nb; ++s) {
-    const uint8_t* rec0 = panel + s * Tp * F::REC;
-    // The step reads its T records interleaved (one sub-block of each tile in turn, scales at the records'
-    // ends), which the hardware prefetchers follow poorly. kernels_bench, 2 threads, M = 1, weights from DRAM,
-    // Xeon with AVX-512 VNNI: q4_k up 416 -> 302 us, q6_k up 664 -> 433 us, q4_1 385 -> 349, q8_0 538 -> 496;
-    // M >= 64 unchanged. Decode of Qwen2.5-Coder-1.5B Q4_K_M 16.7 -> 23.7 tok/s.
-    prefetch_ahead(rec0, T * F::REC);
+    const uint8_t* rec0 = panel + s * Tp * F::REC;  // the step
+    // Prefetch history: with the tiles kept whole (before the steps interleaved them, block_layout.h) a step was
+    // read as Tp streams, which the hardware prefetchers followed poorly; prefetching it took decode of
+    // Qwen2.5-Coder-1.5B Q4_K_M from 16.7 to 23.7 tok/s on a Xeon with AVX-512 VNNI.
+    // Software prefetch once per step (by its first pass), for the 256-blocks and at most 16 activation rows
+    // (decode and verification; a prefill batch is compute-bound and runs faster without). kernels_bench, up
+    // 1536 x 8960, weights from DRAM, 2-core Zen 4 EPYC, 2 rounds, 2 threads, with -> without: M = 1 GB/s q4_0
+    // 31-39 -> 32-51, q8_0 34-41 -> 33-50, but q4_k 26-27 -> 21, q5_k 24 -> 19-21, q6_k 21-26 -> 22-23; M = 8
+    // GMAC/s q4_k 180-186 -> 129-134, q6_k 116-130 -> 96-100; M = 512 q4_k 262-266 -> 285-288, q6_k 217-236 ->
+    // 255-258.
+    if constexpr (F::B == 256)
+      if (t0 == 0 && a.M <= 16) prefetch_ahead(rec0, Tp * F::REC);
     __m512 blk[T][MB], mblk[T][MB];
     #pragma GCC unroll 16
     for (int t = 0; t < T; ++t)
@@ -135,8 +143,8 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
         __m512i u[T];
         #pragma GCC unroll 16
         for (int t = 0; t < T; ++t)
-          u[t] = hi16 ? _mm512_and_si512(_mm512_loadu_si512(rec0 + t * F::REC + (q / 2) * 64), high4)
-                      : codes<F>(rec0 + t * F::REC, q);
+          u[t] = hi16 ? _mm512_and_si512(_mm512_loadu_si512(rec0 + (t0 + t) * 64 + (q / 2) * LS), high4)
+                      : codes<F, LS>(rec0 + (t0 + t) * 64, rec0 + F::LO * Tp + (t0 + t) * 64, q);
         #pragma GCC unroll 16
         for (int m = 0; m < MB; ++m) {
           const int8_t* b = xq + (q * MB + m) * 4;
@@ -150,14 +158,14 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
       const int ja = j * F::S / kBlockActs;  // activation block of sub-block j, within the block
       #pragma GCC unroll 16
       for (int t = 0; t < T; ++t) {
-        const uint8_t* r = rec0 + t * F::REC + F::LO + F::HI;
+        const uint8_t* r = rec0 + SC + (t0 + t) * 16;  // sc of sub-block j at r + j * Tp * 16, mc at MC
         __m512 scf = _mm512_set1_ps(1.f);
         __m512 mcf = _mm512_set1_ps(1.f);
         if constexpr (F::SC) {
-          scf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + j * 16))));
+          scf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + j * Tp * 16))));
           if constexpr (F::MIN)
             mcf = _mm512_cvtepi32_ps(
-                _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + F::SCB + j * 16))));
+                _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + (MC - SC) + j * Tp * 16))));
         }
         #pragma GCC unroll 16
         for (int m = 0; m < MB; ++m) {
@@ -174,9 +182,9 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
     }
     #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
-      const uint8_t* r = rec0 + t * F::REC + F::LO + F::HI + F::SCB + F::MCB;
+      const uint8_t* r = rec0 + DD + (t0 + t) * 32;  // d; dm Tp * 32 bytes on
       const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r)));
-      const __m512 dm = F::MIN ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 32)))
+      const __m512 dm = F::MIN ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + Tp * 32)))
                                : _mm512_setzero_ps();
       #pragma GCC unroll 16
       for (int m = 0; m < MB; ++m) {
@@ -205,7 +213,7 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
 template <class F, int T, int MB, int T0 = 0>
 BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0) {
   constexpr int n = std::min(kTilesPerPass<F, MB>, T - T0);
-  tiles<F, n, MB>(a, w, y, tile, T, T0, m0);
+  tiles<F, n, MB, T>(a, w, y, tile, T0, m0);
   if constexpr (T0 + n < T) micro<F, T, MB, T0 + n>(a, w, y, tile, m0);
 }
 

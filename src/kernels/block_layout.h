@@ -4,22 +4,24 @@
 // Weights W [N, K] (K a multiple of the format's block B) are cut into tiles of 16 rows (N padded with zero
 // rows), tiles grouped in panels of 4 (the last panel has Tp = 1..4 tiles), as Q8_G128 / Q4_G128 are
 // (kernels/quant_layout.h). A panel is one contiguous stream of steps, one per block s = 0 .. K/B - 1; step s
-// holds block s of the panel's 16 * Tp rows, each part of it with the Tp tiles interleaved at the unit the GEMM
-// reads them in (tile t of Tp, row r):
-//   lo   bits != 8: B/8 lines, line i = [Tp][16][4] bytes: byte (t, r, j) = (u(r, 8i+j) & 15) | (u(r, 8i+4+j) & 15) << 4
-//        bits == 8: B/4 lines, line i = [Tp][16][4] bytes: byte (t, r, j) = u(r, 4i+j)
-//        (one 64-byte line of one tile is one vpdpbusd operand: lane r holds 4 consecutive inputs of row r)
-//   hi   bits 5:    B/32 lines [Tp][16][4]: bit q of byte (t, r, j) = bit 4 of u(r, 32i + 4q + j), q < 8
-//        bits 6:    B/16 lines [Tp][16][4]: bits 2q, 2q+1 of byte (t, r, j) = bits 4, 5 of u(r, 16i + 4q + j), q < 4
-//   sc   has_scale: [B/S][Tp][16] int8      sc of row r, sub-block j
-//   mc   has_scale and has_min: [B/S][Tp][16] u8
-//   d    [Tp][16] f16 bits;   dm  has_min: [Tp][16] f16 bits
+// holds block s of the panel's 16 * Tp rows in the order the GEMM reads it: sub-block by sub-block (S inputs
+// each; a 32-block is one sub-block), each part with the Tp tiles side by side (tile t of Tp, row r):
+//   for each sub-block j:
+//     lo  bits != 8: S/8 lines [Tp][16][4] bytes: byte (t, r, i) of line l = (u(r, 8L+i) & 15) | (u(r, 8L+4+i) & 15)
+//                    << 4, L = j*S/8 + l the block's line
+//         bits == 8: S/4 lines [Tp][16][4]: byte (t, r, i) of line l = u(r, 4L+i), L = j*S/4 + l
+//         (one 64-byte line of one tile is one vpdpbusd operand: lane r holds 4 consecutive inputs of row r)
+//     hi  bits 5 (S = 32): 1 line [Tp][16][4]: bit q of byte (t, r, i) = bit 4 of u(r, 32j + 4q + i), q < 8
+//         bits 6 (S = 16): 1 line [Tp][16][4]: bits 2q, 2q+1 of byte (t, r, i) = bits 4, 5 of u(r, 16j + 4q + i), q < 4
+//     sc  has_scale: [Tp][16] int8 (sc of row r, sub-block j);   mc  has_scale and has_min: [Tp][16] u8
+//   d [Tp][16] f16 bits;   dm  has_min: [Tp][16] f16 bits
 // so a step is as large as the file's 16 * Tp blocks, or for Q4_K / Q5_K 4 bytes per row more (the 6-bit
 // scale/min pairs unpacked to bytes), and Q2_K / Q3_K codes take a nibble (2.6 -> 4.6 bits per weight). A GEMM
-// that reads line i of every tile, then line i + 1, reads the step front to back: one stream. (Tiles were
-// earlier kept whole, one record after another, which a kernel reading the tiles side by side took as Tp
-// streams: 1-thread reads of the q4_k access order from DRAM at 15 GB/s against 29 GB/s front to back, a 2-core
-// Zen 4 EPYC; decode of the K-quants ran at half of q8_0's bandwidth.)
+// that reads each sub-block's lines of every tile, then its scales, reads the step front to back: one stream,
+// which the hardware prefetchers follow. (Tiles kept whole, one record after another, were read by the tiles-side-
+// by-side VNNI kernel as Tp streams, and scale planes after the code planes as 2 more: 1-thread reads of those
+// access orders from DRAM ran at 12-15 GB/s against 27-29 front to back, 2-core Zen 4 EPYC, /tmp microbenchmark
+// of session 24; decode of the K-quants ran at half of q8_0's bandwidth.)
 //
 // Activations x [M, K] f32 are quantized per row and block of 32 inputs (kBlockActs; llama.cpp's Q8_0 / Q8_1
 // for the 32-blocks; for the K-quants its Q8_K uses one scale per 256, which Qwen2.5's outlier channels make too
@@ -103,24 +105,29 @@ struct BlockWeights {
 
 // Byte offsets inside a step of tile t's panel (tile t % 4 of Tp): the one definition of the step layout, used
 // by the packer, the scalar twin and dequantize (the x86 kernels spell the same offsets with compile-time part
-// sizes, kernels/x86/block_fmt.h).
+// sizes, kernels/x86/block_fmt.h). Per tile and sub-block: lo_lines() + hi_lines() lines, then sc and mc bytes.
+inline int64_t bq_lo_lines(const BlockWeights& w) { return w.spec.bits == 8 ? w.spec.sub / 4 : w.spec.sub / 8; }
+inline int64_t bq_hi_lines(const BlockWeights& w) { return w.spec.bits == 5 || w.spec.bits == 6 ? 1 : 0; }
+inline int64_t bq_sub_bytes(const BlockWeights& w) {  // one tile's share of a sub-block's part of the step
+  return (bq_lo_lines(w) + bq_hi_lines(w)) * 64 + (w.sc_bytes() + w.mc_bytes()) / w.spec.subs();
+}
 inline int64_t bq_lo_offset(const BlockWeights& w, int64_t t, int64_t r, int64_t k) {  // k < B
-  const int64_t Tp = w.panel_tiles(t), line = w.spec.bits == 8 ? k / 4 : k / 8;
-  return (line * Tp + t % kQPanel) * 64 + r * 4 + k % 4;
+  const int64_t Tp = w.panel_tiles(t), line = w.spec.bits == 8 ? k / 4 : k / 8, L = bq_lo_lines(w);
+  return line / L * bq_sub_bytes(w) * Tp + (line % L * Tp + t % kQPanel) * 64 + r * 4 + k % 4;
 }
 inline int64_t bq_hi_offset(const BlockWeights& w, int64_t t, int64_t r, int64_t k) {
-  const int64_t Tp = w.panel_tiles(t), line = w.spec.bits == 5 ? k / 32 : k / 16;
-  return w.lo_bytes() * Tp + (line * Tp + t % kQPanel) * 64 + r * 4 + k % 4;
+  const int64_t Tp = w.panel_tiles(t), j = k / w.spec.sub;
+  return j * bq_sub_bytes(w) * Tp + (bq_lo_lines(w) * Tp + t % kQPanel) * 64 + r * 4 + k % 4;
 }
 inline int bq_hi_shift(const BlockWeights& w, int64_t k) {
   return w.spec.bits == 5 ? static_cast<int>((k % 32) / 4) : static_cast<int>(2 * ((k % 16) / 4));
 }
 inline int64_t bq_sc_offset(const BlockWeights& w, int64_t t, int64_t r, int64_t j) {
   const int64_t Tp = w.panel_tiles(t);
-  return (w.lo_bytes() + w.hi_bytes()) * Tp + (j * Tp + t % kQPanel) * 16 + r;
+  return j * bq_sub_bytes(w) * Tp + (bq_lo_lines(w) + bq_hi_lines(w)) * 64 * Tp + (t % kQPanel) * 16 + r;
 }
 inline int64_t bq_mc_offset(const BlockWeights& w, int64_t t, int64_t r, int64_t j) {
-  return bq_sc_offset(w, t, r, j) + w.sc_bytes() * w.panel_tiles(t);
+  return bq_sc_offset(w, t, r, j) + 16 * w.panel_tiles(t);
 }
 inline int64_t bq_d_offset(const BlockWeights& w, int64_t t, int64_t r) {
   const int64_t Tp = w.panel_tiles(t);

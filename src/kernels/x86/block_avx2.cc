@@ -65,9 +65,9 @@ struct Fmt : Base {
   static_assert(QPS % G == 0 && G * 2 * 127 * (BITS == 8 ? 128 : (1 << BITS) - 1) <= 32767);
 };
 
-// Half h (rows 8h..8h+7) of the codes of quad q (inputs 4q..4q+3 of the block) of one tile: u, or for Q8_0
-// u - 128 as s8. The tile's lo lines are at lo + i * LS, its hi lines at hi + i * LS (LS = Tp * 64, the step's
-// line stride, block_layout.h).
+// Half h (rows 8h..8h+7) of the codes of quad q (inputs 4q..4q+3 of a sub-block) of one tile: u, or for Q8_0
+// u - 128 as s8. The sub-block's lo lines are at lo + i * LS, its hi line at hi (LS = Tp * 64, the step's line
+// stride, block_layout.h).
 template <class F, int64_t LS>
 BS_AVX2 inline __m256i codes(const uint8_t* lo, const uint8_t* hi, int q, int h) {
   if constexpr (F::BITS == 8) {
@@ -113,14 +113,17 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
     const uint8_t* rec0 = panel + s * T * F::REC;
     prefetch_ahead(rec0, T * F::REC);  // the VNNI kernel's measured gain (block_avx512.cc); same stream here
     for (int t = 0; t < T; ++t) {
-      const uint8_t* lo = rec0 + t * 64, *hi = rec0 + F::LO * T + t * 64;  // line i at + i * LS
-      const uint8_t* sc = rec0 + (F::LO + F::HI) * T + t * 16;  // sc of sub-block j at + j * T * 16; mc SCB * T on
+      // Sub-block j of tile t at tj + j * F::SUB * T: lo lines (line i at + i * LS), hi line at + LOL * LS, sc at
+      // + (LOL + HIL) * LS, mc T * 16 on (block_layout.h).
+      const uint8_t* tj = rec0 + t * 64;
       const uint8_t* dp = rec0 + (F::LO + F::HI + F::SCB + F::MCB) * T + t * 32;  // d [16] f16; dm T * 32 on
       // The block's f32 sums (block_layout.h: blk, mblk), in L1 like facc.
       alignas(32) float blk[2][MB][8] = {}, mblk[2][MB][8] = {};
       asm volatile("" : : "r"(&blk[0][0][0]), "r"(&mblk[0][0][0]) : "memory");
       #pragma GCC unroll 16
       for (int j = 0; j < NS; ++j) {
+        const uint8_t* lo = tj + j * F::SUB * T, *hi = lo + F::LOL * LS;
+        const uint8_t* sc = rec0 + j * F::SUB * T + (F::LOL + F::HIL) * LS + t * 16;
         __m256i acc[2][MB];  // int32 sums of sub-block j
         #pragma GCC unroll 16
         for (int h = 0; h < 2; ++h)
@@ -135,7 +138,7 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
             __m256i u[2], au[2];
             #pragma GCC unroll 2
             for (int h = 0; h < 2; ++h) {
-              u[h] = codes<F, LS>(lo, hi, q, h);
+              u[h] = codes<F, LS>(lo, hi, g0 + qq, h);
               au[h] = F::BITS == 8 ? _mm256_abs_epi8(u[h]) : u[h];
             }
             #pragma GCC unroll 16
@@ -165,8 +168,8 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
           __m256i sw = _mm256_set1_epi32(1);
           __m256 mcf = _mm256_set1_ps(1.f);  // sc as int32, float(mc)
           if constexpr (F::SC) {
-            sw = _mm256_cvtepi8_epi32(load8(sc + j * T * 16 + h * 8));
-            if constexpr (F::MIN) mcf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(load8(sc + F::SCB * T + j * T * 16 + h * 8)));
+            sw = _mm256_cvtepi8_epi32(load8(sc + h * 8));
+            if constexpr (F::MIN) mcf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(load8(sc + T * 16 + h * 8)));
           }
           #pragma GCC unroll 16
           for (int m = 0; m < MB; ++m) {

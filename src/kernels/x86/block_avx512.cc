@@ -45,8 +45,8 @@ BS_VNNI inline __m512i dpbusd_b(__m512i acc, __m512i a_u8, const int8_t* p) {
   return acc;
 }
 
-// The 16 x 4 unsigned codes of quad q (inputs 4q..4q+3 of the block) of one tile: its lo lines at lo + i * LS,
-// its hi lines at hi + i * LS (LS = Tp * 64, the step's line stride, block_layout.h).
+// The 16 x 4 unsigned codes of quad q (inputs 4q..4q+3 of a sub-block) of one tile: the sub-block's lo lines at
+// lo + i * LS, its hi line at hi (LS = Tp * 64, the step's line stride, block_layout.h).
 template <class F, int64_t LS>
 BS_VNNI inline __m512i codes(const uint8_t* lo, const uint8_t* hi, int q) {
   if constexpr (F::BITS == 8) {
@@ -91,7 +91,9 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
   constexpr bool split = kSplitNibbles<F, MB>;
   const int64_t K = w.K, nb = w.n_blocks, KS = K / F::S, KA = K / kBlockActs;
   constexpr int64_t LS = Tp * 64;  // line stride of a step (block_layout.h)
-  constexpr int64_t SC = (F::LO + F::HI) * Tp, MC = SC + F::SCB * Tp, DD = MC + F::MCB * Tp;  // parts of a step
+  // Sub-block j of a step at j * SJ: its lo lines, then hi lines at HO, sc at SC, mc at SC + Tp * 16; d at DD.
+  constexpr int64_t SJ = F::SUB * Tp, HO = F::LOL * LS, SC = (F::LOL + F::HIL) * LS;
+  constexpr int64_t DD = (F::LO + F::HI + F::SCB + F::MCB) * Tp;
   const uint8_t* panel = w.step(tile, 0);  // step s at panel + s * Tp * REC
   __m512 facc[T][MB];
   #pragma GCC unroll 16
@@ -110,14 +112,16 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
     // Prefetch history: with the tiles kept whole (before the steps interleaved them, block_layout.h) a step was
     // read as Tp streams, which the hardware prefetchers followed poorly; prefetching it took decode of
     // Qwen2.5-Coder-1.5B Q4_K_M from 16.7 to 23.7 tok/s on a Xeon with AVX-512 VNNI.
-    // Software prefetch once per step (by its first pass), for the 256-blocks and at most 16 activation rows
-    // (decode and verification; a prefill batch is compute-bound and runs faster without). kernels_bench, up
-    // 1536 x 8960, weights from DRAM, 2-core Zen 4 EPYC, 2 rounds, 2 threads, with -> without: M = 1 GB/s q4_0
-    // 31-39 -> 32-51, q8_0 34-41 -> 33-50, but q4_k 26-27 -> 21, q5_k 24 -> 19-21, q6_k 21-26 -> 22-23; M = 8
-    // GMAC/s q4_k 180-186 -> 129-134, q6_k 116-130 -> 96-100; M = 512 q4_k 262-266 -> 285-288, q6_k 217-236 ->
-    // 255-258.
+    // Software prefetch once per step (by its first pass), for the 256-blocks at 2 to 16 activation rows
+    // (verification). One row (decode) reads the step front to back faster with the hardware prefetchers
+    // alone, and a prefill batch is compute-bound and runs faster without too. kernels_bench, up 1536 x 8960,
+    // weights from DRAM, 2-core Zen 4 EPYC, 2 rounds, GB/s at 1 / 2 threads, with -> without: M = 1 q4_k 13-15 /
+    // 22-24 -> 22-27 / 28-30, q5_k 13-14 / 21-26 -> 17-18 / 25, q6_k 13-15 / 21-27 -> 19 / 26-27; M = 8 q4_k
+    // 6.6-7.3 / 10-13 -> 5.3-6.2 / 9.5-11, q5_k 5.6-6.8 / 10-13 -> 3.8-3.9 / 7; M = 512 GMAC/s (2 threads, the
+    // layout before this one) q4_k 262-266 -> 285-288, q6_k 217-236 -> 255-258. The 32-blocks (q4_0, q8_0) ran
+    // faster without at M = 1 (29-31 / 32-51 against 22 / 31-39 GB/s).
     if constexpr (F::B == 256)
-      if (t0 == 0 && a.M <= 16) prefetch_ahead(rec0, Tp * F::REC);
+      if (t0 == 0 && a.M > 1 && a.M <= 16) prefetch_ahead(rec0, Tp * F::REC);
     __m512 blk[T][MB], mblk[T][MB];
     #pragma GCC unroll 16
     for (int t = 0; t < T; ++t)
@@ -131,6 +135,7 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
     for (int jo = 0; jo < NS; jo += JU) {
     #pragma GCC unroll 16
     for (int j = jo; j < jo + JU; ++j) {
+      const uint8_t* sub = rec0 + j * SJ;  // sub-block j of the step
       __m512i acc[T][MB], acc16[T][MB];
       #pragma GCC unroll 16
       for (int t = 0; t < T; ++t)
@@ -143,8 +148,8 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
         __m512i u[T];
         #pragma GCC unroll 16
         for (int t = 0; t < T; ++t)
-          u[t] = hi16 ? _mm512_and_si512(_mm512_loadu_si512(rec0 + (t0 + t) * 64 + (q / 2) * LS), high4)
-                      : codes<F, LS>(rec0 + (t0 + t) * 64, rec0 + F::LO * Tp + (t0 + t) * 64, q);
+          u[t] = hi16 ? _mm512_and_si512(_mm512_loadu_si512(sub + (t0 + t) * 64 + (qq / 2) * LS), high4)
+                      : codes<F, LS>(sub + (t0 + t) * 64, sub + HO + (t0 + t) * 64, qq);
         #pragma GCC unroll 16
         for (int m = 0; m < MB; ++m) {
           const int8_t* b = xq + (q * MB + m) * 4;
@@ -158,14 +163,14 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
       const int ja = j * F::S / kBlockActs;  // activation block of sub-block j, within the block
       #pragma GCC unroll 16
       for (int t = 0; t < T; ++t) {
-        const uint8_t* r = rec0 + SC + (t0 + t) * 16;  // sc of sub-block j at r + j * Tp * 16, mc at MC
+        const uint8_t* r = sub + SC + (t0 + t) * 16;  // sc; mc Tp * 16 on
         __m512 scf = _mm512_set1_ps(1.f);
         __m512 mcf = _mm512_set1_ps(1.f);
         if constexpr (F::SC) {
-          scf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + j * Tp * 16))));
+          scf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r))));
           if constexpr (F::MIN)
             mcf = _mm512_cvtepi32_ps(
-                _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + (MC - SC) + j * Tp * 16))));
+                _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + Tp * 16))));
         }
         #pragma GCC unroll 16
         for (int m = 0; m < MB; ++m) {

@@ -19,7 +19,11 @@ struct BlockFmt {
   static constexpr int64_t HI = BITS == 5 ? B * 2 : BITS == 6 ? B * 4 : 0;
   static constexpr int64_t SCB = SC ? B / S * 16 : 0;
   static constexpr int64_t MCB = SC && MIN ? B / S * 16 : 0;
-  static constexpr int64_t REC = LO + HI + SCB + MCB + (MIN ? 64 : 32);
+  static constexpr int64_t REC = LO + HI + SCB + MCB + (MIN ? 64 : 32);  // one tile's share of a step
+  // Per tile and sub-block (block_layout.h): LOL lo lines, HIL hi lines, then 16 bytes of sc and of mc; SUB bytes.
+  static constexpr int64_t LOL = BITS == 8 ? S / 4 : S / 8, HIL = BITS == 5 || BITS == 6 ? 1 : 0;
+  static constexpr int64_t SUB = (LOL + HIL) * 64 + (SCB + MCB) / (B / S);
+  static_assert(HI == HIL * 64 * (B / S) && LO == LOL * 64 * (B / S), "a sub-block's codes are whole lines");
 };
 
 // fn.template operator()<F>() with F the BlockFmt of `format`.

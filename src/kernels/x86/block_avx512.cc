@@ -112,16 +112,17 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
     // Prefetch history: with the tiles kept whole (before the steps interleaved them, block_layout.h) a step was
     // read as Tp streams, which the hardware prefetchers followed poorly; prefetching it took decode of
     // Qwen2.5-Coder-1.5B Q4_K_M from 16.7 to 23.7 tok/s on a Xeon with AVX-512 VNNI.
-    // Software prefetch once per step (by its first pass), for the 256-blocks at 2 to 16 activation rows
-    // (verification). One row (decode) reads the step front to back faster with the hardware prefetchers
-    // alone, and a prefill batch is compute-bound and runs faster without too. kernels_bench, up 1536 x 8960,
-    // weights from DRAM, 2-core Zen 4 EPYC, 2 rounds, GB/s at 1 / 2 threads, with -> without: M = 1 q4_k 13-15 /
-    // 22-24 -> 22-27 / 28-30, q5_k 13-14 / 21-26 -> 17-18 / 25, q6_k 13-15 / 21-27 -> 19 / 26-27; M = 8 q4_k
-    // 6.6-7.3 / 10-13 -> 5.3-6.2 / 9.5-11, q5_k 5.6-6.8 / 10-13 -> 3.8-3.9 / 7; M = 512 GMAC/s (2 threads, the
-    // layout before this one) q4_k 262-266 -> 285-288, q6_k 217-236 -> 255-258. The 32-blocks (q4_0, q8_0) ran
-    // faster without at M = 1 (29-31 / 32-51 against 22 / 31-39 GB/s).
+    // Software prefetch once per step (by its first pass), for the 256-blocks at 5 to 16 activation rows. Up to
+    // 4 rows (decode, short verification) read the step front to back faster with the hardware prefetchers
+    // alone, and a prefill batch is compute-bound and runs faster without too. kernels_bench, weights from DRAM,
+    // 2-core Zen 4 EPYC, 2 rounds, GB/s at 1 / 2 threads, with -> without: up 1536 x 8960, M = 1 q4_k 13-15 /
+    // 22-24 -> 22-27 / 28-30, q5_k 13-14 / 21-26 -> 17-18 / 25, q6_k 13-15 / 21-27 -> 19 / 26-27; M = 4 (2
+    // threads, up / down) q4_k 17-18 / 15-17 -> 23-24 / 18, q6_k 17 / 16-17 -> 20-22 / 21-22; M = 8 q4_k 6.6-7.3
+    // / 10-13 -> 5.3-6.2 / 9.5-13, q5_k 5.6-6.8 / 10-13 -> 3.8-3.9 / 7, q6_k 2 threads 13-14 -> 11-14; M = 512
+    // GMAC/s (2 threads, the layout before this one) q4_k 262-266 -> 285-288, q6_k 217-236 -> 255-258. The
+    // 32-blocks (q4_0, q8_0) ran faster without at M = 1 (29-31 / 32-51 against 22 / 31-39 GB/s).
     if constexpr (F::B == 256)
-      if (t0 == 0 && a.M > 1 && a.M <= 16) prefetch_ahead(rec0, Tp * F::REC);
+      if (t0 == 0 && a.M > 4 && a.M <= 16) prefetch_ahead(rec0, Tp * F::REC);
     __m512 blk[T][MB], mblk[T][MB];
     #pragma GCC unroll 16
     for (int t = 0; t < T; ++t)

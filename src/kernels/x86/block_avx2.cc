@@ -18,9 +18,10 @@
 // into the block's f32 sum with dx, and the min term into its own with float(mc) and c; at the block end both go
 // into the output with d and dm, in the twin's order (nothing for GCC to contract, whatever -ffp-contract says:
 // every float operation is an explicit FMA). The f32 sums live in L1, as in quant_avx2.cc, leaving the 16 ymm to the integer sums, codes and
-// broadcasts. Tiles run one after another (not side by side as in the VNNI kernel, for whose reading order the
-// steps are laid out): one tile's sums already take 8 of the 16 ymm at MB = 4; the step's lines of one tile are
-// every T-th line, which the step's prefetch brings in.
+// broadcasts. Within a sub-block the tiles run one after another (not side by side as in the VNNI kernel: one
+// tile's sums already take 8 of the 16 ymm at MB = 4), so the step is still read front to back (block_layout.h);
+// the block sums of all T tiles wait in L1. Kept whole tile by tile instead, q6_k at M = 1 streamed at 12 GB/s
+// against 22 (kernels_bench avx2, 2 threads, Zen 4 EPYC).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -111,18 +112,22 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
   }
   for (int64_t s = 0; s < nb; ++s) {
     const uint8_t* rec0 = panel + s * T * F::REC;
-    prefetch_ahead(rec0, T * F::REC);  // the VNNI kernel's measured gain (block_avx512.cc); same stream here
-    for (int t = 0; t < T; ++t) {
-      // Sub-block j of tile t at tj + j * F::SUB * T: lo lines (line i at + i * LS), hi line at + LOL * LS, sc at
-      // + (LOL + HIL) * LS, mc T * 16 on (block_layout.h).
-      const uint8_t* tj = rec0 + t * 64;
-      const uint8_t* dp = rec0 + (F::LO + F::HI + F::SCB + F::MCB) * T + t * 32;  // d [16] f16; dm T * 32 on
-      // The block's f32 sums (block_layout.h: blk, mblk), in L1 like facc.
-      alignas(32) float blk[2][MB][8] = {}, mblk[2][MB][8] = {};
-      asm volatile("" : : "r"(&blk[0][0][0]), "r"(&mblk[0][0][0]) : "memory");
-      #pragma GCC unroll 16
-      for (int j = 0; j < NS; ++j) {
-        const uint8_t* lo = tj + j * F::SUB * T, *hi = lo + F::LOL * LS;
+    // Software prefetch of the step, except for the 256-blocks at up to 4 rows, which read it faster with the
+    // hardware prefetchers alone: kernels_bench avx2, up 1536 x 8960, 2 threads, weights from DRAM, Zen 4 EPYC,
+    // 2 rounds, GB/s with -> without: M = 1 q4_k 19.6-19.7 -> 24-29, q6_k 15-16 -> 27-30, q4_0 27-30 -> 24-26;
+    // M = 4 q4_k 12.5-12.9 -> 12.5-14.8, q6_k 10.8-10.9 -> 14-17, q4_0 17-18 -> 14-16.
+    if (F::B == 32 || a.M > 4) prefetch_ahead(rec0, T * F::REC);
+    // The block's f32 sums of every tile (block_layout.h: blk, mblk), in L1 like facc.
+    alignas(32) float blk[T][2][MB][8] = {}, mblk[T][2][MB][8] = {};
+    asm volatile("" : : "r"(&blk[0][0][0][0]), "r"(&mblk[0][0][0][0]) : "memory");
+    // Sub-block by sub-block, the tiles in turn within each: the step's order (block_layout.h), read front to back.
+    #pragma GCC unroll 16
+    for (int j = 0; j < NS; ++j) {
+      #pragma GCC unroll 1
+      for (int t = 0; t < T; ++t) {
+        // Sub-block j of tile t: lo lines (line i at + i * LS), hi line at + LOL * LS, sc at + (LOL + HIL) * LS,
+        // mc T * 16 on.
+        const uint8_t* lo = rec0 + j * F::SUB * T + t * 64, *hi = lo + F::LOL * LS;
         const uint8_t* sc = rec0 + j * F::SUB * T + (F::LOL + F::HIL) * LS + t * 16;
         __m256i acc[2][MB];  // int32 sums of sub-block j
         #pragma GCC unroll 16
@@ -176,15 +181,18 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
             __m256i I = acc[h][m];
             if constexpr (F::ZC != 0) I = _mm256_sub_epi32(I, _mm256_set1_epi32(F::ZC * xs[m][j]));
             if constexpr (F::SC) I = _mm256_mullo_epi32(I, sw);
-            float* b = blk[h][m];
+            float* b = blk[t][h][m];
             _mm256_store_ps(b, _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_set1_ps(xd[m][ja]), _mm256_load_ps(b)));
             if constexpr (F::MIN) {
-              float* mb = mblk[h][m];
+              float* mb = mblk[t][h][m];
               _mm256_store_ps(mb, _mm256_fmadd_ps(mcf, _mm256_set1_ps(xc[m][j]), _mm256_load_ps(mb)));
             }
           }
         }
       }
+    }
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* dp = rec0 + (F::LO + F::HI + F::SCB + F::MCB) * T + t * 32;  // d [16] f16; dm T * 32 on
       #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const __m256 d = _mm256_cvtph_ps(load16(dp + 16 * h));
@@ -192,8 +200,8 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
         #pragma GCC unroll 16
         for (int m = 0; m < MB; ++m) {
           float* f = facc[t][h][m];
-          __m256 v = _mm256_fmadd_ps(_mm256_load_ps(blk[h][m]), d, _mm256_load_ps(f));
-          if constexpr (F::MIN) v = _mm256_fmadd_ps(_mm256_load_ps(mblk[h][m]), dm, v);
+          __m256 v = _mm256_fmadd_ps(_mm256_load_ps(blk[t][h][m]), d, _mm256_load_ps(f));
+          if constexpr (F::MIN) v = _mm256_fmadd_ps(_mm256_load_ps(mblk[t][h][m]), dm, v);
           _mm256_store_ps(f, v);
         }
       }

@@ -82,8 +82,7 @@ void rope_neox_backward(float* dx, const int64_t* positions, int64_t n_tokens, i
   rope_neox(dx, neg.data(), n_tokens, n_heads, head_dim, inv_freq, rotary_dim, scaling);
 }
 
-namespace {
-void check_spans(const int32_t* spans, const MaskedAttentionShape& s) {
+void check_masked_spans(const int32_t* spans, const MaskedAttentionShape& s) {
   for (int64_t i = 0; i < s.nq; ++i) {
     const int32_t* sp = spans + 4 * i;
     if (sp[0] < 0 || sp[0] > sp[1] || sp[1] > s.nk || sp[2] < 0 || sp[2] > sp[3] || sp[3] > s.nk ||
@@ -91,12 +90,11 @@ void check_spans(const int32_t* spans, const MaskedAttentionShape& s) {
       fail("masked attention: query ", i, " has bad key spans [", sp[0], ", ", sp[1], ") [", sp[2], ", ", sp[3], ")");
   }
 }
-}  // namespace
 
 void masked_attention_forward(const float* q, const float* k, const float* v, const int32_t* spans,
                               const MaskedAttentionShape& s, float* out, std::vector<float>& probs,
                               ThreadPool& pool) {
-  check_spans(spans, s);
+  check_masked_spans(spans, s);
   const int64_t D = s.head_dim, H = s.n_heads, group = s.n_heads / s.n_kv_heads, kvs = s.n_kv_heads * D;
   probs.assign(s.nq * H * s.nk, 0.f);
   pool.parallel_for(s.nq * H, [&](int64_t b, int64_t e) {

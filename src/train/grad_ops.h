@@ -43,6 +43,8 @@ struct MaskedAttentionShape {
   int64_t nq, nk, n_heads, n_kv_heads, head_dim;
   float scale;
 };
+// Fails with a one-line error naming the first query whose spans are out of [0, nk), reversed, or both empty.
+void check_masked_spans(const int32_t* spans, const MaskedAttentionShape& s);
 void masked_attention_forward(const float* q, const float* k, const float* v, const int32_t* spans,
                               const MaskedAttentionShape& s, float* out, std::vector<float>& probs,
                               ThreadPool& pool);

@@ -19,13 +19,11 @@ struct Runs {
 };
 
 Runs make_runs(const int32_t* spans, const MaskedAttentionShape& s) {
+  check_masked_spans(spans, s);
   Runs r;
   r.off.assign(s.nq + 1, 0);
   for (int64_t i = 0; i < s.nq; ++i) {
     const int32_t* sp = spans + 4 * i;
-    if (sp[0] < 0 || sp[0] > sp[1] || sp[1] > s.nk || sp[2] < 0 || sp[2] > sp[3] || sp[3] > s.nk ||
-        sp[1] - sp[0] + sp[3] - sp[2] == 0)
-      fail("masked attention: query ", i, " has bad key spans [", sp[0], ", ", sp[1], ") [", sp[2], ", ", sp[3], ")");
     r.off[i + 1] = r.off[i] + s.n_heads * (sp[1] - sp[0] + sp[3] - sp[2]);
     if (i == 0 || i - r.start.back() >= kMaxRunRows || !std::equal(sp, sp + 4, spans + 4 * (i - 1)))
       r.start.push_back(i);
@@ -152,18 +150,18 @@ void span_attention_backward(const OpContext& c, const float* q, const float* k,
         // dK += dS^T Q;  dV += P^T dO
         transpose_small(dp.data(), R, n, dst.data());
         transpose_small(qr.data(), R, D, qt.data());
+        const auto add_to_keys = [&](float* x) {  // x[keys[j], g] += tmp[j]
+          for (int64_t j = 0; j < n; ++j) {
+            float* row = x + (keys[j] * nkv + g) * D;
+            for (int64_t d = 0; d < D; ++d) row[d] += tmp[j * D + d];
+          }
+        };
         c.k->matmul_f32(dst.data(), qt.data(), tmp.data(), n, R, D, 0, D);
-        for (int64_t j = 0; j < n; ++j) {
-          float* row = dk + (keys[j] * nkv + g) * D;
-          for (int64_t d = 0; d < D; ++d) row[d] += tmp[j * D + d];
-        }
+        add_to_keys(dk);
         transpose_small(p.data(), R, n, pt.data());
         transpose_small(go.data(), R, D, got.data());
         c.k->matmul_f32(pt.data(), got.data(), tmp.data(), n, R, D, 0, D);
-        for (int64_t j = 0; j < n; ++j) {
-          float* row = dv + (keys[j] * nkv + g) * D;
-          for (int64_t d = 0; d < D; ++d) row[d] += tmp[j * D + d];
-        }
+        add_to_keys(dv);
       }
     }
   });

@@ -11,18 +11,10 @@
 
 #include "train/grad_ops.h"
 #include "../kernels/randv.h"
+#include "max_rel.h"
 
 namespace blockspec {
 namespace {
-
-double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
-  double worst = 0, scale = 1e-30;
-  for (size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-  }
-  return worst / scale;
-}
 
 TEST(TrainGemm, ForwardAndBackwardMatchTheReference) {
   ThreadPool pool(2);

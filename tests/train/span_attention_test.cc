@@ -11,18 +11,10 @@
 #include "base/error.h"
 #include "train/grad_ops.h"
 #include "../kernels/randv.h"
+#include "max_rel.h"
 
 namespace blockspec {
 namespace {
-
-double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
-  double worst = 0, scale = 1e-30;
-  for (size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-  }
-  return worst / scale;
-}
 
 // S context keys, then n_blocks blocks of B keys; block j's queries see context [doc_start, anchor_j) and their
 // block's keys (all of them, or slots <= k when causal). Block 3 is longer than a run (40 queries, one anchor)

@@ -29,12 +29,11 @@ constexpr int kYieldIters = 64;
 
 // Contention watch: windows of at least this long and this many jobs; a
 // worker with less CPU time than kMinCpuShare of the window's wall time is
-// benched for kBenchFor. Idle, a worker runs (or spins) the whole window:
-// its share is ~1. Beside a busy loop on its core it was ~0.3.
+// benched (ThreadPool::next_bench_ns). Idle, a worker runs (or spins) the
+// whole window: its share is ~1. Beside a busy loop on its core it was ~0.3.
 constexpr int64_t kContentionWindowNs = 50'000'000;
 constexpr int64_t kMinWindowJobs = 32;
 constexpr double kMinCpuShare = 0.6;
-constexpr int64_t kBenchForNs = 500'000'000;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -110,6 +109,7 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads <= 0 ? hardware_thr
   sleeps_ = std::make_unique<std::atomic<uint32_t>[]>(std::max(w, 1));
   for (int i = 0; i < w; ++i) bench_until_[i].store(0), sleeps_[i].store(0);
   window_cpu_.assign(w, 0.0), window_sleeps_.assign(w, 0), window_benched_.assign(w, false);
+  bench_len_ns_.assign(w, kBenchForNs), last_bench_end_ns_.assign(w, 0);
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
@@ -270,8 +270,16 @@ void ThreadPool::watch_contention() {
   for (int i = 0; i < w && i < static_cast<int>(cpu.size()); ++i) {
     const uint32_t slept = sleeps_[i].load(std::memory_order_relaxed);
     // Only a worker that was in every job's reach the whole window (never benched, never asleep) is judged.
-    if (measured && !window_benched_[i] && slept == window_sleeps_[i] && cpu[i] - window_cpu_[i] < kMinCpuShare * wall)
-      bench_until_[i].store(now + kBenchForNs, std::memory_order_release);
+    if (measured && !window_benched_[i] && slept == window_sleeps_[i]) {
+      if (cpu[i] - window_cpu_[i] < kMinCpuShare * wall) {
+        if (now - last_bench_end_ns_[i] > 2 * kMaxBenchNs) bench_len_ns_[i] = kBenchForNs;  // a new episode
+        bench_until_[i].store(now + bench_len_ns_[i], std::memory_order_release);
+        last_bench_end_ns_[i] = now + bench_len_ns_[i];
+        bench_len_ns_[i] = std::min(2 * bench_len_ns_[i], kMaxBenchNs);
+      } else {
+        bench_len_ns_[i] = kBenchForNs;
+      }
+    }
     window_cpu_[i] = cpu[i], window_sleeps_[i] = slept, window_benched_[i] = false;
   }
   window_start_ns_ = now, window_jobs_ = 0;

@@ -17,11 +17,13 @@
 //
 // A worker the kernel keeps descheduling (its CPU time over a window of
 // kContentionWindow well below the wall time, while jobs kept coming and it
-// never slept) is benched for kBenchFor: it sleeps instead of joining, so
-// the threads that do run stop sharing their cores with it. On a 2-core VM
-// with one core busy, 1 thread decodes 40-42 tok/s where 2 got 36
-// (BENCHMARKS.md "Decoding on a busy machine"). It rejoins after the bench
-// and is measured again.
+// never slept) is benched: it sleeps instead of joining, so the threads that
+// do run stop sharing their cores with it. On a 2-core VM with one core busy,
+// 1 thread decodes 40-42 tok/s where 2 got 36 (BENCHMARKS.md "Decoding on a
+// busy machine"). It rejoins after the bench and is measured again; each
+// rejoin costs a window of stalls while the contention lasts, so a worker
+// benched again at once stays out twice as long (kBenchForNs up to
+// kMaxBenchNs), and one judged healthy starts again from kBenchForNs.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -76,6 +78,9 @@ class ThreadPool {
   static constexpr int64_t kTilesPerThread = 4;
   // Workers benched right now (contention); for tests and bench's report.
   int benched_workers() const;
+  // How long worker i (1..n-1) is benched the next time it is judged descheduled.
+  int64_t next_bench_ns(int i) const { return bench_len_ns_[i - 1]; }
+  static constexpr int64_t kBenchForNs = 500'000'000, kMaxBenchNs = 2'000'000'000;
 
  private:
   void worker(int index);
@@ -109,6 +114,8 @@ class ThreadPool {
   std::vector<double> window_cpu_;
   std::vector<uint32_t> window_sleeps_;
   std::vector<bool> window_benched_;  // benched at some point of the window
+  std::vector<int64_t> bench_len_ns_;       // next bench length per worker (caller thread only)
+  std::vector<int64_t> last_bench_end_ns_;  // when its last bench ended (or ends)
 };
 
 }  // namespace blockspec

@@ -132,6 +132,33 @@ TEST(ThreadPool, DescheduledWorkerIsBenchedAndComesBack) {
   EXPECT_EQ(least_benched, 0) << "the worker never came back";
 }
 
+// While the worker stays off its CPU, each bench after a rejoin is twice as long as the one before (up to
+// kMaxBenchNs), so the stalls of re-measuring it stop costing; once it runs normally the length resets.
+TEST(ThreadPool, BenchGrowsWhileContentionLastsAndResets) {
+  ThreadPool pool(2);
+  EXPECT_EQ(pool.next_bench_ns(1), ThreadPool::kBenchForNs);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> slow{true};
+  auto run_until = [&](auto done, int max_ms) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(max_ms);
+    while (!done() && std::chrono::steady_clock::now() < end) {
+      pool.parallel_for(64, [&](int64_t, int64_t) {
+        const auto busy_until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
+        while (std::chrono::steady_clock::now() < busy_until) {
+        }
+        if (slow.load() && std::this_thread::get_id() != caller) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      });
+    }
+  };
+  // Benched once (500 ms), back, benched again at once: the next bench is 4x the first.
+  run_until([&] { return pool.next_bench_ns(1) >= 4 * ThreadPool::kBenchForNs; }, 6000);
+  EXPECT_GE(pool.next_bench_ns(1), 4 * ThreadPool::kBenchForNs) << "the bench did not grow while the worker stayed slow";
+  EXPECT_LE(pool.next_bench_ns(1), ThreadPool::kMaxBenchNs);
+  slow = false;
+  run_until([&] { return pool.next_bench_ns(1) == ThreadPool::kBenchForNs; }, 6000);
+  EXPECT_EQ(pool.next_bench_ns(1), ThreadPool::kBenchForNs) << "a worker that runs again was not judged healthy";
+}
+
 // Tiles split the range finer than one chunk per thread, in order, and a kernel that writes each index from
 // its own inputs gives the same result whatever the thread count.
 TEST(ThreadPool, ResultsIndependentOfThreadsAndTiles) {

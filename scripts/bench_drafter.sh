@@ -6,7 +6,11 @@
 # concurrency 1 and 8, acceptance per position, and a check that every
 # greedy output is identical to plain decoding's. Run it on a quiet machine.
 # The drafter's config picks the method (dflash or dflash2). BENCH_SETS and
-# BENCH_CONC narrow the prompt sets and concurrencies (default: all three, 1 and 8).
+# BENCH_CONC narrow the prompt sets and concurrencies (default: all three, 1 and 8),
+# BENCH_CONFIGS the server configs (names as in the table: plain ngram dflash ...).
+# Every server runs without prefix caching: a DFlash drafter turns it off (it
+# reads the target's features of every prompt token), and plain / n-gram would
+# otherwise prefill the c = 8 prompts from the c = 1 pass's cache.
 #   scripts/bench_drafter.sh OUTDIR MODEL DRAFTER [DRAFTER_QUANTIZED] [NPROMPTS] [MAXTOK]
 set -eu
 cd "$(dirname "$0")/.."
@@ -33,7 +37,8 @@ port=8310
 for c in "${configs[@]}"; do
   name=${c%%:*}
   spec=${c#*:}
-  args=(serve "$M" --max-num-seqs 8 --max-model-len 2048 --port $port --served-model-name m)
+  if [ -n "${BENCH_CONFIGS:-}" ] && [[ " $BENCH_CONFIGS " != *" $name "* ]]; then continue; fi
+  args=(serve "$M" --max-num-seqs 8 --max-model-len 2048 --port $port --served-model-name m --no-enable-prefix-caching)
   [ -n "$spec" ] && args+=(--speculative-config "$spec")
   $B "${args[@]}" > "$O/$name.serve.log" 2>&1 &
   sp=$!

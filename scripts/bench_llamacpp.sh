@@ -13,11 +13,16 @@
 #       llama-server -np 8 and blockspec serve --max-num-seqs 8, one after the other, each driven by
 #       `blockspec bench --url` at concurrency 1 and 8 with the same prompts.
 # Extra blockspec flags (e.g. --weights q4) go in BS_FLAGS. Needs a Release build in build/.
+# LLAMACPP_ISA=avx2 builds and runs a llama.cpp without AVX-512 (build-avx2/), to set beside
+# `BLOCKSPEC_ISA=avx2 scripts/bench_llamacpp.sh ...`: both engines as on a CPU with AVX2 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION=0.3.36
 CACHE=${BLOCKSPEC_CACHE:-$HOME/.cache/blockspec}/llamacpp
-BIN=$CACHE/build/bin
+LISA=${LLAMACPP_ISA:-native}
+BDIR=$CACHE/build
+[ "$LISA" = avx2 ] && BDIR=$CACHE/build-avx2
+BIN=$BDIR/bin
 B=build/blockspec
 WHAT=${1:?usage: scripts/bench_llamacpp.sh build|engine|kld|serve ...}
 
@@ -32,14 +37,16 @@ build_llamacpp() {
   # VMs (SIGSEGV in ggml_backend_amx_mul_mat; the hypervisor does not grant the tile state) and which blockspec
   # does not use. AVX-512 (with VNNI/BF16 where this CPU has them) or AVX2.
   local isa=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
-  if grep -q avx512_vnni /proc/cpuinfo; then isa+=(-DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON); fi
-  if grep -q avx512_bf16 /proc/cpuinfo; then isa+=(-DGGML_AVX512_BF16=ON); fi
-  if grep -q avx512vbmi /proc/cpuinfo; then isa+=(-DGGML_AVX512_VBMI=ON); fi
-  cmake -S "$src/vendor/llama.cpp" -B "$CACHE/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
+  if [ "$LISA" != avx2 ]; then
+    if grep -q avx512_vnni /proc/cpuinfo; then isa+=(-DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON); fi
+    if grep -q avx512_bf16 /proc/cpuinfo; then isa+=(-DGGML_AVX512_BF16=ON); fi
+    if grep -q avx512vbmi /proc/cpuinfo; then isa+=(-DGGML_AVX512_VBMI=ON); fi
+  fi
+  cmake -S "$src/vendor/llama.cpp" -B "$BDIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
     "${isa[@]}" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
     -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON > /dev/null
-  ninja -C "$CACHE/build" llama-bench llama-server llama-perplexity llama-quantize
+  ninja -C "$BDIR" llama-bench llama-server llama-perplexity llama-quantize
 }
 
 case "$WHAT" in

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/memory_bandwidth.h"
 #include "base/timer.h"
 #include "chat/chat_template.h"
 #include "cli/args.h"
@@ -368,9 +369,10 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
                  static_cast<long long>(pr.epoch), pr.loss, acc.c_str(), pr.train_eal, pr.val_eal, pr.lr,
                  pr.tokens_per_s, hms(pr.eta_s).c_str());
   });
-  std::fprintf(stderr, "done: %lld steps in %s (%.0f tokens/s); held-out eal %.2f -> %.2f; drafter in %s\n",
+  // Peak RSS (VmHWM) of the whole run, data generation included; the mapped taps file's resident pages count.
+  std::fprintf(stderr, "done: %lld steps in %s (%.0f tokens/s); held-out eal %.2f -> %.2f; peak RSS %.0f MB; drafter in %s\n",
                static_cast<long long>(r.steps), hms(r.seconds).c_str(), r.tokens_per_s, r.val_eal_start,
-               r.val_eal_end, out.c_str());
+               r.val_eal_end, peak_rss_mb(), out.c_str());
   return 0;
 }
 

@@ -101,6 +101,13 @@ CpuBudget available_cpus() {
   return b;
 }
 
+int64_t BenchBackoff::bench(int64_t now) {
+  if (last_end_ != 0 && now - last_end_ > 2 * kMaxNs) len_ = kFirstNs;  // a new episode
+  last_end_ = now + len_;
+  len_ = std::min(2 * len_, kMaxNs);
+  return last_end_;
+}
+
 int ThreadPool::hardware_threads() { return available_cpus().threads; }
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads <= 0 ? hardware_threads() : n_threads) {
@@ -109,7 +116,7 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads <= 0 ? hardware_thr
   sleeps_ = std::make_unique<std::atomic<uint32_t>[]>(std::max(w, 1));
   for (int i = 0; i < w; ++i) bench_until_[i].store(0), sleeps_[i].store(0);
   window_cpu_.assign(w, 0.0), window_sleeps_.assign(w, 0), window_benched_.assign(w, false);
-  bench_len_ns_.assign(w, kBenchForNs), last_bench_end_ns_.assign(w, 0);
+  backoff_.assign(w, BenchBackoff());
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
@@ -272,12 +279,9 @@ void ThreadPool::watch_contention() {
     // Only a worker that was in every job's reach the whole window (never benched, never asleep) is judged.
     if (measured && !window_benched_[i] && slept == window_sleeps_[i]) {
       if (cpu[i] - window_cpu_[i] < kMinCpuShare * wall) {
-        if (now - last_bench_end_ns_[i] > 2 * kMaxBenchNs) bench_len_ns_[i] = kBenchForNs;  // a new episode
-        bench_until_[i].store(now + bench_len_ns_[i], std::memory_order_release);
-        last_bench_end_ns_[i] = now + bench_len_ns_[i];
-        bench_len_ns_[i] = std::min(2 * bench_len_ns_[i], kMaxBenchNs);
+        bench_until_[i].store(backoff_[i].bench(now), std::memory_order_release);
       } else {
-        bench_len_ns_[i] = kBenchForNs;
+        backoff_[i].healthy();
       }
     }
     window_cpu_[i] = cpu[i], window_sleeps_[i] = slept, window_benched_[i] = false;

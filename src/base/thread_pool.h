@@ -22,8 +22,7 @@
 // 1 thread decodes 40-42 tok/s where 2 got 36 (BENCHMARKS.md "Decoding on a
 // busy machine"). It rejoins after the bench and is measured again; each
 // rejoin costs a window of stalls while the contention lasts, so a worker
-// benched again at once stays out twice as long (kBenchForNs up to
-// kMaxBenchNs), and one judged healthy starts again from kBenchForNs.
+// benched again at once stays out twice as long (BenchBackoff).
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -44,6 +43,23 @@ struct CpuBudget {
   std::string why;
 };
 CpuBudget available_cpus();
+
+// How long the contention watch benches one worker: kFirstNs, doubled each
+// time it is benched again (up to kMaxNs), kFirstNs again once a window
+// judges it healthy or when its last bench ended long ago (a new episode).
+// Clock-free, so tests drive it with made-up times.
+class BenchBackoff {
+ public:
+  static constexpr int64_t kFirstNs = 500'000'000, kMaxNs = 2'000'000'000;
+  // Judged descheduled at `now` (ns): the time it is benched until.
+  int64_t bench(int64_t now);
+  void healthy() { len_ = kFirstNs; }
+  int64_t next_ns() const { return len_; }
+
+ private:
+  int64_t len_ = kFirstNs;
+  int64_t last_end_ = 0;  // when the last bench ended (or ends); 0: never benched
+};
 
 class ThreadPool {
  public:
@@ -79,8 +95,7 @@ class ThreadPool {
   // Workers benched right now (contention); for tests and bench's report.
   int benched_workers() const;
   // How long worker i (1..n-1) is benched the next time it is judged descheduled.
-  int64_t next_bench_ns(int i) const { return bench_len_ns_[i - 1]; }
-  static constexpr int64_t kBenchForNs = 500'000'000, kMaxBenchNs = 2'000'000'000;
+  int64_t next_bench_ns(int i) const { return backoff_[i - 1].next_ns(); }
 
  private:
   void worker(int index);
@@ -114,8 +129,7 @@ class ThreadPool {
   std::vector<double> window_cpu_;
   std::vector<uint32_t> window_sleeps_;
   std::vector<bool> window_benched_;  // benched at some point of the window
-  std::vector<int64_t> bench_len_ns_;       // next bench length per worker (caller thread only)
-  std::vector<int64_t> last_bench_end_ns_;  // when its last bench ended (or ends)
+  std::vector<BenchBackoff> backoff_;  // per worker (caller thread only)
 };
 
 }  // namespace blockspec

@@ -132,31 +132,40 @@ TEST(ThreadPool, DescheduledWorkerIsBenchedAndComesBack) {
   EXPECT_EQ(least_benched, 0) << "the worker never came back";
 }
 
-// While the worker stays off its CPU, each bench after a rejoin is twice as long as the one before (up to
-// kMaxBenchNs), so the stalls of re-measuring it stop costing; once it runs normally the length resets.
-TEST(ThreadPool, BenchGrowsWhileContentionLastsAndResets) {
+// The bench lengths: 0.5 s, doubled while the worker is benched again at once, capped at 2 s; back to 0.5 s after
+// a healthy window or when the last bench ended long ago.
+TEST(BenchBackoff, DoublesWhileBenchedAgainAndResets) {
+  constexpr int64_t s = 1'000'000'000, first = BenchBackoff::kFirstNs, cap = BenchBackoff::kMaxNs;
+  BenchBackoff b;
+  EXPECT_EQ(b.bench(10 * s), 10 * s + first);
+  EXPECT_EQ(b.bench(10 * s + first + s / 10), 10 * s + first + s / 10 + 2 * first);  // right after: twice as long
+  const int64_t t = 12 * s;
+  EXPECT_EQ(b.bench(t), t + 4 * first);
+  EXPECT_EQ(b.bench(t + 4 * first), t + 4 * first + cap);  // capped
+  EXPECT_EQ(b.next_ns(), cap);
+  b.healthy();
+  EXPECT_EQ(b.next_ns(), first);
+  EXPECT_EQ(b.bench(20 * s), 20 * s + first);
+  EXPECT_EQ(b.bench(20 * s + first), 20 * s + 3 * first);
+  EXPECT_EQ(b.bench(100 * s), 100 * s + first) << "a bench long after the last one starts a new episode";
+}
+
+// The pool uses it: a worker that stays off its CPU (it sleeps inside every tile it takes) is benched again and
+// again, each time longer.
+TEST(ThreadPool, BenchGrowsWhileContentionLasts) {
   ThreadPool pool(2);
-  EXPECT_EQ(pool.next_bench_ns(1), ThreadPool::kBenchForNs);
+  EXPECT_EQ(pool.next_bench_ns(1), BenchBackoff::kFirstNs);
   const std::thread::id caller = std::this_thread::get_id();
-  std::atomic<bool> slow{true};
-  auto run_until = [&](auto done, int max_ms) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(max_ms);
-    while (!done() && std::chrono::steady_clock::now() < end) {
-      pool.parallel_for(64, [&](int64_t, int64_t) {
-        const auto busy_until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
-        while (std::chrono::steady_clock::now() < busy_until) {
-        }
-        if (slow.load() && std::this_thread::get_id() != caller) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      });
-    }
-  };
-  // Benched once (500 ms), back, benched again at once: the next bench is 4x the first.
-  run_until([&] { return pool.next_bench_ns(1) >= 4 * ThreadPool::kBenchForNs; }, 6000);
-  EXPECT_GE(pool.next_bench_ns(1), 4 * ThreadPool::kBenchForNs) << "the bench did not grow while the worker stayed slow";
-  EXPECT_LE(pool.next_bench_ns(1), ThreadPool::kMaxBenchNs);
-  slow = false;
-  run_until([&] { return pool.next_bench_ns(1) == ThreadPool::kBenchForNs; }, 6000);
-  EXPECT_EQ(pool.next_bench_ns(1), ThreadPool::kBenchForNs) << "a worker that runs again was not judged healthy";
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(8000);
+  while (pool.next_bench_ns(1) < 4 * BenchBackoff::kFirstNs && std::chrono::steady_clock::now() < end) {
+    pool.parallel_for(64, [&](int64_t, int64_t) {
+      const auto busy_until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
+      while (std::chrono::steady_clock::now() < busy_until) {
+      }
+      if (std::this_thread::get_id() != caller) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+  }
+  EXPECT_GE(pool.next_bench_ns(1), 4 * BenchBackoff::kFirstNs) << "the bench did not grow while the worker stayed slow";
 }
 
 // Tiles split the range finer than one chunk per thread, in order, and a kernel that writes each index from

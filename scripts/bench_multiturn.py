@@ -3,7 +3,9 @@
 whole history (each user message, then the assistant's greedy answer), against `blockspec serve` with prefix
 caching on and off, the two servers run one after the other R times (on, off, on, off, ...). Prints TTFT per
 turn (streamed, time to the first content token), total time, cached prompt tokens, and whether the answers of
-the two servers are identical. Needs the openai client (scripts/setup.sh makes ~/.cache/blockspec/venv-openai).
+the two servers are identical. --speculative-config JSON serves both with that speculation (a DFlash drafter's
+context is cached beside each page); --plain-too adds a third server per round, caching on without speculation.
+Needs the openai client (scripts/setup.sh makes ~/.cache/blockspec/venv-openai).
 
   ~/.cache/blockspec/venv-openai/bin/python scripts/bench_multiturn.py --blockspec build/blockspec \
       --model ~/.cache/blockspec/models/qwen2.5-coder-1.5b.gguf --turns 10 --max-tokens 48 --rounds 2 [--json OUT]
@@ -83,6 +85,8 @@ def main():
     p.add_argument("--turns", type=int, default=10)
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--speculative-config")
+    p.add_argument("--plain-too", action="store_true")
     p.add_argument("--json")
     a = p.parse_args()
     questions = []
@@ -91,10 +95,13 @@ def main():
             questions.append(json.loads(line)["turns"][0])
             if len(questions) == a.turns:
                 break
-    runs = {"on": [], "off": []}
+    modes = ("on", "off", "plain") if a.plain_too else ("on", "off")
+    runs = {m: [] for m in modes}
+    spec = ["--speculative-config", a.speculative_config] if a.speculative_config else []
     for r in range(a.rounds):
-        for mode in ("on", "off"):
-            proc, port, log = start(a.blockspec, a.model, [] if mode == "on" else ["--no-enable-prefix-caching"])
+        for mode in modes:
+            extra = {"on": spec, "off": spec + ["--no-enable-prefix-caching"], "plain": []}[mode]
+            proc, port, log = start(a.blockspec, a.model, extra)
             try:
                 res = chat(port, questions, a.max_tokens)
             finally:
@@ -103,7 +110,7 @@ def main():
             runs[mode].append(res)
             print(f"round {r} caching {mode}: total {res['total_s']:.1f} s, TTFT per turn "
                   + " ".join(f"{t:.2f}" for t in res["ttft_s"]), file=sys.stderr)
-    identical = all(x["answers"] == runs["off"][0]["answers"] for x in runs["on"] + runs["off"])
+    identical = all(x["answers"] == runs["off"][0]["answers"] for m in modes for x in runs[m])
     print(f"answers identical with and without caching (all rounds): {identical}")
     print("| turn | prompt tokens | cached (on) | TTFT on (s) | TTFT off (s) | ratio |")
     print("|---|---|---|---|---|---|")
@@ -115,6 +122,9 @@ def main():
     ton = statistics.median(x["total_s"] for x in runs["on"])
     toff = statistics.median(x["total_s"] for x in runs["off"])
     print(f"| total | | | {ton:.1f} | {toff:.1f} | {toff / ton:.2f}x |")
+    if a.plain_too:
+        tpl = statistics.median(x["total_s"] for x in runs["plain"])
+        print(f"plain serving (caching on, no speculation): total {tpl:.1f} s; on / plain {tpl / ton:.2f}x")
     if a.json:
         json.dump({"runs": runs, "identical": identical}, open(a.json, "w"), indent=1)
 

@@ -115,8 +115,8 @@ std::vector<FlagSpec> serve_flags() {
                                       "at most 2 GiB)", kCache},
       {"--kv-cache-memory-bytes", "", true, "KV cache budget in bytes (512M, 2G, ...; vLLM's name)", kCache},
       {"--enable-prefix-caching", "", false,
-       "reuse the KV pages of prompt prefixes seen before (the default; off for hybrid targets and DFlash drafters, "
-       "logged)", kCache},
+       "reuse the KV pages of prompt prefixes seen before (the default; off for hybrid targets, logged; a DFlash "
+       "drafter's context is kept beside each page)", kCache},
       {"--no-enable-prefix-caching", "", false, "compute every prompt in full", kCache},
       {"--tensor-parallel-size", "-tp", true, "1 (a single CPU process; larger sizes are refused)", kParallel},
       {"--pipeline-parallel-size", "-pp", true, "1 (larger sizes are refused)", kParallel},

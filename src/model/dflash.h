@@ -53,10 +53,11 @@ struct DraftWeights {
 // kv_cache_dtype): rows are quantized once when written, and attention reads
 // their dequantized values (kv_dequantize_row). Full-attention layers keep
 // every position; sliding layers keep a ring of their last W positions (all
-// a block query can see).
+// a block query can see), or every position too when rings is false (so
+// that any position can be saved: prefix caching).
 class DraftCache {
  public:
-  DraftCache(const DraftConfig& cfg, int64_t capacity, KvDType dtype = KvDType::kF32);
+  DraftCache(const DraftConfig& cfg, int64_t capacity, KvDType dtype = KvDType::kF32, bool rings = true);
   int64_t size() const { return size_; }
   int64_t capacity() const { return capacity_; }
   KvDType dtype() const { return dtype_; }
@@ -70,16 +71,31 @@ class DraftCache {
             std::vector<float>& scratch) const;
   // Bytes one position occupies over every layer, K and V, codes and scales.
   int64_t bytes_per_token() const;
-  // Oldest position layer l still holds.
-  int64_t first_kept(int64_t l) const { return ring_[l] > 0 ? std::max<int64_t>(0, size_ - ring_[l]) : 0; }
+  // Oldest position a block query of layer l can see (its window's).
+  int64_t first_kept(int64_t l) const { return window_[l] > 0 ? std::max<int64_t>(0, size_ - window_[l]) : 0; }
   void set_size(int64_t n) { size_ = n; }
+  // Raw copies of positions lo..lo+n-1 over every layer, codes and scales
+  // as stored (bytes_per_token() each, position-major): the engine keeps a
+  // cached prefix page's drafter context beside the page (prefix caching).
+  // save is false, copying nothing, unless 0 <= lo, lo + n <= size() and
+  // every ring layer still holds lo.
+  bool save(int64_t lo, int64_t n, uint8_t* dst) const;
+  // Writes such a copy back at positions size()..size()+n-1 and grows size() by n.
+  void load(int64_t n, const uint8_t* src);
 
  private:
+  // Where position pos of layer l is stored: bytes of its codes (K or V) and
+  // of its scales, and their byte offsets in k_ / v_ [l] and ks_ / vs_ [l].
+  struct Parts {
+    int64_t codes, scales, code_at, scale_at;
+  };
+  Parts parts(int64_t l, int64_t pos) const;
   int64_t slot(int64_t l, int64_t pos) const { return ring_[l] > 0 ? pos % ring_[l] : pos; }
   int64_t capacity_, size_ = 0, nkv_, hd_;
   KvDType dtype_;
   int64_t code_row_, scale_row_;           // bytes of codes / f32 scales per (position, kv head)
   float unit_scale_ = 1.0f;                 // fp8_e4m3's layer scale (no calibrated drafter scales)
+  std::vector<int64_t> window_;             // [L] the layer's window W (0: full attention)
   std::vector<int64_t> ring_;               // [L] ring length (W), 0 = contiguous
   std::vector<std::vector<uint8_t>> k_, v_;  // [L][slots, nkv, code_row_]
   std::vector<std::vector<float>> ks_, vs_;  // [L][slots, nkv, scale_row_]
@@ -114,8 +130,8 @@ class DraftModel {
   const DraftWeights& weights() const { return w_; }
   uint64_t weight_bytes() const;  // drafter-owned bytes read per draft step
 
-  DraftCache new_cache(int64_t capacity, KvDType dtype = KvDType::kF32) const {
-    return DraftCache(cfg_, capacity, dtype);
+  DraftCache new_cache(int64_t capacity, KvDType dtype = KvDType::kF32, bool rings = true) const {
+    return DraftCache(cfg_, capacity, dtype, rings);
   }
 
   // One draft pass. First appends the context of n_ctx newly committed

@@ -4,6 +4,7 @@
 // and the consistency checks against the target (§6: fc width, tap range,
 // hidden size, mask id).
 #include <cmath>
+#include <cstring>
 
 #include "base/error.h"
 #include "kernels/kv_kernels.h"
@@ -14,15 +15,16 @@
 
 namespace blockspec {
 
-DraftCache::DraftCache(const DraftConfig& cfg, int64_t capacity, KvDType dtype)
+DraftCache::DraftCache(const DraftConfig& cfg, int64_t capacity, KvDType dtype, bool rings)
     : capacity_(capacity), nkv_(cfg.base.n_kv_heads), hd_(cfg.base.head_dim), dtype_(dtype),
       code_row_(cfg.base.head_dim * kv_code_bytes(dtype)), scale_row_(kv_scales_per_row(dtype, cfg.base.head_dim)) {
   const int64_t L = cfg.base.n_layers;
-  ring_.resize(L);
+  ring_.resize(L), window_.resize(L);
   k_.resize(L), v_.resize(L), ks_.resize(L), vs_.resize(L);
   for (int64_t l = 0; l < L; ++l) {
     const int64_t w = cfg.layer_window[l];
-    ring_[l] = (w > 0 && w < capacity) ? w : 0;
+    window_[l] = w > 0 ? w : 0;
+    ring_[l] = (rings && w > 0 && w < capacity) ? w : 0;
     const int64_t slots = ring_[l] > 0 ? ring_[l] : capacity;
     k_[l].assign(slots * nkv_ * code_row_, 0);
     v_[l].assign(slots * nkv_ * code_row_, 0);
@@ -68,6 +70,40 @@ void DraftCache::read(int64_t l, int64_t lo, int64_t hi, std::vector<const float
 
 int64_t DraftCache::bytes_per_token() const {
   return static_cast<int64_t>(ring_.size()) * 2 * nkv_ * (code_row_ + scale_row_ * static_cast<int64_t>(sizeof(float)));
+}
+
+DraftCache::Parts DraftCache::parts(int64_t l, int64_t pos) const {
+  const int64_t s = slot(l, pos), codes = nkv_ * code_row_, scales = nkv_ * scale_row_ * int64_t(sizeof(float));
+  return {codes, scales, s * codes, s * scales};
+}
+
+bool DraftCache::save(int64_t lo, int64_t n, uint8_t* dst) const {
+  if (lo < 0 || n < 0 || lo + n > size_) return false;
+  for (size_t l = 0; l < ring_.size(); ++l)
+    if (ring_[l] > 0 && size_ - ring_[l] > lo) return false;  // overwritten on the ring
+  for (int64_t p = lo; p < lo + n; ++p)
+    for (size_t l = 0; l < ring_.size(); ++l) {
+      const Parts q = parts(static_cast<int64_t>(l), p);
+      std::memcpy(dst, k_[l].data() + q.code_at, q.codes), dst += q.codes;
+      std::memcpy(dst, v_[l].data() + q.code_at, q.codes), dst += q.codes;
+      std::memcpy(dst, reinterpret_cast<const uint8_t*>(ks_[l].data()) + q.scale_at, q.scales), dst += q.scales;
+      std::memcpy(dst, reinterpret_cast<const uint8_t*>(vs_[l].data()) + q.scale_at, q.scales), dst += q.scales;
+    }
+  return true;
+}
+
+void DraftCache::load(int64_t n, const uint8_t* src) {
+  if (n < 0 || size_ + n > capacity_)
+    fail("dflash: loading ", n, " context positions after ", size_, " overflows the drafter cache (", capacity_, ")");
+  for (int64_t p = size_; p < size_ + n; ++p)
+    for (size_t l = 0; l < ring_.size(); ++l) {
+      const Parts q = parts(static_cast<int64_t>(l), p);
+      std::memcpy(k_[l].data() + q.code_at, src, q.codes), src += q.codes;
+      std::memcpy(v_[l].data() + q.code_at, src, q.codes), src += q.codes;
+      std::memcpy(reinterpret_cast<uint8_t*>(ks_[l].data()) + q.scale_at, src, q.scales), src += q.scales;
+      std::memcpy(reinterpret_cast<uint8_t*>(vs_[l].data()) + q.scale_at, src, q.scales), src += q.scales;
+    }
+  size_ += n;
 }
 
 namespace {

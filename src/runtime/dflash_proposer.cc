@@ -5,13 +5,18 @@
 namespace blockspec {
 
 DFlashProposer::DFlashProposer(std::shared_ptr<DraftModel> model, int64_t capacity, bool greedy_draft,
-                               KvDType kv_dtype)
-    : model_(std::move(model)), cache_(model_->new_cache(capacity, kv_dtype)), greedy_only_(greedy_draft) {}
+                               KvDType kv_dtype, bool whole_context)
+    : model_(std::move(model)), cache_(model_->new_cache(capacity, kv_dtype, !whole_context)), greedy_only_(greedy_draft) {}
 
 void DFlashProposer::reset() {
   cache_.reset();
   pending_.clear();
   n_pending_ = 0;
+}
+
+void DFlashProposer::load_context(int64_t n, const uint8_t* src) {
+  if (n_pending_ != 0) fail("dflash: a context loaded after observed tokens");
+  cache_.load(n, src);
 }
 
 void DFlashProposer::observe(const std::vector<int32_t>&, int64_t n_seen, int64_t n_new, const float* taps) {

@@ -20,13 +20,18 @@ class DFlashProposer : public Proposer {
   // The drafter's weights may be shared by many sequences' proposers (the
   // server); each proposer holds its own context cache.
   // kv_dtype: the dtype of its context K/V (SpecConfig::draft_kv_dtype).
+  // whole_context: sliding layers keep every position (DraftCache rings off).
   DFlashProposer(std::shared_ptr<DraftModel> model, int64_t capacity, bool greedy_draft,
-                 KvDType kv_dtype = KvDType::kF32);
+                 KvDType kv_dtype = KvDType::kF32, bool whole_context = false);
   std::string method() const override { return draft_method_name(model_->config().method); }
   std::vector<int64_t> tap_layers() const override { return model_->config().target_layer_ids; }
   void observe(const std::vector<int32_t>& seq, int64_t n_seen, int64_t n_new, const float* taps) override;
   void propose(const std::vector<int32_t>& seq, int64_t k, const SamplingParams& sp, Rng& rng, Draft& out) override;
   void reset() override;
+  int64_t context_bytes_per_token() const override { return cache_.bytes_per_token(); }
+  int64_t context_size() const override { return cache_.size(); }
+  bool save_context(int64_t lo, int64_t n, uint8_t* dst) const override { return cache_.save(lo, n, dst); }
+  void load_context(int64_t n, const uint8_t* src) override;
   // Proposers of one drafter draft together: one drafter forward and one
   // lm_head GEMM for all their sequences (bit-identical to drafting alone).
   const void* batch_key() const override { return model_.get(); }

@@ -95,10 +95,30 @@ Engine::Engine(std::unique_ptr<Transformer> model, const EngineOptions& opts) : 
     I.m.state_bytes_per_slot = sf * static_cast<int64_t>(sizeof(float));
   }
   if (opts.enable_prefix_caching) {
+    // A proposer that reads the target's taps needs them for every token; one
+    // that keeps what it computes from them (DFlash's context K/V) has that
+    // kept per cached page instead.
+    int64_t ctx_bytes = 0;
+    bool taps = false;
+    if (I.spec) {
+      std::unique_ptr<Proposer> probe = new_proposer(*I.spec, I.drafter, 1);
+      if (opts.wrap_proposer) probe = opts.wrap_proposer(std::move(probe));
+      taps = !probe->tap_layers().empty();
+      ctx_bytes = probe->context_bytes_per_token();
+    }
     if (I.state) I.prefix_caching_note = "prefix caching is off: a hybrid model's recurrent state is not cached";
-    else if (I.drafter) I.prefix_caching_note = "prefix caching is off: the drafter reads the target's features of every prompt token";
+    else if (taps && ctx_bytes == 0)
+      I.prefix_caching_note = "prefix caching is off: the drafter reads the target's features of every prompt token";
     else if (!opts.capture_taps.empty()) I.prefix_caching_note = "prefix caching is off while capturing taps";
     else I.prefix_caching = true;
+    if (I.prefix_caching && taps) {
+      I.draft_page_bytes = ctx_bytes * kPageTokens;
+      I.draft_pages.reset(new uint8_t[static_cast<size_t>(pages_total * I.draft_page_bytes)]);
+      I.draft_page_hash.assign(static_cast<size_t>(pages_total), 0);
+      I.prefix_caching_note = str_cat("the drafter's context is kept beside each cached page, ", ctx_bytes,
+                                      " bytes a token, up to ", (pages_total * I.draft_page_bytes) >> 20, " MiB");
+      so.cached_page_usable = [&I](int32_t b, uint64_t h) { return I.draft_page_hash[b] == h; };
+    }
   }
   so.prefix_caching = I.prefix_caching;
   I.m.prefix_caching = I.prefix_caching;

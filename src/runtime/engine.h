@@ -63,8 +63,11 @@ struct EngineOptions {
   // are kept under the hash of every token up to them and a request whose
   // prompt starts with the same tokens skips computing them. Not used (and
   // Engine::prefix_caching_note() says why) for hybrid targets, whose
-  // recurrent state is not cached, and with a DFlash / DFlash2 drafter or
-  // capture_taps, which need the target's features of every prompt token.
+  // recurrent state is not cached, with capture_taps, which needs the
+  // target's features of every prompt token, and with a proposer that reads
+  // those features but cannot save what it computed from them. A DFlash /
+  // DFlash2 drafter's context K/V of each cached page is kept beside the
+  // page (a page is a hit only while both are kept).
   bool enable_prefix_caching = false;
 };
 
@@ -161,7 +164,8 @@ class Engine {
   void cancel(uint64_t id, const std::string& reason = "abort");
   EngineMetrics metrics() const;
   bool healthy() const { return !dead_.load(); }
-  // Whether prefix caching is on; when asked for but off, why (one line).
+  // Whether prefix caching is on; when asked for but off, why (one line);
+  // when on with a drafter, how its context is kept.
   bool prefix_caching() const;
   const std::string& prefix_caching_note() const;
   // Forgets every cached prefix (the pages of running requests stay theirs);

@@ -46,7 +46,12 @@ struct Engine::Impl {
   std::vector<std::pair<uint64_t, std::string>> to_cancel;  // id, finish reason; guarded by mu
   bool reset_cache = false;  // reset_prefix_cache() asked; guarded by mu
   bool prefix_caching = false;
-  std::string prefix_caching_note;  // why it is off although asked for
+  std::string prefix_caching_note;  // why it is off although asked for, or how the drafter's context is kept
+  // Prefix caching with a proposer that computes a context from every token
+  // (DFlash's context K/V): that context of each cached page, beside it.
+  int64_t draft_page_bytes = 0;            // bytes of one page's drafter context (0: none kept)
+  std::unique_ptr<uint8_t[]> draft_pages;  // [pages_total, draft_page_bytes], touched as pages are saved
+  std::vector<uint64_t> draft_page_hash;   // [pages_total] the page hash whose context a slot holds (0: none)
   EngineMetrics m;                                // guarded by mu
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> live;  // queued or running; engine thread only
   std::thread thread;
@@ -57,7 +62,7 @@ struct Engine::Impl {
   void intake();  // submissions into the scheduler, cancellations carried out
   void start(Sequence& s);  // admitted: KV view and proposer
   void publish();  // running / waiting / KV page counts into m
-  void publish_pages(Sequence& s);  // s's full pages with final K/V into the prefix cache
+  void publish_pages(Sequence& s);  // s's full pages with final K/V into the prefix cache (and their drafter context)
   int64_t choose_k(int64_t n_decoding);
   // Reports the end and frees everything the request holds; the Sequence
   // itself is destroyed by the caller (it may still be in a loop's hands).

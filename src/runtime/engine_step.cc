@@ -65,17 +65,23 @@ void Engine::Impl::start(Sequence& s) {
   s.cache = std::make_unique<KvCache>(*pool);
   s.cache->append_pages(s.st.blocks);  // the whole worst case, reserved by the scheduler
   s.cache->set_size(s.st.n_cached);    // a prompt prefix found in the prefix cache is already there
-  s.n_published = s.st.n_cached / kPageTokens;  // those pages are published already
+  s.n_published = s.n_draft_saved = s.st.n_cached / kPageTokens;  // those pages are published already
+  s.page_hashes.assign(s.n_published, 0);
   s.last_page_hash = s.st.cached_hash;
+  if (draft_page_bytes > 0)  // fresh pages hold no drafter context until this sequence saves theirs
+    for (size_t i = s.n_published; i < s.st.blocks.size(); ++i) draft_page_hash[s.st.blocks[i]] = 0;
   if (state) {  // a hybrid model's recurrent state: the slot the scheduler gave it, from zero
     state->clear(s.st.state_slot);
     s.cache->attach_state(state->slot(s.st.state_slot), state->floats_per_slot());
   }
   if (spec) {
-    s.owned_proposer = new_proposer(*spec, drafter, s.cache->capacity());
+    s.owned_proposer = new_proposer(*spec, drafter, s.cache->capacity(), draft_page_bytes > 0);
     if (opts.wrap_proposer) s.owned_proposer = opts.wrap_proposer(std::move(s.owned_proposer));
     s.use_proposer(s.owned_proposer.get());
     s.proposer->reset();
+    if (draft_page_bytes > 0)  // the cached pages' drafter context, which the scheduler checked is kept
+      for (int64_t i = 0; i < s.n_draft_saved; ++i)
+        s.proposer->load_context(kPageTokens, draft_pages.get() + s.st.blocks[i] * draft_page_bytes);
   } else if (s.params.on_taps) {
     s.owned_proposer = std::make_unique<TapRecorder>(opts.capture_taps, s.params.on_taps);
     s.use_proposer(s.owned_proposer.get());  // observed only: without spec the request never drafts
@@ -91,7 +97,17 @@ void Engine::Impl::publish_pages(Sequence& s) {
     const int32_t* t = s.tokens.data() + s.n_published * kPageTokens;
     const uint64_t h = page_hash(s.last_page_hash, t, kPageTokens);
     blocks->publish(s.st.blocks[s.n_published], h, s.last_page_hash, t, kPageTokens);
+    s.page_hashes.push_back(h);
     s.last_page_hash = h;
+  }
+  if (draft_page_bytes == 0 || !s.proposer) return;
+  // The drafter's context of published pages, once it has computed it (it
+  // runs a token's taps at the next draft, so it trails the target).
+  const int64_t ready = std::min(s.n_published, s.proposer->context_size() / kPageTokens);
+  for (; s.n_draft_saved < ready; ++s.n_draft_saved) {
+    const int32_t b = s.st.blocks[s.n_draft_saved];
+    if (s.proposer->save_context(s.n_draft_saved * kPageTokens, kPageTokens, draft_pages.get() + b * draft_page_bytes))
+      draft_page_hash[b] = s.page_hashes[s.n_draft_saved];
   }
 }
 

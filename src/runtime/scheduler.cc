@@ -46,7 +46,7 @@ void Scheduler::admit(StepPlan& plan) {
         const int32_t* t = s->prompt_tokens + i * o_.page_tokens;
         const uint64_t h = page_hash(parent, t, o_.page_tokens);
         const int32_t b = blocks_.find_cached(h, parent, t, o_.page_tokens);
-        if (b < 0) break;
+        if (b < 0 || (o_.cached_page_usable && !o_.cached_page_usable(b, h))) break;
         hits.push_back(b);
         unowned += blocks_.ref_count(b) == 0;
         parent = last_hash = h;

@@ -43,6 +43,10 @@ struct SchedulerOptions {
   // (BlockAllocator::find_cached) when they are there; the last prompt token
   // is always computed (its logits start the answer).
   bool prefix_caching = false;
+  // When set, a cached page is taken only if this says yes of (page, hash),
+  // and the hits stop at the first it refuses (the engine: the drafter's
+  // context of the page is kept beside it).
+  std::function<bool(int32_t block, uint64_t hash)> cached_page_usable;
 };
 
 // What the scheduler knows of a request.

@@ -40,6 +40,8 @@ struct Sequence {
   std::string end_reason;  // set by the step when a stop token or max_tokens ends the request
   int64_t n_published = 0;  // prefix caching: leading full pages published (or taken from the cache)
   uint64_t last_page_hash = 0;  // ... the hash of the last of them
+  std::vector<uint64_t> page_hashes;  // [n_published] their hashes (0 for pages taken from the cache)
+  int64_t n_draft_saved = 0;  // leading pages whose drafter context is saved (or was loaded from the cache)
   // This step:
   Draft draft;
   std::vector<float> taps;    // [rows, n_taps * H] the target's tapped hidden states

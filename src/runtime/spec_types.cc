@@ -43,6 +43,10 @@ void SpecStats::merge(const SpecStats& o) {
 
 namespace blockspec {
 
+void Proposer::load_context(int64_t, const uint8_t*) {
+  fail("speculative method ", method(), " keeps no context to load");
+}
+
 void propose_all(const std::vector<ProposeCall>& calls) {
   std::vector<bool> done(calls.size(), false);
   std::vector<ProposeCall> group;

@@ -62,6 +62,19 @@ class Proposer {
                        Draft& out) = 0;
   // Forget all state (a new sequence starts).
   virtual void reset() = 0;
+  // Prefix caching of the context a proposer computes from observed tokens
+  // (DFlash: its context K/V). Bytes per token of a saved context; 0: it
+  // keeps none that can be saved (then a proposer that reads taps needs
+  // every prompt token run, and prefix caching stays off).
+  virtual int64_t context_bytes_per_token() const { return 0; }
+  // Leading tokens whose context is computed (and may be saved).
+  virtual int64_t context_size() const { return 0; }
+  // The context of tokens lo..lo+n-1 into dst (n * context_bytes_per_token()
+  // bytes); false, copying nothing, when it is no longer (or not yet) held.
+  virtual bool save_context(int64_t /*lo*/, int64_t /*n*/, uint8_t* /*dst*/) const { return false; }
+  // After reset(): the context of the next n tokens from a save_context copy,
+  // as if they had been observed (observe continues after them).
+  virtual void load_context(int64_t n, const uint8_t* src);
   // Proposers that draft together -- one drafter forward for many sequences
   // -- share a non-null key (their drafter); nullptr: this one drafts alone.
   virtual const void* batch_key() const { return nullptr; }

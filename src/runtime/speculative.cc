@@ -66,10 +66,11 @@ void configure_spec(SpecConfig& c, const DraftModel* drafter, Transformer& targe
 }
 
 std::unique_ptr<Proposer> new_proposer(const SpecConfig& c, const std::shared_ptr<DraftModel>& drafter,
-                                       int64_t capacity) {
+                                       int64_t capacity, bool whole_context) {
   if (!c.uses_drafter()) return std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
   if (!drafter) fail("speculative method ", c.method_name(), " needs its drafter loaded");
-  return std::make_unique<DFlashProposer>(drafter, capacity, c.greedy_draft, c.draft_kv_dtype.value_or(KvDType::kF32));
+  return std::make_unique<DFlashProposer>(drafter, capacity, c.greedy_draft, c.draft_kv_dtype.value_or(KvDType::kF32),
+                                          whole_context);
 }
 
 std::unique_ptr<Proposer> make_proposer(SpecConfig& c, const std::shared_ptr<DraftModel>& drafter,

@@ -26,8 +26,11 @@ void configure_spec(SpecConfig& cfg, const DraftModel* drafter, Transformer& tar
 // One proposer for one sequence; drafters' weights are shared among the
 // proposers of many sequences (the server), each holds its own context
 // cache. capacity: longest sequence. cfg must have been configured.
+// whole_context: a drafter keeps every context position of its sliding
+// layers too (not a ring of the window), so any page of it can be saved
+// for prefix caching (Proposer::save_context).
 std::unique_ptr<Proposer> new_proposer(const SpecConfig& cfg, const std::shared_ptr<DraftModel>& drafter,
-                                       int64_t capacity);
+                                       int64_t capacity, bool whole_context = false);
 
 // configure_spec + new_proposer, for one sequence (generate, bench, tests).
 std::unique_ptr<Proposer> make_proposer(SpecConfig& cfg, const std::shared_ptr<DraftModel>& drafter,

@@ -6,6 +6,7 @@
 // different block lengths and a sequence that brings no new context.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -143,6 +144,53 @@ TEST_P(DraftBatch, ContextKvDtypesStoreCodesAndAttendToTheirValues) {
     for (size_t i = 0; i < hq.size(); ++i) diff += std::abs(hq[i] - h32[i]), norm += std::abs(h32[i]);
     EXPECT_GT(diff, 0.0) << "the quantized context changed nothing: is it used?";
     EXPECT_LT(diff, 0.1 * norm) << "far from the f32 cache's hidden states";
+  }
+}
+
+// Prefix caching's copies of the drafter context: pages saved from one
+// cache and loaded into a fresh one draft bit for bit what the first cache
+// drafts, in every context dtype; a ring cache refuses positions it has
+// overwritten, and nothing past its size is saved.
+TEST_P(DraftBatch, SavedContextLoadsIntoANewCacheBitForBit) {
+  const DraftConfig& c = drafter_->config();
+  const int64_t TH = c.n_taps() * target_->config().hidden_size;
+  const std::vector<float> feats = randv(34 * TH, 9);
+  for (KvDType t : {KvDType::kF32, KvDType::kInt8BlockG128, KvDType::kBF16}) {
+    SCOPED_TRACE(kv_dtype_name(t));
+    DraftCache a = drafter_->new_cache(64, t, false);
+    std::vector<float> ha, hb;
+    drafter_->forward(a, feats.data(), 34, 11, 5, ha);
+    const int64_t bpt = a.bytes_per_token();
+    std::vector<uint8_t> pages(32 * bpt, 0xAB);
+    ASSERT_TRUE(a.save(0, 16, pages.data()));
+    ASSERT_TRUE(a.save(16, 16, pages.data() + 16 * bpt));
+    EXPECT_FALSE(a.save(32, 16, pages.data())) << "positions 34.. are not in the cache";
+    DraftCache b = drafter_->new_cache(64, t, false);
+    b.load(16, pages.data());
+    b.load(16, pages.data() + 16 * bpt);
+    EXPECT_EQ(b.size(), 32);
+    drafter_->forward(b, feats.data() + 32 * TH, 2, 11, 5, hb);
+    EXPECT_TRUE(same_bits(ha, hb));
+    // Pages loaded from zeros draft something else (the block at 34 sees loaded positions on every layer).
+    DraftCache z = drafter_->new_cache(64, t, false);
+    std::vector<uint8_t> zeros(32 * bpt, 0);
+    z.load(32, zeros.data());
+    std::vector<float> hz;
+    drafter_->forward(z, feats.data() + 32 * TH, 2, 11, 5, hz);
+    EXPECT_FALSE(same_bits(ha, hz));
+    // A ring keeps the last W positions of a sliding layer: older ones cannot be saved.
+    DraftCache r = drafter_->new_cache(64, t);
+    std::vector<float> hr;
+    drafter_->forward(r, feats.data(), 34, 11, 5, hr);
+    EXPECT_TRUE(same_bits(ha, hr)) << "rings change what is drafted";
+    int64_t w = 0;
+    for (int64_t x : c.layer_window) w = std::max(w, x);
+    ASSERT_GT(w, 0) << "the fixture drafters have sliding layers";
+    int64_t w_min = w;
+    for (int64_t x : c.layer_window) if (x > 0) w_min = std::min(w_min, x);
+    EXPECT_FALSE(r.save(0, 16, pages.data()));
+    EXPECT_TRUE(r.save(34 - w_min, w_min, pages.data()));
+    EXPECT_FALSE(r.save(33 - w_min, w_min, pages.data()));
   }
 }
 

@@ -228,10 +228,11 @@ TEST(Engine, CancelFreesKvAndStopTokensEnd) {
 // exactly what plain generation gives them, greedy and seeded sampling;
 // hits are counted in tokens; pages go back (cached pages count as free);
 // a reset forgets them.
-TEST(Engine, PrefixCachingGivesTheSameTokensAndHits) {
-  ModelOptions mo;
-  mo.n_threads = 2;
-  const std::string dir = golden("qwen3-tiny-f32");
+// Prompts that share pages: a 70-token base, a repeat, a continuation, a
+// second turn (history + the base's 20-token greedy answer + more), and
+// (with_unrelated) one that shares nothing.
+std::vector<std::vector<int32_t>> shared_prefix_prompts(const std::string& dir, const ModelOptions& mo,
+                                                        bool with_unrelated) {
   auto ref = Transformer::load(dir, mo);
   const int64_t V = ref->config().vocab_size;
   const std::vector<int32_t> base = prompt_of(3, 70, V);
@@ -239,14 +240,34 @@ TEST(Engine, PrefixCachingGivesTheSameTokensAndHits) {
   go.max_new_tokens = 20;
   go.stop_at_eos = false;
   const std::vector<int32_t> first_answer = generate(*ref, base, go).tokens;
-  std::vector<std::vector<int32_t>> prompts = {base};
-  prompts.push_back(base);                                                   // a repeat
-  prompts.push_back(base);
-  prompts.back().insert(prompts.back().end(), {5, 6, 7, 8, 9});              // a continuation
-  prompts.push_back(base);                                                   // a second turn: history + answer + more
-  prompts.back().insert(prompts.back().end(), first_answer.begin(), first_answer.end());
-  prompts.back().insert(prompts.back().end(), {11, 12, 13});
-  prompts.push_back(prompt_of(9, 40, V));                                    // unrelated
+  std::vector<std::vector<int32_t>> prompts = {base, base, base, base};
+  prompts[2].insert(prompts[2].end(), {5, 6, 7, 8, 9});
+  prompts[3].insert(prompts[3].end(), first_answer.begin(), first_answer.end());
+  prompts[3].insert(prompts[3].end(), {11, 12, 13});
+  if (with_unrelated) prompts.push_back(prompt_of(9, 40, V));
+  return prompts;
+}
+
+// Request i of those tests: 20 tokens, seeded by i.
+RequestParams shared_prefix_request(const std::vector<int32_t>& prompt, float temp, size_t i) {
+  RequestParams rp;
+  rp.prompt = prompt;
+  rp.max_tokens = 20;
+  rp.ignore_eos = true;
+  rp.sampling.temperature = temp;
+  rp.sampling.seed = 100 + i;
+  return rp;
+}
+
+TEST(Engine, PrefixCachingGivesTheSameTokensAndHits) {
+  ModelOptions mo;
+  mo.n_threads = 2;
+  const std::string dir = golden("qwen3-tiny-f32");
+  const std::vector<std::vector<int32_t>> prompts = shared_prefix_prompts(dir, mo, true);
+  GenerateOptions go;
+  go.max_new_tokens = 20;
+  go.stop_at_eos = false;
+  const std::vector<int32_t> first_answer = generate(*Transformer::load(dir, mo), prompts[0], go).tokens;
   for (const float temp : {0.0f, 0.9f}) {
     SCOPED_TRACE("temperature " + std::to_string(temp));
     std::vector<std::vector<int32_t>> got[2];
@@ -262,13 +283,7 @@ TEST(Engine, PrefixCachingGivesTheSameTokensAndHits) {
       Collector col;
       std::vector<uint64_t> slots(prompts.size());
       for (size_t i = 0; i < prompts.size(); ++i) {
-        RequestParams rp;
-        rp.prompt = prompts[i];
-        rp.max_tokens = 20;
-        rp.ignore_eos = true;
-        rp.sampling.temperature = temp;
-        rp.sampling.seed = 100 + i;
-        eng->submit(rp, col.make(&slots[i]));
+        eng->submit(shared_prefix_request(prompts[i], temp, i), col.make(&slots[i]));
         if (i == 0) col.wait(1);
       }
       col.wait(prompts.size());
@@ -300,6 +315,94 @@ TEST(Engine, PrefixCachingGivesTheSameTokensAndHits) {
     // 20 = 90 tokens: 5 full pages) when the first request answered greedily.
     EXPECT_EQ(m_cached.prefix_cache_hits, temp == 0 ? 64u + 64u + 80u : 64u + 64u + 64u);
   }
+}
+
+// A DFlash proposer that records every draft it makes (drafting alone: no
+// batch key, so each propose() is one sequence's).
+class DraftRecorder : public Proposer {
+ public:
+  DraftRecorder(std::unique_ptr<Proposer> inner, std::vector<std::vector<int32_t>>* log, std::mutex* mu)
+      : inner_(std::move(inner)), log_(log), mu_(mu) {}
+  std::string method() const override { return inner_->method(); }
+  std::vector<int64_t> tap_layers() const override { return inner_->tap_layers(); }
+  void observe(const std::vector<int32_t>& seq, int64_t n_seen, int64_t n_new, const float* taps) override {
+    inner_->observe(seq, n_seen, n_new, taps);
+  }
+  void propose(const std::vector<int32_t>& seq, int64_t k, const SamplingParams& sp, Rng& rng, Draft& out) override {
+    inner_->propose(seq, k, sp, rng, out);
+    std::lock_guard<std::mutex> g(*mu_);
+    log_->push_back(out.tokens);
+  }
+  void reset() override { inner_->reset(); }
+  int64_t context_bytes_per_token() const override { return inner_->context_bytes_per_token(); }
+  int64_t context_size() const override { return inner_->context_size(); }
+  bool save_context(int64_t lo, int64_t n, uint8_t* dst) const override { return inner_->save_context(lo, n, dst); }
+  void load_context(int64_t n, const uint8_t* src) override { inner_->load_context(n, src); }
+
+ private:
+  std::unique_ptr<Proposer> inner_;
+  std::vector<std::vector<int32_t>>* log_;
+  std::mutex* mu_;
+};
+
+// Prefix caching with a DFlash / DFlash2 drafter: the drafter's context K/V
+// of each cached page is kept beside it and loaded with it, so a request
+// that takes cached pages (a repeat, a continuation, a second turn whose
+// history holds the first answer) gets not only the same tokens but the
+// same drafts, draft for draft, as with the cache off. Both fixture
+// drafters have sliding layers (window 6), whose pages a ring would lose.
+TEST(Engine, DFlashPrefixCachingKeepsTheDrafterContext) {
+  ModelOptions mo;
+  mo.n_threads = 2;
+  const std::vector<std::vector<int32_t>> prompts = shared_prefix_prompts(dflash("target"), mo, false);
+  for (const char* d : {"dflash", "dflash2"})
+    for (const float temp : {0.0f, 0.9f}) {
+      SCOPED_TRACE(std::string(d) + " temperature " + std::to_string(temp));
+      std::vector<std::vector<int32_t>> got[2];
+      std::vector<std::vector<std::vector<int32_t>>> drafts[2];  // [cached][request][draft]
+      std::vector<int64_t> hits;
+      for (int cached = 0; cached < 2; ++cached) {
+        std::mutex mu;
+        std::vector<std::vector<int32_t>> log;
+        EngineOptions eo;
+        eo.max_num_seqs = 4;
+        eo.max_step_tokens = 32;
+        eo.enable_prefix_caching = cached == 1;
+        eo.spec = test_spec("dflash", 3, dflash(d));
+        eo.wrap_proposer = [&](std::unique_ptr<Proposer> p) {
+          return std::make_unique<DraftRecorder>(std::move(p), &log, &mu);
+        };
+        auto eng = test_engine(Transformer::load(dflash("target"), mo), eo);
+        ASSERT_EQ(eng->prefix_caching(), cached == 1) << eng->prefix_caching_note();
+        for (size_t i = 0; i < prompts.size(); ++i) {  // one at a time: the log is one request's
+          Collector col;
+          uint64_t slot = 0;
+          int64_t cached_tokens = -1;
+          auto sink = col.make(&slot);
+          eng->submit(shared_prefix_request(prompts[i], temp, i), [&](const TokenEvent& e) {
+            if (!e.tokens.empty()) cached_tokens = e.cached_tokens;
+            sink(e);
+          });
+          col.wait(1);
+          got[cached].push_back(col.tokens[reinterpret_cast<uint64_t>(&slot)]);
+          std::lock_guard<std::mutex> g(mu);
+          drafts[cached].push_back(log);
+          log.clear();
+          if (cached) hits.push_back(cached_tokens);
+        }
+      }
+      EXPECT_EQ(got[1], got[0]);
+      ASSERT_EQ(drafts[1].size(), drafts[0].size());
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_GT(drafts[0][i].size(), 0u) << "request " << i;
+        EXPECT_EQ(drafts[1][i], drafts[0][i]) << "request " << i;
+      }
+      // The repeat and the continuation take the base's 4 full pages; the
+      // second turn at least those (the page of the answer too once the
+      // drafter has run its taps).
+      EXPECT_EQ(hits, (std::vector<int64_t>{0, 64, 64, hits[3]}));
+      EXPECT_GE(hits[3], 64);
+    }
 }
 
 TEST(Engine, RejectsBadRequests) {

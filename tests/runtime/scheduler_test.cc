@@ -246,3 +246,57 @@ TEST(Scheduler, DraftMaxModelLenStopsDraftsPastIt) {
 
 }  // namespace
 }  // namespace blockspec
+
+namespace blockspec {
+namespace {
+
+// Prefix caching with a predicate on cached pages (the engine's: the
+// drafter's context of the page is kept too): the hits stop at the first
+// page it refuses, and only the pages before it are taken.
+TEST(Scheduler, CachedPagesStopAtTheFirstTheEngineCannotUse) {
+  BlockAllocator blocks(32);
+  std::vector<int32_t> prompt(80);  // 5 full pages
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i * 7 % 50);
+  // Publish the prompt's first 4 pages as a finished request would.
+  const std::vector<int32_t> held = blocks.allocate(4);
+  std::vector<uint64_t> hashes;
+  uint64_t parent = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint64_t h = page_hash(parent, prompt.data() + i * 16, 16);
+    blocks.publish(held[i], h, parent, prompt.data() + i * 16, 16);
+    hashes.push_back(h);
+    parent = h;
+  }
+  blocks.free(held);
+  for (const int usable : {4, 2, 0}) {
+    SCOPED_TRACE("usable pages " + std::to_string(usable));
+    SchedulerOptions o = options(4, 64);
+    o.prefix_caching = true;
+    std::vector<std::pair<int32_t, uint64_t>> asked;
+    o.cached_page_usable = [&](int32_t b, uint64_t h) {
+      asked.emplace_back(b, h);
+      return static_cast<int>(asked.size()) <= usable;
+    };
+    Scheduler sched(o, blocks);
+    auto s = seq(1, 80, 8);
+    s->prompt_tokens = prompt.data();
+    sched.add(s.get());
+    sched.plan(kNoDraft);
+    ASSERT_EQ(sched.n_running(), 1);
+    // Asked of the pages in order, with their hashes, until one is refused.
+    ASSERT_EQ(asked.size(), static_cast<size_t>(std::min(usable + 1, 4)));
+    for (size_t i = 0; i < asked.size(); ++i) {
+      EXPECT_EQ(asked[i].first, held[i]);
+      EXPECT_EQ(asked[i].second, hashes[i]);
+    }
+    EXPECT_EQ(s->n_cached, usable * 16);
+    EXPECT_EQ(s->n_prefilled, usable * 16);
+    EXPECT_EQ(s->cached_hash, usable > 0 ? hashes[usable - 1] : 0u);
+    for (int i = 0; i < usable; ++i) EXPECT_EQ(s->blocks[i], held[i]);
+    EXPECT_EQ(sched.cache_hits(), static_cast<uint64_t>(usable * 16));
+    sched.finish(s.get());
+  }
+}
+
+}  // namespace
+}  // namespace blockspec

@@ -336,6 +336,76 @@ TEST_F(ServerSpec, WithoutKTheDraftLengthAdapts) {
   EXPECT_EQ(m["blockspec:spec_decode_num_draft_tokens_total"], 3 * (kMaxTokens - 1));
 }
 
+// Prefix caching with a real DFlash / DFlash2 drafter (the drafter's context
+// of each cached page is kept beside it): a two-turn chat and a repeated
+// completion, sent one after another and then by four clients at once, get
+// plain serving's answers (without the cache); later requests report cached
+// prompt tokens, drafts are made and accepted (in part: the lossless path).
+TEST_F(ServerSpec, DFlashWithPrefixCachingIsLosslessAndHits) {
+  std::string longer;
+  for (int i = 0; i < 3; ++i) longer += "The quick brown fox jumps over the lazy dog. One two three one two three. ";
+  const json first = {{"model", "tiny"}, {"max_tokens", kMaxTokens}, {"temperature", 0}, {"ignore_eos", true},
+                      {"messages", json::array({{{"role", "user"}, {"content", longer}}})}};
+  auto plain = serve(std::nullopt);  // prefix caching off
+  const std::string answer1 = answer(plain->port, first);
+  json second = first;
+  second["messages"].push_back({{"role", "assistant"}, {"content", answer1}});
+  second["messages"].push_back({{"role", "user"}, {"content", "And once more, please."}});
+  // Token-id prompts after which the overlapping drafters' drafts are often
+  // accepted: the harness's prompt, a repeat, and a continuation through its answer.
+  auto target = Transformer::load(kModelDir, model_options());
+  const std::vector<int32_t> ids = testing::make_prompt(*target);
+  GenerateOptions go;
+  go.max_new_tokens = kMaxTokens, go.stop_at_eos = false;
+  std::vector<int32_t> continued = ids;
+  for (int32_t t : generate(*target, ids, go).tokens) continued.push_back(t);
+  continued.insert(continued.end(), {5, 6, 7});
+  json completion = {{"model", "tiny"}, {"max_tokens", kMaxTokens}, {"temperature", 0}, {"ignore_eos", true},
+                     {"prompt", ids}};
+  json completion2 = completion;
+  completion2["prompt"] = continued;
+  const std::vector<json> reqs = {first, second, completion, completion, completion2};
+  std::vector<std::string> want;
+  for (const json& r : reqs) want.push_back(answer(plain->port, r));
+  EngineOptions eo;
+  eo.enable_prefix_caching = true;
+  for (const char* method : {"dflash", "dflash2"}) {
+    SCOPED_TRACE(method);
+    auto s = serve(spec(method, 3), eo);
+    ASSERT_TRUE(s->model->engine->prefix_caching()) << s->model->engine->prefix_caching_note();
+    std::vector<int64_t> cached;
+    for (const json& r : reqs) {
+      httplib::Client c("127.0.0.1", s->port);
+      c.set_read_timeout(120, 0);
+      auto res = c.Post(r.contains("messages") ? "/v1/chat/completions" : "/v1/completions", r.dump(), "application/json");
+      ASSERT_TRUE(res && res->status == 200);
+      const json j = json::parse(res->body);
+      const json& ch = j["choices"][0];
+      EXPECT_EQ(r.contains("messages") ? ch["message"]["content"].get<std::string>() : ch["text"].get<std::string>(),
+                want[cached.size()]) << "request " << cached.size();
+      cached.push_back(j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>());
+    }
+    // The second turn starts with the first turn's prompt (its chat
+    // template's user turn); the repeated completion finds all its pages.
+    EXPECT_EQ(cached[0], 0);
+    EXPECT_GE(cached[1], 16);
+    EXPECT_EQ(cached[2], 0);
+    EXPECT_EQ(cached[3], 32);  // the prompt's 2 full pages
+    EXPECT_GE(cached[4], 32);
+    std::vector<std::string> got(reqs.size());
+    std::vector<std::thread> ts;
+    for (size_t i = 0; i < reqs.size(); ++i) ts.emplace_back([&, i] { got[i] = answer(s->port, reqs[i]); });
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(got, want) << "four clients at once";
+    expect_idle(*s);
+    auto m = metrics(s->port);
+    print_counters(method, 3, m);
+    EXPECT_GT(m["blockspec:prefix_cache_hits_total"], 0);
+    EXPECT_GT(m["blockspec:spec_decode_num_drafts_total"], 0);
+    EXPECT_GT(m["blockspec:spec_decode_num_accepted_tokens_total"], 0);
+  }
+}
+
 }  // namespace
 }  // namespace blockspec
 

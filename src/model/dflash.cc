@@ -30,12 +30,12 @@ void DraftModel::forward_batch(const std::vector<DraftJob>& jobs) {
   std::vector<int64_t> c0(J + 1, 0), b0(J + 1, 0), P(J);  // row offsets; P: block start position
   for (size_t j = 0; j < J; ++j) {
     const DraftJob& jb = jobs[j];
-    if (jb.k < 0) fail("draft: negative block length");
+    if (jb.k < -1) fail("draft: negative block length");
     P[j] = jb.cache->size() + jb.n_ctx;
     if (P[j] > jb.cache->capacity())
       fail("draft: context length ", P[j], " exceeds the drafter cache capacity ", jb.cache->capacity());
     c0[j + 1] = c0[j] + jb.n_ctx;
-    b0[j + 1] = b0[j] + jb.k + 1;
+    b0[j + 1] = b0[j] + jb.k + 1;  // k = -1: no block rows
   }
   const int64_t Mc = c0[J], Nb = b0[J];
   OpContext ctx = target_.op_context();
@@ -61,7 +61,7 @@ void DraftModel::forward_batch(const std::vector<DraftJob>& jobs) {
   std::vector<int32_t> ids(Nb, cfg_.mask_token_id);
   std::vector<int64_t> pos_c(Mc), pos_b(Nb);  // positions of the context and block rows
   for (size_t j = 0; j < J; ++j) {
-    ids[b0[j]] = jobs[j].anchor;
+    if (jobs[j].k >= 0) ids[b0[j]] = jobs[j].anchor;
     std::iota(pos_c.begin() + c0[j], pos_c.begin() + c0[j + 1], jobs[j].cache->size());
     std::iota(pos_b.begin() + b0[j], pos_b.begin() + b0[j + 1], P[j]);
     jobs[j].cache->set_size(P[j]);
@@ -83,7 +83,8 @@ void DraftModel::forward_batch(const std::vector<DraftJob>& jobs) {
   // conv(src -> dst) with `base` [kt, H] and side `side` of dyn.
   auto conv = [&](const float* src, const float* base, int64_t side, float* dst) {
     for (size_t j = 0; j < J; ++j)
-      grouped_dynamic_conv(src + b0[j] * H, b0[j + 1] - b0[j], H, base, dyn.data() + b0[j] * dyn_w, side, kt, gs,
+      if (b0[j + 1] > b0[j])
+        grouped_dynamic_conv(src + b0[j] * H, b0[j + 1] - b0[j], H, base, dyn.data() + b0[j] * dyn_w, side, kt, gs,
                    dst + b0[j] * H);
   };
 
@@ -92,7 +93,7 @@ void DraftModel::forward_batch(const std::vector<DraftJob>& jobs) {
     const std::string lp = observer_ ? hf::draft_layer(li) : "";
     // ---- attention ----
     rmsnorm(x.data(), l.attn_norm.ptr<float>(), eps, Nb, H, a);
-    if (d2) {  // conv before the sublayer, side 0
+    if (d2 && Nb > 0) {  // conv before the sublayer, side 0
       if (observer_) observer_({lp + "attention_conv.kernel_projection"}, a, Nb, H);
       linear(ctx, a, l.attn_conv_proj, nullptr, dyn.data(), Nb);
       std::copy(a, a + Nb * H, u.begin());
@@ -128,11 +129,13 @@ void DraftModel::forward_batch(const std::vector<DraftJob>& jobs) {
           jobs[j].cache->write(li, pos_c[t], kc.data() + t * nk, vc.data() + t * nk);
         }
     }
+    if (Nb == 0) continue;  // context only: no job has a block
     // Visibility (§2.3, kernels/ops.h attention_block): query slot i at P+i
     // sees context pk <= P-1 with P+i - pk < W on sliding layers, and block
     // slot j when the layer is bidirectional or j <= i (|i - j| < W on
     // sliding layers). Context rows live in each job's (ring) cache.
     for (size_t j = 0; j < J; ++j) {
+      if (b0[j + 1] == b0[j]) continue;  // no block
       const DraftCache& cache = *jobs[j].cache;
       const int64_t lo_kept = cache.first_kept(li);
       cache.read(li, lo_kept, P[j], ctx_k, ctx_v, ctx_deq);

@@ -152,7 +152,7 @@ class DraftModel {
     const float* feats;  // [n_ctx, T*H]
     int64_t n_ctx;
     int32_t anchor;
-    int64_t k;
+    int64_t k;                   // -1: no block, the context is only appended (hidden comes back empty)
     std::vector<float>* hidden;  // out: [k+1, H]
   };
   void forward_batch(const std::vector<DraftJob>& jobs);

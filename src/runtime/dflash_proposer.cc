@@ -19,6 +19,13 @@ void DFlashProposer::load_context(int64_t n, const uint8_t* src) {
   cache_.load(n, src);
 }
 
+void DFlashProposer::commit_context() {
+  if (n_pending_ == 0) return;
+  model_->forward_batch({DraftModel::DraftJob{&cache_, pending_.data(), n_pending_, 0, -1, &hidden_}});
+  pending_.clear();
+  n_pending_ = 0;
+}
+
 void DFlashProposer::observe(const std::vector<int32_t>&, int64_t n_seen, int64_t n_new, const float* taps) {
   if (taps == nullptr) fail("dflash: the target ran without taps");
   if (n_seen != cache_.size() + n_pending_)

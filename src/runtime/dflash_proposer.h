@@ -30,6 +30,7 @@ class DFlashProposer : public Proposer {
   void reset() override;
   int64_t context_bytes_per_token() const override { return cache_.bytes_per_token(); }
   int64_t context_size() const override { return cache_.size(); }
+  void commit_context() override;
   bool save_context(int64_t lo, int64_t n, uint8_t* dst) const override { return cache_.save(lo, n, dst); }
   void load_context(int64_t n, const uint8_t* src) override;
   // Proposers of one drafter draft together: one drafter forward and one

@@ -66,7 +66,8 @@ void Engine::Impl::start(Sequence& s) {
   s.cache->append_pages(s.st.blocks);  // the whole worst case, reserved by the scheduler
   s.cache->set_size(s.st.n_cached);    // a prompt prefix found in the prefix cache is already there
   s.n_published = s.n_draft_saved = s.st.n_cached / kPageTokens;  // those pages are published already
-  s.page_hashes.assign(s.n_published, 0);
+  s.page_hashes.assign(s.n_published, 0);  // only the last one is known, and needed
+  if (s.n_published > 0) s.page_hashes.back() = s.st.cached_hash;
   s.last_page_hash = s.st.cached_hash;
   if (draft_page_bytes > 0)  // fresh pages hold no drafter context until this sequence saves theirs
     for (size_t i = s.n_published; i < s.st.blocks.size(); ++i) draft_page_hash[s.st.blocks[i]] = 0;
@@ -92,7 +93,9 @@ void Engine::Impl::start(Sequence& s) {
 
 void Engine::Impl::publish_pages(Sequence& s) {
   if (!prefix_caching || !s.cache) return;
-  const int64_t full = s.cache->size() / kPageTokens;  // pages whose every position holds final K/V
+  // Pages whose every position holds final K/V of a known token (a request
+  // that ended inside a verify block keeps accepted drafts it never emitted).
+  const int64_t full = std::min<int64_t>(s.cache->size(), static_cast<int64_t>(s.tokens.size())) / kPageTokens;
   for (; s.n_published < full; ++s.n_published) {
     const int32_t* t = s.tokens.data() + s.n_published * kPageTokens;
     const uint64_t h = page_hash(s.last_page_hash, t, kPageTokens);
@@ -101,13 +104,22 @@ void Engine::Impl::publish_pages(Sequence& s) {
     s.last_page_hash = h;
   }
   if (draft_page_bytes == 0 || !s.proposer) return;
-  // The drafter's context of published pages, once it has computed it (it
-  // runs a token's taps at the next draft, so it trails the target).
+  // The drafter's context of published pages. It runs a token's taps at its
+  // next draft, so it trails the target: when a published page waits for
+  // it (the draft length is 0 now, or the request ends) it runs them now.
+  if (s.proposer->context_size() / kPageTokens < s.n_published) s.proposer->commit_context();
   const int64_t ready = std::min(s.n_published, s.proposer->context_size() / kPageTokens);
   for (; s.n_draft_saved < ready; ++s.n_draft_saved) {
-    const int32_t b = s.st.blocks[s.n_draft_saved];
-    if (s.proposer->save_context(s.n_draft_saved * kPageTokens, kPageTokens, draft_pages.get() + b * draft_page_bytes))
-      draft_page_hash[b] = s.page_hashes[s.n_draft_saved];
+    // Into the page published under the hash: this sequence's, or one
+    // published before it with the same tokens (whose drafter context may
+    // be missing: its sequence ended before the drafter ran its last taps).
+    const int64_t i = s.n_draft_saved;
+    const uint64_t h = s.page_hashes[i], parent = i > 0 ? s.page_hashes[i - 1] : 0;
+    const int32_t found = blocks->find_cached(h, parent, s.tokens.data() + i * kPageTokens, kPageTokens);
+    const int32_t b = found >= 0 ? found : s.st.blocks[i];
+    if (draft_page_hash[b] == h) continue;
+    if (s.proposer->save_context(i * kPageTokens, kPageTokens, draft_pages.get() + b * draft_page_bytes))
+      draft_page_hash[b] = h;
   }
 }
 

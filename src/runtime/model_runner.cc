@@ -158,7 +158,12 @@ ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan,
       bool go = true;
       for (int64_t j = 0; j < v.accepted && go; ++j) go = emit(s, s.draft.tokens[j], rows + j * V);
       if (go) go = emit(s, v.next, rows + v.accepted * V);
-      if (go && s.proposer) s.proposer->observe(s.tokens, n_seen, v.accepted + 1, taps);
+      // Observed: the committed tokens in the KV, the new anchor not yet. A
+      // request that ends here is observed too, up to its last token in the
+      // KV, so that a drafter can save the context of its last page
+      // (prefix caching).
+      const int64_t n_new = std::min<int64_t>(v.accepted + 1, static_cast<int64_t>(s.tokens.size()) - n_seen);
+      if (s.proposer) s.proposer->observe(s.tokens, n_seen, n_new, taps);
     }
     o.new_tokens += static_cast<int64_t>(s.out.size());
   }

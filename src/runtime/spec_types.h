@@ -69,6 +69,9 @@ class Proposer {
   virtual int64_t context_bytes_per_token() const { return 0; }
   // Leading tokens whose context is computed (and may be saved).
   virtual int64_t context_size() const { return 0; }
+  // Computes the context of every observed token now, without drafting (a
+  // drafter otherwise runs them at its next draft, which may not come).
+  virtual void commit_context() {}
   // The context of tokens lo..lo+n-1 into dst (n * context_bytes_per_token()
   // bytes); false, copying nothing, when it is no longer (or not yet) held.
   virtual bool save_context(int64_t /*lo*/, int64_t /*n*/, uint8_t* /*dst*/) const { return false; }

@@ -336,6 +336,7 @@ class DraftRecorder : public Proposer {
   void reset() override { inner_->reset(); }
   int64_t context_bytes_per_token() const override { return inner_->context_bytes_per_token(); }
   int64_t context_size() const override { return inner_->context_size(); }
+  void commit_context() override { inner_->commit_context(); }
   bool save_context(int64_t lo, int64_t n, uint8_t* dst) const override { return inner_->save_context(lo, n, dst); }
   void load_context(int64_t n, const uint8_t* src) override { inner_->load_context(n, src); }
 
@@ -349,8 +350,9 @@ class DraftRecorder : public Proposer {
 // of each cached page is kept beside it and loaded with it, so a request
 // that takes cached pages (a repeat, a continuation, a second turn whose
 // history holds the first answer) gets not only the same tokens but the
-// same drafts, draft for draft, as with the cache off. Both fixture
-// drafters have sliding layers (window 6), whose pages a ring would lose.
+// same drafts, draft for draft, as with the cache off; and the pages are
+// hits while the drafter does not draft (K = 0). Both fixture drafters have
+// sliding layers (window 6), whose pages a ring would lose.
 TEST(Engine, DFlashPrefixCachingKeepsTheDrafterContext) {
   ModelOptions mo;
   mo.n_threads = 2;
@@ -358,22 +360,26 @@ TEST(Engine, DFlashPrefixCachingKeepsTheDrafterContext) {
   for (const char* d : {"dflash", "dflash2"})
     for (const float temp : {0.0f, 0.9f}) {
       SCOPED_TRACE(std::string(d) + " temperature " + std::to_string(temp));
-      std::vector<std::vector<int32_t>> got[2];
-      std::vector<std::vector<std::vector<int32_t>>> drafts[2];  // [cached][request][draft]
-      std::vector<int64_t> hits;
-      for (int cached = 0; cached < 2; ++cached) {
+      // Pass 0: no cache; 1: cached; 2: cached, and the draft length is 0
+      // throughout (so the drafter never drafts, and runs its context only
+      // when a published page waits for it).
+      std::vector<std::vector<int32_t>> got[3];
+      std::vector<std::vector<std::vector<int32_t>>> drafts[3];  // [pass][request][draft]
+      std::vector<int64_t> hits[3];
+      for (int cached = 0; cached < 3; ++cached) {
         std::mutex mu;
         std::vector<std::vector<int32_t>> log;
         EngineOptions eo;
         eo.max_num_seqs = 4;
         eo.max_step_tokens = 32;
-        eo.enable_prefix_caching = cached == 1;
+        eo.enable_prefix_caching = cached >= 1;
         eo.spec = test_spec("dflash", 3, dflash(d));
+        if (cached == 2) eo.spec->k_by_batch = {{1, 8, 0}};
         eo.wrap_proposer = [&](std::unique_ptr<Proposer> p) {
           return std::make_unique<DraftRecorder>(std::move(p), &log, &mu);
         };
         auto eng = test_engine(Transformer::load(dflash("target"), mo), eo);
-        ASSERT_EQ(eng->prefix_caching(), cached == 1) << eng->prefix_caching_note();
+        ASSERT_EQ(eng->prefix_caching(), cached >= 1) << eng->prefix_caching_note();
         for (size_t i = 0; i < prompts.size(); ++i) {  // one at a time: the log is one request's
           Collector col;
           uint64_t slot = 0;
@@ -388,20 +394,25 @@ TEST(Engine, DFlashPrefixCachingKeepsTheDrafterContext) {
           std::lock_guard<std::mutex> g(mu);
           drafts[cached].push_back(log);
           log.clear();
-          if (cached) hits.push_back(cached_tokens);
+          hits[cached].push_back(cached_tokens);
         }
       }
       EXPECT_EQ(got[1], got[0]);
+      if (temp == 0) EXPECT_EQ(got[2], got[0]);  // sampled: drafts change the draws, not the distribution
       ASSERT_EQ(drafts[1].size(), drafts[0].size());
       for (size_t i = 0; i < prompts.size(); ++i) {
         EXPECT_GT(drafts[0][i].size(), 0u) << "request " << i;
         EXPECT_EQ(drafts[1][i], drafts[0][i]) << "request " << i;
+        EXPECT_EQ(drafts[2][i].size(), 0u) << "request " << i << " drafted at K = 0";
       }
       // The repeat and the continuation take the base's 4 full pages; the
-      // second turn at least those (the page of the answer too once the
-      // drafter has run its taps).
-      EXPECT_EQ(hits, (std::vector<int64_t>{0, 64, 64, hits[3]}));
-      EXPECT_GE(hits[3], 64);
+      // second turn, whose history holds the greedy answer, also the page
+      // that answer filled (70 + 20 - 1 tokens in the KV: 5 full pages) when
+      // the first request answered greedily, drafting or not.
+      const int64_t turn = temp == 0 ? 80 : 64;
+      EXPECT_EQ(hits[0], (std::vector<int64_t>{0, 0, 0, 0}));
+      EXPECT_EQ(hits[1], (std::vector<int64_t>{0, 64, 64, turn}));
+      EXPECT_EQ(hits[2], (std::vector<int64_t>{0, 64, 64, turn}));
     }
 }
 

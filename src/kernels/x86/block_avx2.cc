@@ -14,7 +14,8 @@
 //     sign(u - 128) * x (s8: x is never -128), pair sums <= 2 * 128 * 127 = 32512. That sums (u - 128) * x =
 //     u * x - 128 X, the twin's I, so no zero correction follows. (The other way round, |x| times
 //     sign(x) * (u - 128), wraps at u = 0: -(-128) is -128 in int8.)
-// At each sub-block end the int32 sum is corrected by zero * X, multiplied by sc (int32), converted and folded
+// At each sub-block end the int32 sum is corrected by zero * X, multiplied by sc (int32; for the formats without a
+// zero, sc is the widening's multiplier instead of 1, which saves that vpmulld), converted and folded
 // into the block's f32 sum with dx, and the min term into its own with float(mc) and c; at the block end both go
 // into the output with d and dm, in the twin's order (nothing for GCC to contract, whatever -ffp-contract says:
 // every float operation is an explicit FMA). The f32 sums live in L1, as in quant_avx2.cc, leaving the 16 ymm to the integer sums, codes and
@@ -129,7 +130,19 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
         // mc T * 16 on.
         const uint8_t* lo = rec0 + j * F::SUB * T + t * 64, *hi = lo + F::LOL * LS;
         const uint8_t* sc = rec0 + j * F::SUB * T + (F::LOL + F::HIL) * LS + t * 16;
-        __m256i acc[2][MB];  // int32 sums of sub-block j
+        // Formats without a zero correction (Q2_K, Q4_K, Q5_K) widen with sc itself instead of 1: sc in both
+        // int16 halves of each int32 lane makes vpmaddwd give sc * (p0 + p1), the twin's sc * I exactly (|p| <=
+        // 32767, 0 <= sc < 64: no overflow), and saves the vpmulld per row and half after the sum.
+        constexpr bool kScInMadd = F::SC && F::ZC == 0;
+        __m256i wid[2] = {ones, ones};
+        if constexpr (kScInMadd) {
+          #pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h) {
+            const __m256i s32 = _mm256_cvtepi8_epi32(load8(sc + h * 8));
+            wid[h] = _mm256_or_si256(_mm256_and_si256(s32, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(s32, 16));
+          }
+        }
+        __m256i acc[2][MB];  // int32 sums of sub-block j (times sc when kScInMadd)
         #pragma GCC unroll 16
         for (int h = 0; h < 2; ++h)
           #pragma GCC unroll 16
@@ -163,7 +176,7 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
           for (int h = 0; h < 2; ++h)
             #pragma GCC unroll 16
             for (int m = 0; m < MB; ++m) {
-              acc[h][m] = _mm256_add_epi32(acc[h][m], _mm256_madd_epi16(p16[h][m], ones));
+              acc[h][m] = _mm256_add_epi32(acc[h][m], _mm256_madd_epi16(p16[h][m], wid[h]));
               asm("" : "+x"(acc[h][m]));  // a chain too
             }
         }
@@ -173,14 +186,14 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
           __m256i sw = _mm256_set1_epi32(1);
           __m256 mcf = _mm256_set1_ps(1.f);  // sc as int32, float(mc)
           if constexpr (F::SC) {
-            sw = _mm256_cvtepi8_epi32(load8(sc + h * 8));
+            if constexpr (!kScInMadd) sw = _mm256_cvtepi8_epi32(load8(sc + h * 8));
             if constexpr (F::MIN) mcf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(load8(sc + T * 16 + h * 8)));
           }
           #pragma GCC unroll 16
           for (int m = 0; m < MB; ++m) {
             __m256i I = acc[h][m];
             if constexpr (F::ZC != 0) I = _mm256_sub_epi32(I, _mm256_set1_epi32(F::ZC * xs[m][j]));
-            if constexpr (F::SC) I = _mm256_mullo_epi32(I, sw);
+            if constexpr (F::SC && !kScInMadd) I = _mm256_mullo_epi32(I, sw);
             float* b = blk[t][h][m];
             _mm256_store_ps(b, _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_set1_ps(xd[m][ja]), _mm256_load_ps(b)));
             if constexpr (F::MIN) {

@@ -8,9 +8,9 @@
 # The drafter's config picks the method (dflash or dflash2). BENCH_SETS and
 # BENCH_CONC narrow the prompt sets and concurrencies (default: all three, 1 and 8),
 # BENCH_CONFIGS the server configs (names as in the table: plain ngram dflash ...).
-# Every server runs without prefix caching: a DFlash drafter turns it off (it
-# reads the target's features of every prompt token), and plain / n-gram would
-# otherwise prefill the c = 8 prompts from the c = 1 pass's cache.
+# Every server runs without prefix caching: each set's prompts repeat from the
+# c = 1 pass to the c = 8 pass, which would otherwise prefill from the cache
+# (scripts/bench_multiturn.py measures caching, with and without a drafter).
 #   scripts/bench_drafter.sh OUTDIR MODEL DRAFTER [DRAFTER_QUANTIZED] [NPROMPTS] [MAXTOK]
 set -eu
 cd "$(dirname "$0")/.."

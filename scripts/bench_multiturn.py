@@ -10,7 +10,8 @@ Needs the openai client (scripts/setup.sh makes ~/.cache/blockspec/venv-openai).
   ~/.cache/blockspec/venv-openai/bin/python scripts/bench_multiturn.py --blockspec build/blockspec \
       --model ~/.cache/blockspec/models/qwen2.5-coder-1.5b.gguf --turns 10 --max-tokens 48 --rounds 2 [--json OUT]
 
-User messages: the first turns of data/prompts/mt_bench.jsonl (MT-Bench questions, Apache-2.0).
+User messages: the first turns of data/prompts/mt_bench.jsonl (MT-Bench questions, Apache-2.0), or with --prompts
+the "question" (or first of "turns") of each line of another prompt set (data/prompts/gsm8k_test.jsonl).
 """
 import argparse
 import json
@@ -85,14 +86,16 @@ def main():
     p.add_argument("--turns", type=int, default=10)
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--prompts", default=os.path.join(ROOT, "data/prompts/mt_bench.jsonl"))
     p.add_argument("--speculative-config")
     p.add_argument("--plain-too", action="store_true")
     p.add_argument("--json")
     a = p.parse_args()
     questions = []
-    with open(os.path.join(ROOT, "data/prompts/mt_bench.jsonl")) as f:
+    with open(a.prompts) as f:
         for line in f:
-            questions.append(json.loads(line)["turns"][0])
+            r = json.loads(line)
+            questions.append(r["question"] if "question" in r else r["turns"][0])
             if len(questions) == a.turns:
                 break
     modes = ("on", "off", "plain") if a.plain_too else ("on", "off")

@@ -130,18 +130,13 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
         // mc T * 16 on.
         const uint8_t* lo = rec0 + j * F::SUB * T + t * 64, *hi = lo + F::LOL * LS;
         const uint8_t* sc = rec0 + j * F::SUB * T + (F::LOL + F::HIL) * LS + t * 16;
-        // Formats without a zero correction (Q2_K, Q4_K, Q5_K) widen with sc itself instead of 1: sc in both
-        // int16 halves of each int32 lane makes vpmaddwd give sc * (p0 + p1), the twin's sc * I exactly (|p| <=
-        // 32767, 0 <= sc < 64: no overflow), and saves the vpmulld per row and half after the sum.
-        constexpr bool kScInMadd = F::SC && F::ZC == 0;
-        __m256i wid[2] = {ones, ones};
-        if constexpr (kScInMadd) {
-          #pragma GCC unroll 2
-          for (int h = 0; h < 2; ++h) {
-            const __m256i s32 = _mm256_cvtepi8_epi32(load8(sc + h * 8));
-            wid[h] = _mm256_or_si256(_mm256_and_si256(s32, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(s32, 16));
-          }
-        }
+        // Formats without a zero correction that widen once per sub-block (Q2_K, Q4_K) widen with sc itself
+        // instead of 1: sc in both int16 halves of each int32 lane makes vpmaddwd give sc * (p0 + p1), the twin's
+        // sc * I exactly (|p| <= 32767, 0 <= sc < 64: no overflow), and saves the vpmulld per row and half after
+        // the sum. kernels_bench avx2 up 1536 x 8960, 1 thread, Zen 4, 2 x 5 rounds interleaved, medians: q4_k
+        // M = 1 352-356 -> 332-346 us, M = 4 878-885 -> 657-675 us. Q5_K (two widenings a sub-block, G = 4) lost
+        // 11% at M = 1 with it (the sc lanes built twice): not used.
+        constexpr bool kScInMadd = F::SC && F::ZC == 0 && G == QPS;
         __m256i acc[2][MB];  // int32 sums of sub-block j (times sc when kScInMadd)
         #pragma GCC unroll 16
         for (int h = 0; h < 2; ++h)
@@ -173,12 +168,18 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
             }
           }
           #pragma GCC unroll 2
-          for (int h = 0; h < 2; ++h)
+          for (int h = 0; h < 2; ++h) {
+            __m256i wid = ones;  // built here, after the quads: before them it slowed q4_k at M = 1 by 30%
+            if constexpr (kScInMadd) {
+              const __m256i s32 = _mm256_cvtepi8_epi32(load8(sc + h * 8));
+              wid = _mm256_or_si256(_mm256_and_si256(s32, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(s32, 16));
+            }
             #pragma GCC unroll 16
             for (int m = 0; m < MB; ++m) {
-              acc[h][m] = _mm256_add_epi32(acc[h][m], _mm256_madd_epi16(p16[h][m], wid[h]));
+              acc[h][m] = _mm256_add_epi32(acc[h][m], _mm256_madd_epi16(p16[h][m], wid));
               asm("" : "+x"(acc[h][m]));  // a chain too
             }
+          }
         }
         const int ja = j * F::S / kBlockActs;  // activation block of sub-block j, within the block
         #pragma GCC unroll 2

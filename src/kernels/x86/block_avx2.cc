@@ -92,6 +92,18 @@ BS_AVX2 inline __m256i codes(const uint8_t* lo, const uint8_t* hi, int q, int h)
   }
 }
 
+// Half h of tile t's block scales d (and dm; zero without minimums), f16 in the step (block_layout.h): d [16] at
+// the step's scale area + t * 32, dm T * 32 bytes on.
+struct BlockScales {
+  __m256 d, dm;
+};
+template <class F, int T>
+BS_AVX2 inline BlockScales block_scales(const uint8_t* rec0, int t, int h) {
+  const uint8_t* dp = rec0 + (F::LO + F::HI + F::SCB + F::MCB) * T + t * 32;
+  return {_mm256_cvtph_ps(load16(dp + 16 * h)),
+          F::MIN ? _mm256_cvtph_ps(load16(dp + T * 32 + 16 * h)) : _mm256_setzero_ps()};
+}
+
 template <class F, int T, int MB>
 BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0) {
   constexpr int NS = F::B / F::S, QPS = F::QPS, G = F::G;
@@ -200,9 +212,7 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
             // that a c of -0 becomes +0 there, which adds the same to a sum that is never -0 (it starts at +0 and
             // rounds to nearest). kernels_bench avx2 up 1536 x 8960, 1 thread, 3 rounds interleaved (a training
             // job beside it): M = 4 q4_0 790 -> 571 us, q4_1 882 -> 592, q8_0 1320 -> 1240; M = 1 level.
-            const uint8_t* dp = rec0 + (F::LO + F::HI + F::SCB + F::MCB) * T + t * 32;  // d [16] f16; dm T * 32 on
-            const __m256 d = _mm256_cvtph_ps(load16(dp + 16 * h));
-            const __m256 dm = F::MIN ? _mm256_cvtph_ps(load16(dp + T * 32 + 16 * h)) : _mm256_setzero_ps();
+            const auto [d, dm] = block_scales<F, T>(rec0, t, h);
             #pragma GCC unroll 16
             for (int m = 0; m < MB; ++m) {
               __m256i I = acc[h][m];
@@ -230,12 +240,10 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
         }
       }
     }
-    for (int t = 0; t < T && NS > 1; ++t) {
-      const uint8_t* dp = rec0 + (F::LO + F::HI + F::SCB + F::MCB) * T + t * 32;  // d [16] f16; dm T * 32 on
+    for (int t = 0; t < T && NS > 1; ++t) {  // the block end (32-blocks ended with their sub-block)
       #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
-        const __m256 d = _mm256_cvtph_ps(load16(dp + 16 * h));
-        const __m256 dm = F::MIN ? _mm256_cvtph_ps(load16(dp + T * 32 + 16 * h)) : _mm256_setzero_ps();
+        const auto [d, dm] = block_scales<F, T>(rec0, t, h);
         #pragma GCC unroll 16
         for (int m = 0; m < MB; ++m) {
           float* f = facc[t][h][m];

@@ -2,7 +2,7 @@
 # Speculative decoding through `blockspec serve` with a trained drafter, the
 # tables of BENCHMARKS.md "Trained DFlash drafters": for each server config
 # (plain, n-gram, DFlash with the engine's draft length, DFlash at fixed K,
-# the quantized drafter) and each held-out prompt set, output tok/s at
+# the quantized drafter, n-gram lookup in front of the (quantized) drafter) and each held-out prompt set, output tok/s at
 # concurrency 1 and 8, acceptance per position, and a check that every
 # greedy output is identical to plain decoding's. Run it on a quiet machine.
 # The drafter's config picks the method (dflash or dflash2). BENCH_SETS and
@@ -33,6 +33,8 @@ for k in 3 7 15; do
   [ "$k" -le "$K" ] && configs+=("dflash_k$k:{\"method\":\"$MD\",\"model\":\"$D\",\"num_speculative_tokens\":$k}")
 done
 [ -n "$DQ" ] && configs+=("dflash_quant:{\"method\":\"$MD\",\"model\":\"$DQ\"}")
+# n-gram lookup first, the drafter where it finds no match (prompt_lookup_max with a drafter).
+configs+=("lookup_dflash:{\"method\":\"$MD\",\"model\":\"${DQ:-$D}\",\"prompt_lookup_max\":3}")
 port=8310
 for c in "${configs[@]}"; do
   name=${c%%:*}
@@ -78,6 +80,7 @@ for set_ in ['gsm8k_test', 'humaneval', 'mt_bench']:
                              vs_plain=round(j['output_tok_s'] / base['output_tok_s'], 3) if base else None,
                              tau=round(sp.get('mean_acceptance_length', 0), 3),
                              per_pos=[round(x, 3) for x in sp.get('acceptance_per_pos', [])],
+                             lookup_drafts=sp.get('num_lookup_drafts', 0), drafts=sp.get('num_drafts', 0),
                              identical_to_plain=same, errors=j['errors']))
 for n in names:
     j = load(f'{n}.gsm8k_test.t07.json')

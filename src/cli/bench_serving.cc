@@ -215,6 +215,8 @@ nlohmann::json bench_serving(const Args& a) {
   spec["num_draft_tokens"] = delta("spec_decode_num_draft_tokens_total");
   spec["num_accepted_tokens"] = acc;
   spec["mean_acceptance_length"] = drafts > 0 ? 1.0 + acc / drafts : 0.0;
+  spec["num_lookup_drafts"] = delta("spec_decode_num_lookup_drafts_total");
+  spec["num_lookup_accepted_tokens"] = delta("spec_decode_num_lookup_accepted_tokens_total");
   std::vector<double> per_pos;  // fraction of drafts whose token at position i was accepted
   for (int i = 0; drafts > 0 && after.count("spec_decode_num_accepted_tokens_per_pos_total[" + std::to_string(i) + "]");
        ++i)

@@ -119,6 +119,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
   std::string spec_line;
   if (eo.spec) {
     spec_line = str_cat(", speculative ", eo.spec->method_name());
+    if (eo.spec->lookup_first)
+      spec_line += str_cat(" behind n-gram lookup (", eo.spec->prompt_lookup_min, "-", eo.spec->prompt_lookup_max, ")");
     if (eo.spec->adaptive_k) spec_line += " (adaptive K)";
     else spec_line += str_cat(" K=", eo.spec->num_speculative_tokens);
     const char* sep = ", K by batch size:";

@@ -11,8 +11,9 @@ FlagSpec spec_flag() {
   return {"--speculative-config", "", true,
           "speculative decoding, JSON as vLLM spells it: {\"method\":\"dflash\",\"model\":DIR,"
           "\"num_speculative_tokens\":K} (dflash2 recognised from the drafter), or {\"method\":\"ngram\","
-          "\"prompt_lookup_max\":N}; without num_speculative_tokens the draft length adapts to the measured "
-          "verify cost, with it every step drafts K"};
+          "\"prompt_lookup_max\":N}; prompt_lookup_max with a drafter puts n-gram lookup first (the drafter "
+          "drafts where it finds no match); without num_speculative_tokens the draft length adapts to the "
+          "measured verify cost, with it every step drafts K"};
 }
 
 std::optional<SpecSetup> open_spec(const Args& a, Transformer& target, int64_t capacity) {
@@ -39,6 +40,10 @@ nlohmann::json spec_json(const SpecConfig& cfg, const SpecStats& s) {
   j["acceptance_rate_per_pos"] = rate;
   j["acceptance_length_hist"] = s.acceptance_hist;  // [a] drafts that accepted exactly a tokens
   j["mean_acceptance_length"] = s.mean_acceptance_length();
+  if (cfg.lookup_first) {
+    j["num_lookup_drafts"] = s.num_lookup_drafts;
+    j["num_lookup_accepted_tokens"] = s.num_lookup_accepted_tokens;
+  }
   return j;
 }
 
@@ -55,6 +60,9 @@ std::string spec_text(const SpecConfig& cfg, const SpecStats& s) {
                   s.num_drafts ? static_cast<double>(s.accepted_per_pos[i]) / s.num_drafts : 0.0);
     out += buf;
   }
+  if (cfg.lookup_first)
+    out += "\n  n-gram lookup drafts " + std::to_string(s.num_lookup_drafts) + ", accepted " +
+           std::to_string(s.num_lookup_accepted_tokens);
   out += "\n  accepted-length histogram:";
   for (size_t i = 0; i < s.acceptance_hist.size(); ++i)
     out += " " + std::to_string(i) + ":" + std::to_string(s.acceptance_hist[i]);

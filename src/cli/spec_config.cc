@@ -202,7 +202,13 @@ SpecConfig parse_spec_config(const std::string& text, std::vector<std::string>* 
       fail(what, ": prompt_lookup_max ", c.prompt_lookup_max, " < prompt_lookup_min ", c.prompt_lookup_min);
   } else {
     if (model.empty()) fail(what, ": method ", method, " needs \"model\": the drafter directory");
-    if (lookup_min || lookup_max) fail(what, ": prompt_lookup_max / prompt_lookup_min apply to method ngram only");
+    if (lookup_min || lookup_max) {  // n-gram lookup first, the drafter where it finds nothing (lookup_first)
+      c.lookup_first = true;
+      c.prompt_lookup_min = lookup_min.value_or(kLookupFirstMin);
+      c.prompt_lookup_max = lookup_max.value_or(std::max<int64_t>(c.prompt_lookup_min, 5));
+      if (c.prompt_lookup_max < c.prompt_lookup_min)
+        fail(what, ": prompt_lookup_max ", c.prompt_lookup_max, " < prompt_lookup_min ", c.prompt_lookup_min);
+    }
     if (!is_draft_checkpoint(model))
       fail(what, ": \"model\" ", model, " is not a DFlash drafter (no config.json naming DFlashDraftModel or "
                  "DFlash2DraftModel)");

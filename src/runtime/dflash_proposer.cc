@@ -5,8 +5,11 @@
 namespace blockspec {
 
 DFlashProposer::DFlashProposer(std::shared_ptr<DraftModel> model, int64_t capacity, bool greedy_draft,
-                               KvDType kv_dtype, bool whole_context)
-    : model_(std::move(model)), cache_(model_->new_cache(capacity, kv_dtype, !whole_context)), greedy_only_(greedy_draft) {}
+                               KvDType kv_dtype, bool whole_context, std::optional<NgramProposer> lookup)
+    : model_(std::move(model)),
+      cache_(model_->new_cache(capacity, kv_dtype, !whole_context)),
+      greedy_only_(greedy_draft),
+      lookup_(std::move(lookup)) {}
 
 void DFlashProposer::reset() {
   cache_.reset();
@@ -50,10 +53,16 @@ void DFlashProposer::propose_together(const std::vector<ProposeCall>& calls) {
     if (p == nullptr || p->model_ != model_) fail("dflash: proposers of different drafters drafted together");
     call.out->clear();
     // More masks than trained for is out of distribution (dflash.md §3.2).
-    const int64_t k = std::min<int64_t>(call.k, c.block_size - 1);
-    if (k <= 0 || call.seq->empty()) continue;
+    if (call.seq->empty()) continue;
     if (static_cast<int64_t>(call.seq->size()) != p->cache_.size() + p->n_pending_ + 1)
       fail("dflash: the sequence is not one token (the anchor) ahead of the committed context");
+    if (p->lookup_ && call.lookup_k() > 0) {  // n-gram lookup first: a match drafts instead; the taps wait in pending_
+      p->lookup_->propose(*call.seq, call.lookup_k(), *call.sp, *call.rng, *call.out);
+      call.out->from_lookup = !call.out->tokens.empty();
+      if (call.out->from_lookup) continue;
+    }
+    const int64_t k = std::min<int64_t>(call.k, c.block_size - 1);
+    if (k <= 0) continue;
     jobs.push_back({&p->cache_, p->pending_.data(), p->n_pending_, call.seq->back(), k, &p->hidden_});
     of.push_back(&call);
   }

@@ -2,10 +2,12 @@
 // in step with the committed tokens and drafts one block per step.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "model/dflash.h"
+#include "runtime/ngram.h"
 #include "runtime/spec_types.h"
 
 namespace blockspec {
@@ -21,10 +23,14 @@ class DFlashProposer : public Proposer {
   // server); each proposer holds its own context cache.
   // kv_dtype: the dtype of its context K/V (SpecConfig::draft_kv_dtype).
   // whole_context: sliding layers keep every position (DraftCache rings off).
+  // lookup: n-gram prompt lookup that drafts first (SpecConfig::lookup_first):
+  // when it finds a match the drafter does not run for this sequence this step.
   DFlashProposer(std::shared_ptr<DraftModel> model, int64_t capacity, bool greedy_draft,
-                 KvDType kv_dtype = KvDType::kF32, bool whole_context = false);
+                 KvDType kv_dtype = KvDType::kF32, bool whole_context = false,
+                 std::optional<NgramProposer> lookup = std::nullopt);
   std::string method() const override { return draft_method_name(model_->config().method); }
   std::vector<int64_t> tap_layers() const override { return model_->config().target_layer_ids; }
+  bool lookup_first() const override { return lookup_.has_value(); }
   void observe(const std::vector<int32_t>& seq, int64_t n_seen, int64_t n_new, const float* taps) override;
   void propose(const std::vector<int32_t>& seq, int64_t k, const SamplingParams& sp, Rng& rng, Draft& out) override;
   void reset() override;
@@ -46,6 +52,7 @@ class DFlashProposer : public Proposer {
   std::shared_ptr<DraftModel> model_;
   DraftCache cache_;
   bool greedy_only_;
+  std::optional<NgramProposer> lookup_;
   std::vector<float> pending_;  // [n_pending, T*H] taps of committed tokens not yet in the draft cache
   int64_t n_pending_ = 0;
   std::vector<float> hidden_, logits_, probs_;

@@ -37,6 +37,7 @@ struct Engine::Impl {
   std::optional<SpecConfig> spec;
   KSelector ksel;
   DraftCost draft_cost;  // measured drafter time per sequence and step
+  DraftLengths lengths;  // lookup in front of a drafter: each source's k for the step being planned
 
   std::mutex mu;
   std::condition_variable cv;
@@ -63,7 +64,7 @@ struct Engine::Impl {
   void start(Sequence& s);  // admitted: KV view and proposer
   void publish();  // running / waiting / KV page counts into m
   void publish_pages(Sequence& s);  // s's full pages with final K/V into the prefix cache (and their drafter context)
-  int64_t choose_k(int64_t n_decoding);
+  int64_t choose_k(int64_t n_decoding);  // sets `lengths` too
   // Reports the end and frees everything the request holds; the Sequence
   // itself is destroyed by the caller (it may still be in a loop's hands).
   void finish(Sequence& s, const std::string& reason, const std::string& error = "");

@@ -136,13 +136,24 @@ void Engine::Impl::publish() {
 
 int64_t Engine::Impl::choose_k(int64_t n_decoding) {
   if (!spec) return 0;
-  if (!spec->adaptive_k) return k_for_batch(*spec, n_decoding);
-  SpecStats seen;
+  if (!spec->adaptive_k) {
+    const int64_t k = k_for_batch(*spec, n_decoding);
+    lengths = {k, k};
+    return k;
+  }
+  SpecStats seen, seen_lookup;
   {
     std::lock_guard<std::mutex> g(mu);
     seen = m.spec;
+    seen_lookup = m.spec_lookup;
   }
-  return ksel.choose(n_decoding, seen, draft_cost.ms());
+  if (spec->lookup_first) {
+    lengths = ksel.choose_sources(n_decoding, seen, seen_lookup, draft_cost.ms());
+    return lengths.max();
+  }
+  const int64_t k = ksel.choose(n_decoding, seen, draft_cost.ms());
+  lengths = {k, k};
+  return k;
 }
 
 void Engine::Impl::step() {
@@ -153,11 +164,11 @@ void Engine::Impl::step() {
   if (plan.rows.empty()) return;
 
   const ModelRunner::StepOutcome o =
-      runner->run(plan, [this](const SeqState& st) -> Sequence& { return *live.at(st.id); });
+      runner->run(plan, [this](const SeqState& st) -> Sequence& { return *live.at(st.id); }, &lengths);
   const bool any_decode =
       std::any_of(plan.rows.begin(), plan.rows.end(), [](const StepPlan::Row& r) { return r.decode; });
   if (o.n_drafted > 0) draft_cost.drafted(o.draft_seconds * 1e3 / static_cast<double>(o.n_drafted));
-  else if (any_decode) draft_cost.idle();
+  else if (any_decode && (o.n_lookup == 0 || lengths.drafter == 0)) draft_cost.idle();  // not: lookup drafted for all
   // Report this step's tokens (and the ends).
   std::vector<uint64_t> ended;
   for (Sequence* sp : o.touched) {

@@ -83,6 +83,11 @@ int64_t KSelector::choose(int64_t n, const SpecStats& seen, double draft_ms) con
   return best_k;
 }
 
+DraftLengths KSelector::choose_sources(int64_t n, const SpecStats& seen, const SpecStats& seen_lookup,
+                                       double drafter_ms) const {
+  return {choose(n, seen.minus(seen_lookup), drafter_ms), choose(n, seen_lookup, 0.0)};
+}
+
 void DraftCost::drafted(double ms) {
   ms_ = n_ < 2 ? ms : 0.8 * ms_ + 0.2 * ms;  // measurements 1 and 2 are taken as they are
   ++n_;

@@ -23,6 +23,11 @@ class KSelector {
   // table measured elsewhere).
   KSelector(std::vector<std::pair<int64_t, double>> table, int64_t K) : K_(K), table_(std::move(table)) {}
   int64_t choose(int64_t n_decoding, const SpecStats& seen, double draft_ms_per_seq) const;
+  // n-gram lookup in front of a drafter: each source's k by choose() from its
+  // own drafts (seen_lookup, a subset of seen; the drafter's are the rest), the
+  // lookup's at no draft cost. A source that does not pay alone drafts 0.
+  DraftLengths choose_sources(int64_t n_decoding, const SpecStats& seen, const SpecStats& seen_lookup,
+                              double drafter_ms_per_seq) const;
   int64_t max_k() const { return K_; }
 
  private:

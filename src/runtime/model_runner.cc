@@ -73,8 +73,8 @@ bool ModelRunner::emit(Sequence& s, int32_t t, const float* row) {
   return true;
 }
 
-ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan,
-                                          const std::function<Sequence&(const SeqState&)>& seq_of) {
+ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan, const std::function<Sequence&(const SeqState&)>& seq_of,
+                                          const DraftLengths* lengths) {
   StepOutcome o;
   const int64_t V = model_.config().vocab_size;
   // ---- drafts, and one forward over every row of the plan ----
@@ -86,13 +86,18 @@ ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan,
     Sequence& s = seq_of(*r.seq);
     o.touched.push_back(&s);
     s.draft.clear();
-    if (r.decode && r.n_draft > 0 && s.proposer)
+    if (r.decode && r.n_draft > 0 && s.proposer) {
       calls.push_back({s.proposer, &s.tokens, r.n_draft, &s.params.sampling, &s.rng, &s.draft});
+      if (lengths) calls.back().k = std::min(r.n_draft, lengths->drafter), calls.back().k_lookup = std::min(r.n_draft, lengths->lookup);
+    }
   }
   propose_all(calls);
-  for (const ProposeCall& c : calls)
-    if (c.out->size() > c.k) fail(c.proposer->method(), ": proposed ", c.out->size(), " tokens, asked for ", c.k);
-  o.n_drafted = static_cast<int64_t>(calls.size());
+  for (const ProposeCall& c : calls) {
+    const int64_t asked = c.out->from_lookup ? c.lookup_k() : c.k;
+    if (c.out->size() > asked) fail(c.proposer->method(), ": proposed ", c.out->size(), " tokens, asked for ", asked);
+    if (c.out->from_lookup) ++o.n_lookup;
+    else ++o.n_drafted;  // a lookup draft costs next to nothing: not the drafter's cost
+  }
   o.draft_seconds = draft_timer.seconds();
   std::vector<Transformer::SeqChunk> chunks;
   for (size_t i = 0; i < plan.rows.size(); ++i) {
@@ -146,7 +151,8 @@ ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan,
                                                : verify_sampled(s.draft, rows, V, s.params.sampling, s.rng);
         // Drafts accepted past max_tokens are verified but never emitted:
         // they count as accepted only up to what the request could use.
-        s.stats.record(kd, std::min(v.accepted, remaining - 1));
+        s.stats.record(kd, std::min(v.accepted, remaining - 1), s.draft.from_lookup);
+        if (s.draft.from_lookup) s.lookup_stats.record(kd, std::min(v.accepted, remaining - 1), true);
       }
       row += kd + 1;
       // The anchor and the accepted drafts are now committed and in the KV;

@@ -24,13 +24,16 @@ class ModelRunner {
   struct StepOutcome {
     std::vector<Sequence*> touched;  // sequences of the plan, once each, in row order
     int64_t new_tokens = 0, prompt_tokens = 0;
-    int64_t n_drafted = 0;           // sequences that drafted
+    int64_t n_drafted = 0;           // sequences that drafted (with a drafter: that ran it)
+    int64_t n_lookup = 0;            // sequences n-gram lookup drafted for in front of a drafter
     double draft_seconds = 0;        // time spent in proposers
   };
   // Runs the plan's rows; seq_of maps a SeqState to its Sequence. After it,
   // each touched sequence's `out` holds the tokens it emitted this step and
   // `end_reason` is set when it ended ("stop": eos / stop token, "length").
-  StepOutcome run(const StepPlan& plan, const std::function<Sequence&(const SeqState&)>& seq_of);
+  // lengths: with n-gram lookup in front of a drafter, each source's draft length (capped by the row's).
+  StepOutcome run(const StepPlan& plan, const std::function<Sequence&(const SeqState&)>& seq_of,
+                  const DraftLengths* lengths = nullptr);
 
  private:
   const float* processed(Sequence& s, const float* logits_row);  // with s's penalties and grammar mask applied

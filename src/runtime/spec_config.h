@@ -21,6 +21,10 @@ enum class SpecMethod { kNgram, kDFlash, kDFlash2 };
 // BENCHMARKS.md shows a fixed K of 4 costing 28% at concurrency 8 where the
 // adaptive choice gains).
 inline constexpr int64_t kNgramMaxDraft = 4;
+// prompt_lookup_min of n-gram lookup in front of a drafter when the config
+// gives only prompt_lookup_max: a one-token match is a weaker guess than the
+// drafter's (measured: BENCHMARKS.md, "n-gram lookup in front of the drafter").
+inline constexpr int64_t kLookupFirstMin = 2;
 const char* spec_method_name(SpecMethod m);  // "ngram" / "dflash" / "dflash2"
 
 struct SpecConfig {
@@ -32,7 +36,14 @@ struct SpecConfig {
   // draft length is then chosen from the measured verify cost (k_selector.h).
   int64_t num_speculative_tokens = 0;
   bool adaptive_k = false;
-  int64_t prompt_lookup_min = 1, prompt_lookup_max = 5;  // ngram only
+  int64_t prompt_lookup_min = 1, prompt_lookup_max = 5;  // ngram, and dflash / dflash2 with lookup_first
+  // dflash / dflash2: each step, n-gram prompt lookup drafts first (its
+  // tokens, one-hot q) and the drafter only for the sequences it finds no
+  // match for, whose context taps wait until then (vLLM has no such key; the
+  // config turns it on by giving prompt_lookup_min / _max with a drafter).
+  // The lookup is free and right where text repeats (code, quoted numbers),
+  // where a small drafter is weakest.
+  bool lookup_first = false;
   // draft_sample_method "greedy": drafters draft their argmax even at T > 0
   // (default "probabilistic": sampled drafts with their distribution q).
   bool greedy_draft = false;

@@ -14,7 +14,7 @@ void add_grow(std::vector<int64_t>& a, const std::vector<int64_t>& b) {
 }
 }  // namespace
 
-void SpecStats::record(int64_t n_draft, int64_t accepted) {
+void SpecStats::record(int64_t n_draft, int64_t accepted, bool lookup) {
   if (n_draft < 0 || accepted < 0 || accepted > n_draft)
     fail("SpecStats::record: accepted must be in [0, n_draft], found accepted ", accepted, " of n_draft ", n_draft);
   if (n_draft == 0) return;  // a pass without draft tokens is not a draft
@@ -28,6 +28,7 @@ void SpecStats::record(int64_t n_draft, int64_t accepted) {
   if (acceptance_hist.size() < k + 1) acceptance_hist.resize(k + 1, 0);
   for (int64_t i = 0; i < accepted; ++i) ++accepted_per_pos[i];
   ++acceptance_hist[accepted];
+  if (lookup) ++num_lookup_drafts, num_lookup_accepted_tokens += accepted;
 }
 
 void SpecStats::merge(const SpecStats& o) {
@@ -37,6 +38,26 @@ void SpecStats::merge(const SpecStats& o) {
   add_grow(accepted_per_pos, o.accepted_per_pos);
   add_grow(tested_per_pos, o.tested_per_pos);
   add_grow(acceptance_hist, o.acceptance_hist);
+  num_lookup_drafts += o.num_lookup_drafts;
+  num_lookup_accepted_tokens += o.num_lookup_accepted_tokens;
+}
+
+SpecStats SpecStats::minus(const SpecStats& part) const {
+  SpecStats r = *this;
+  auto sub = [](std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+    if (b.size() > a.size()) a.resize(b.size(), 0);
+    for (size_t i = 0; i < b.size(); ++i) a[i] -= b[i];
+  };
+  r.num_drafts -= part.num_drafts;
+  r.num_draft_tokens -= part.num_draft_tokens;
+  r.num_accepted_tokens -= part.num_accepted_tokens;
+  sub(r.accepted_per_pos, part.accepted_per_pos);
+  sub(r.tested_per_pos, part.tested_per_pos);
+  sub(r.acceptance_hist, part.acceptance_hist);
+  r.num_lookup_drafts -= part.num_lookup_drafts;
+  r.num_lookup_accepted_tokens -= part.num_lookup_accepted_tokens;
+  if (r.num_drafts < 0 || r.num_accepted_tokens < 0) fail("SpecStats::minus: the part is not a subset");
+  return r;
 }
 
 }  // namespace blockspec

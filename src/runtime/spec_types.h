@@ -22,16 +22,20 @@ struct Draft {
   std::vector<float> q;
   std::vector<int32_t> cand;
   int64_t n_cand = 0;  // C
+  // Drafted by n-gram prompt lookup in place of the drafter (SpecConfig::lookup_first).
+  bool from_lookup = false;
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   void clear() {
     tokens.clear(), q.clear(), cand.clear();
-    q_kind = Q::kOneHot, n_cand = 0;
+    q_kind = Q::kOneHot, n_cand = 0, from_lookup = false;
   }
 };
 
 class Proposer;
 
-// One sequence's request for a draft: up to k tokens to follow *seq, into *out.
+// One sequence's request for a draft: up to k tokens to follow *seq, into *out
+// (k_lookup >= 0: n-gram lookup in front of a drafter drafts up to k_lookup
+// tokens and the drafter up to k; -1: k for both).
 struct ProposeCall {
   Proposer* proposer;
   const std::vector<int32_t>* seq;
@@ -39,6 +43,16 @@ struct ProposeCall {
   const SamplingParams* sp;
   Rng* rng;
   Draft* out;
+  int64_t k_lookup = -1;
+  int64_t lookup_k() const { return k_lookup < 0 ? k : k_lookup; }
+};
+
+// The draft length of each source in a step with n-gram lookup in front of a
+// drafter (SpecConfig::lookup_first), each chosen from its own acceptance and
+// cost; the plan reserves rows for the larger.
+struct DraftLengths {
+  int64_t drafter = 0, lookup = 0;
+  int64_t max() const { return drafter > lookup ? drafter : lookup; }
 };
 
 // A source of draft tokens. The speculative loop tells it every token the
@@ -52,6 +66,8 @@ class Proposer {
   // Target layers whose outputs the proposer consumes (DFlash taps); empty
   // when it needs none.
   virtual std::vector<int64_t> tap_layers() const { return {}; }
+  // n-gram lookup drafts in front of this proposer's drafter (ProposeCall::k_lookup).
+  virtual bool lookup_first() const { return false; }
   // The target processed and committed seq[n_seen .. n_seen + n_new); taps:
   // [n_new, n_taps * H] their tapped hidden states (nullptr when no taps).
   virtual void observe(const std::vector<int32_t>& seq, int64_t n_seen, int64_t n_new, const float* taps) = 0;
@@ -103,13 +119,21 @@ struct SpecStats {
   // of position i given its predecessors', unbiased when K varies per step.
   std::vector<int64_t> tested_per_pos;
   std::vector<int64_t> acceptance_hist;     // [K+1] drafts that accepted exactly a tokens
+  // Of the drafts above, those n-gram lookup made in place of the drafter
+  // (SpecConfig::lookup_first), and their accepted tokens.
+  int64_t num_lookup_drafts = 0;
+  int64_t num_lookup_accepted_tokens = 0;
   // 1 + accepted / drafts: tokens committed per target pass (bonus included).
   double mean_acceptance_length() const {
     return num_drafts > 0 ? 1.0 + static_cast<double>(num_accepted_tokens) / num_drafts : 0.0;
   }
-  // Records one verification of n_draft tokens with `accepted` accepted.
-  void record(int64_t n_draft, int64_t accepted);
+  // Records one verification of n_draft tokens with `accepted` accepted
+  // (lookup: the draft came from n-gram lookup, Draft::from_lookup).
+  void record(int64_t n_draft, int64_t accepted, bool lookup = false);
   void merge(const SpecStats& o);
+  // These counts less those of `part`, a subset of the same drafts (the
+  // drafter's share: all drafts minus the lookup's).
+  SpecStats minus(const SpecStats& part) const;
 };
 
 }  // namespace blockspec

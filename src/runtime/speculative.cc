@@ -58,6 +58,9 @@ void configure_spec(SpecConfig& c, const DraftModel* drafter, Transformer& targe
     c.num_speculative_tokens = kmax;
     c.adaptive_k = c.k_by_batch.empty();
   }
+  if (c.lookup_first && (c.prompt_lookup_min < 1 || c.prompt_lookup_max < c.prompt_lookup_min))
+    fail(what, ": prompt_lookup_min ", c.prompt_lookup_min, " / prompt_lookup_max ", c.prompt_lookup_max,
+         " must satisfy 1 <= min <= max");
   if (c.num_speculative_tokens > kmax)
     fail(what, ": num_speculative_tokens ", c.num_speculative_tokens, " exceeds block_size - 1 = ", kmax,
          " of the drafter (more masks than it was trained for)");
@@ -69,8 +72,10 @@ std::unique_ptr<Proposer> new_proposer(const SpecConfig& c, const std::shared_pt
                                        int64_t capacity, bool whole_context) {
   if (!c.uses_drafter()) return std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
   if (!drafter) fail("speculative method ", c.method_name(), " needs its drafter loaded");
+  std::optional<NgramProposer> lookup;
+  if (c.lookup_first) lookup.emplace(c.prompt_lookup_min, c.prompt_lookup_max);
   return std::make_unique<DFlashProposer>(drafter, capacity, c.greedy_draft, c.draft_kv_dtype.value_or(KvDType::kF32),
-                                          whole_context);
+                                          whole_context, std::move(lookup));
 }
 
 std::unique_ptr<Proposer> make_proposer(SpecConfig& c, const std::shared_ptr<DraftModel>& drafter,
@@ -137,7 +142,19 @@ SpecResult run_sequence(Transformer& model, Proposer* proposer, int64_t K, const
   sched.add(&s.st);
   ModelRunner runner(model);
   DraftCost draft_cost;  // measured proposer time per step, for ksel
-  auto choose = [&](int64_t n) { return ksel ? std::min(K, ksel->choose(n, s.stats, draft_cost.ms())) : K; };
+  DraftLengths lengths{K, K};  // n-gram lookup in front of a drafter: each source's k
+  const bool lookup_first = proposer && proposer->lookup_first();
+  auto choose = [&](int64_t n) {
+    if (!ksel) return K;
+    if (lookup_first) {
+      lengths = ksel->choose_sources(n, s.stats, s.lookup_stats, draft_cost.ms());
+      lengths = {std::min(K, lengths.drafter), std::min(K, lengths.lookup)};
+      return lengths.max();
+    }
+    const int64_t k = std::min(K, ksel->choose(n, s.stats, draft_cost.ms()));
+    lengths = {k, k};
+    return k;
+  };
   while (s.end_reason.empty()) {
     const StepPlan plan = sched.plan(choose);
     for (SeqState* st : plan.admitted) {
@@ -149,9 +166,9 @@ SpecResult run_sequence(Transformer& model, Proposer* proposer, int64_t K, const
     }
     BS_ASSERT(!plan.rows.empty());  // the pool holds the one sequence's worst case
     const bool verify = plan.rows[0].decode;
-    const ModelRunner::StepOutcome o = runner.run(plan, [&](const SeqState&) -> Sequence& { return s; });
+    const ModelRunner::StepOutcome o = runner.run(plan, [&](const SeqState&) -> Sequence& { return s; }, &lengths);
     if (o.n_drafted > 0) draft_cost.drafted(o.draft_seconds * 1e3);
-    else if (verify) draft_cost.idle();
+    else if (verify && (o.n_lookup == 0 || lengths.drafter == 0)) draft_cost.idle();
     if (verify) ++res.target_passes;
     if (on_token)
       for (int32_t t : s.out) on_token(t);

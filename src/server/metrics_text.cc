@@ -106,6 +106,11 @@ std::string render_metrics(const EngineMetrics& m, const ServerCounters& c, cons
            static_cast<double>(m.spec.num_draft_tokens));
   w.metric("spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.",
            static_cast<double>(m.spec.num_accepted_tokens));
+  // blockspec's own: the drafts n-gram lookup made in front of the drafter (lookup_first).
+  w.metric("spec_decode_num_lookup_drafts_total", "counter", "Drafts made by n-gram lookup in place of the drafter.",
+           static_cast<double>(m.spec.num_lookup_drafts));
+  w.metric("spec_decode_num_lookup_accepted_tokens_total", "counter", "Accepted tokens of the n-gram lookup drafts.",
+           static_cast<double>(m.spec.num_lookup_accepted_tokens));
   // A counter per draft position (0-based, as vLLM labels it); the
   // exposition name carries _total like every counter.
   w.header("spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft position.");

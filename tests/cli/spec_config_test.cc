@@ -56,6 +56,26 @@ TEST(SpecConfigParse, DrafterConfigReadOnceAndDecidesTheMethod) {
   }
 }
 
+// prompt_lookup_min / _max with a drafter put n-gram lookup in front of it;
+// without them the drafter drafts alone.
+TEST(SpecConfigParse, LookupKeysWithADrafterPutTheLookupFirst) {
+  const std::string d = kDrafters + "dflash";
+  SpecConfig c = parse_spec_config(R"({"method":"dflash","model":")" + d + R"("})");
+  EXPECT_FALSE(c.lookup_first);
+  c = parse_spec_config(R"({"method":"dflash","model":")" + d + R"(","prompt_lookup_max":3})");
+  EXPECT_TRUE(c.lookup_first);
+  EXPECT_EQ(c.prompt_lookup_min, kLookupFirstMin);
+  EXPECT_EQ(c.prompt_lookup_max, 3);
+  c = parse_spec_config(R"({"model":")" + kDrafters + R"(dflash2","prompt_lookup_min":1})");
+  EXPECT_TRUE(c.lookup_first);
+  EXPECT_EQ(c.method, SpecMethod::kDFlash2);
+  EXPECT_EQ(c.prompt_lookup_min, 1);
+  EXPECT_EQ(c.prompt_lookup_max, 5);
+  EXPECT_NE(error_of(R"({"method":"dflash","model":")" + d + R"(","prompt_lookup_min":4,"prompt_lookup_max":3})")
+                .find("prompt_lookup_max 3 < prompt_lookup_min 4"),
+            std::string::npos);
+}
+
 TEST(SpecConfigParse, ShippedDraftersByShortName) {
   // $BLOCKSPEC_DRAFTERS is searched first: the fixture drafters stand in for shipped ones.
   ASSERT_EQ(::setenv("BLOCKSPEC_DRAFTERS", kDrafters.c_str(), 1), 0);
@@ -84,7 +104,6 @@ TEST(SpecConfigParse, BadConfigsNameWhatIsWrong) {
       {R"({"method":"ngram","num_speculative_tokens":3,"model":"x"})", "ngram takes no \"model\""},
       {R"({"method":"dflash"})", "needs \"model\""},
       {R"({"method":"dflash","model":")" + kDrafters + R"(target"})", "is not a DFlash drafter"},
-      {R"({"method":"dflash","model":")" + d + R"(","prompt_lookup_max":3})", "apply to method ngram only"},
       {R"({"method":"dflash","model":")" + d + R"(","num_speculative_tokens":8})", "exceeds block_size - 1 = 7"},
       {R"({"method":"dflash","model":")" + d + R"(","draft_sample_method":"topk"})", "draft_sample_method must be"},
   };

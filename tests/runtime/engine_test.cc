@@ -10,8 +10,10 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 
 #include "formats/safetensors.h"
 #include "runtime/generate.h"
+#include "runtime/ngram.h"
 
 namespace blockspec {
 namespace {
@@ -414,6 +417,124 @@ TEST(Engine, DFlashPrefixCachingKeepsTheDrafterContext) {
       EXPECT_EQ(hits[1], (std::vector<int64_t>{0, 64, 64, turn}));
       EXPECT_EQ(hits[2], (std::vector<int64_t>{0, 64, 64, turn}));
     }
+}
+
+// Records every propose() of the proposer it wraps: the sequence length it
+// drafted after, the tokens, and whether n-gram lookup made them.
+struct ProposeLog {
+  std::mutex mu;
+  std::vector<std::tuple<size_t, std::vector<int32_t>, bool>> calls;
+};
+class ProposeRecorder : public DraftRecorder {
+ public:
+  ProposeRecorder(std::unique_ptr<Proposer> inner, ProposeLog* log) : DraftRecorder(std::move(inner), &sink_, &log->mu), log_(log) {}
+  void propose(const std::vector<int32_t>& seq, int64_t k, const SamplingParams& sp, Rng& rng, Draft& out) override {
+    DraftRecorder::propose(seq, k, sp, rng, out);
+    std::lock_guard<std::mutex> g(log_->mu);
+    log_->calls.emplace_back(seq.size(), out.tokens, out.from_lookup);
+  }
+
+ private:
+  std::vector<std::vector<int32_t>> sink_;
+  ProposeLog* log_;
+};
+
+// n-gram lookup in front of a DFlash / DFlash2 drafter (SpecConfig::lookup_first):
+// greedy answers stay plain decoding's; lookup drafts where the sequence
+// repeats and the drafter elsewhere; and every draft the drafter makes equals
+// the draft the drafter alone makes after the same tokens, although its
+// context taps waited through the steps lookup drafted (a drafter that lost or
+// misplaced them drafts differently). Lookup drafts are the lookup's own.
+TEST(Engine, LookupFirstDraftsTheDrafterWhereTheLookupFindsNothing) {
+  ModelOptions mo;
+  mo.n_threads = 2;
+  auto ref = Transformer::load(dflash("target"), mo);
+  const int64_t V = ref->config().vocab_size;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<int32_t>> expect;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<int32_t> p = prompt_of(i, 12 + 5 * i, V);
+    if (i > 0) p.insert(p.end(), p.begin(), p.begin() + 8);  // a repeat for the lookup to find
+    prompts.push_back(p);
+    GenerateOptions go;
+    go.max_new_tokens = 40;
+    go.stop_at_eos = false;
+    expect.push_back(generate(*ref, p, go).tokens);
+  }
+  for (const char* d : {"dflash", "dflash2"}) {
+    SCOPED_TRACE(d);
+    ProposeLog logs[2];  // [lookup first]
+    for (int lookup = 0; lookup < 2; ++lookup) {
+      EngineOptions eo;
+      eo.max_num_seqs = 4;
+      eo.spec = test_spec("dflash", 3, dflash(d));
+      eo.spec->lookup_first = lookup == 1;
+      eo.spec->prompt_lookup_min = 2, eo.spec->prompt_lookup_max = 4;
+      ProposeLog* log = &logs[lookup];
+      eo.wrap_proposer = [log](std::unique_ptr<Proposer> p) { return std::make_unique<ProposeRecorder>(std::move(p), log); };
+      auto eng = test_engine(Transformer::load(dflash("target"), mo), eo);
+      for (size_t i = 0; i < prompts.size(); ++i) {  // one at a time: the log is one request's
+        Collector col;
+        uint64_t slot = 0;
+        RequestParams rp;
+        rp.prompt = prompts[i];
+        rp.max_tokens = 40;
+        rp.ignore_eos = true;
+        eng->submit(rp, col.make(&slot));
+        col.wait(1);
+        EXPECT_EQ(col.tokens[reinterpret_cast<uint64_t>(&slot)], expect[i]) << "request " << i;
+        std::lock_guard<std::mutex> g(log->mu);
+        log->calls.emplace_back(0, std::vector<int32_t>{}, false);  // request boundary
+      }
+      const EngineMetrics m = eng->metrics();
+      if (lookup == 1) {
+        EXPECT_GT(m.spec.num_lookup_drafts, 0);
+        EXPECT_LT(m.spec.num_lookup_drafts, m.spec.num_drafts) << "the drafter never drafted";
+        EXPECT_GT(m.spec.num_lookup_accepted_tokens, 0);
+      } else {
+        EXPECT_EQ(m.spec.num_lookup_drafts, 0);
+      }
+    }
+    // Per request: the drafter's draft after each sequence length, alone and behind the lookup.
+    auto by_len = [](const ProposeLog& log, bool want_lookup) {
+      std::vector<std::map<size_t, std::vector<int32_t>>> out(1);
+      for (const auto& [len, tokens, from_lookup] : log.calls) {
+        if (len == 0) out.emplace_back();
+        else if (from_lookup == want_lookup && !tokens.empty()) out.back()[len] = tokens;
+      }
+      out.pop_back();
+      return out;
+    };
+    const auto alone = by_len(logs[0], false), behind = by_len(logs[1], false), looked = by_len(logs[1], true);
+    ASSERT_EQ(alone.size(), prompts.size());
+    ASSERT_EQ(behind.size(), prompts.size());
+    int64_t compared = 0, lookup_drafts = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      for (const auto& [len, tokens] : behind[i]) {
+        auto it = alone[i].find(len);
+        if (it == alone[i].end() || it->second.size() != tokens.size()) continue;  // not the same block
+        EXPECT_EQ(tokens, it->second) << "request " << i << ", after " << len << " tokens";
+        ++compared;
+      }
+      std::vector<int32_t> seq = prompts[i];
+      seq.insert(seq.end(), expect[i].begin(), expect[i].end());
+      NgramProposer ngram(2, 4);
+      for (const auto& [len, tokens] : looked[i]) {
+        Draft want;
+        SamplingParams sp;
+        Rng rng(0);
+        ngram.propose(std::vector<int32_t>(seq.begin(), seq.begin() + static_cast<int64_t>(len)), 3, sp, rng, want);
+        ASSERT_LE(tokens.size(), want.tokens.size());  // fewer near max_tokens
+        EXPECT_EQ(tokens, std::vector<int32_t>(want.tokens.begin(), want.tokens.begin() + tokens.size()))
+            << "request " << i << ", after " << len << " tokens";
+        ++lookup_drafts;
+      }
+    }
+    std::printf("[lookup first] %s: %lld drafter drafts compared, %lld lookup drafts\n", d,
+                static_cast<long long>(compared), static_cast<long long>(lookup_drafts));
+    EXPECT_GT(compared, 4) << "too few drafter drafts after the same tokens to compare";
+    EXPECT_GT(lookup_drafts, 0);
+  }
 }
 
 TEST(Engine, RejectsBadRequests) {

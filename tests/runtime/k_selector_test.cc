@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "base/error.h"
+
 namespace blockspec {
 namespace {
 
@@ -51,6 +53,28 @@ TEST(KSelector, FollowsMeasuredAcceptance) {
   EXPECT_EQ(ks.choose(1, history(20, {20, 20, 20, 20}), 0.0), 4);
   // Fewer than 8 drafts: the prior still decides.
   EXPECT_EQ(ks.choose(1, history(7, {0, 0, 0, 0}), 0.0), 4);
+}
+
+// n-gram lookup in front of a drafter: each source's k from its own drafts
+// (the drafter's are all drafts less the lookup's) and cost.
+TEST(KSelector, LookupAndDrafterEachGetTheirOwnK) {
+  const KSelector ks(flat_then_linear(), 4);
+  // 30 drafts: 10 by the lookup, all accepted in full; 20 by the drafter, none accepted.
+  const SpecStats all = history(30, {10, 10, 10, 10}), lookup = history(10, {10, 10, 10, 10});
+  DraftLengths l = ks.choose_sources(1, all, lookup, 0.0);
+  EXPECT_EQ(l.lookup, 4);
+  EXPECT_EQ(l.drafter, 0);
+  EXPECT_EQ(l.max(), 4);
+  // The other way round: the drafter accepts position 1 always and position 2 never, the lookup nothing.
+  l = ks.choose_sources(1, history(30, {20, 0, 0, 0}), history(10, {0, 0, 0, 0}), 0.0);
+  EXPECT_EQ(l.drafter, 1);
+  EXPECT_EQ(l.lookup, 0);
+  // The drafter's cost weighs on the drafter alone: at 20 ms a draft neither pays with prior acceptance...
+  l = ks.choose_sources(1, {}, {}, 20.0);
+  EXPECT_EQ(l.drafter, 0);
+  EXPECT_EQ(l.lookup, 4);  // ... and the lookup, free, drafts the ceiling
+  // A part that is not a subset is refused.
+  EXPECT_THROW(ks.choose_sources(1, history(5, {1}), history(10, {1}), 0.0), Error);
 }
 
 TEST(KSelector, ADrafterSlowerThanItsGainIsTurnedOff) {

@@ -304,6 +304,33 @@ TEST_F(ServerSpec, RealDrafterWithFixedKDraftsExactlyK) {
   }
 }
 
+// n-gram lookup in front of a real (random) DFlash / DFlash2 drafter, as
+// `"prompt_lookup_max"` with a drafter turns it on: lossless at concurrency 1
+// and 8 (lookup drafts and drafter drafts side by side in one batch), both
+// sources draft, lookup drafts are accepted in part, and /metrics counts them.
+TEST_F(ServerSpec, DrafterBehindNgramLookupIsLosslessAndUsesBoth) {
+  for (const char* method : {"dflash", "dflash2"}) {
+    for (int64_t k : {1, 3}) {
+      SCOPED_TRACE(std::string(method) + " K=" + std::to_string(k));
+      SpecConfig sc = spec(method, k);
+      sc.lookup_first = true;
+      sc.prompt_lookup_min = 2, sc.prompt_lookup_max = 4;
+      auto m = check_lossless(sc);
+      print_counters(method, k, m);
+      const double drafts = m["blockspec:spec_decode_num_drafts_total"];
+      const double lookup = m["blockspec:spec_decode_num_lookup_drafts_total"];
+      const double lookup_acc = m["blockspec:spec_decode_num_lookup_accepted_tokens_total"];
+      std::printf("[serve spec] lookup drafts %.0f of %.0f, accepted %.0f\n", lookup, drafts, lookup_acc);
+      EXPECT_GT(lookup, 0);
+      EXPECT_LT(lookup, drafts) << "the drafter never drafted";
+      EXPECT_GT(lookup_acc, 0);
+      EXPECT_LE(lookup_acc, m["blockspec:spec_decode_num_accepted_tokens_total"]);
+      EXPECT_LT(per_pos(m, 0), drafts) << "no draft was ever rejected";
+      if (k == 3) EXPECT_LT(lookup_acc, 3 * lookup) << "every lookup draft accepted in full";
+    }
+  }
+}
+
 // No num_speculative_tokens: the draft length adapts to acceptance. With a
 // proposer whose every draft is rejected, drafting stops once 8 drafts have
 // shown it (KSelector's history), while the same proposer at a given K

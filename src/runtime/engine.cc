@@ -238,7 +238,6 @@ void Engine::Impl::finish(Sequence& s, const std::string& reason, const std::str
     if (s.st.n_generated > 1 && s.t_first > 0)
       m.tpot_s.observe((t - s.t_first) / static_cast<double>(s.st.n_generated - 1));
     m.spec.merge(s.stats);
-    m.spec_lookup.merge(s.lookup_stats);
     m.finished_by_reason[reason]++;
   }
   if (s.on_event) s.on_event(ev);

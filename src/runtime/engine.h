@@ -127,7 +127,6 @@ struct EngineMetrics {
   double kv_usage() const { return kv_pages_total ? static_cast<double>(kv_pages_used) / kv_pages_total : 0.0; }
   Histogram ttft_s, tpot_s, e2e_s;
   SpecStats spec;  // summed over requests
-  SpecStats spec_lookup;  // of them, the drafts n-gram lookup made in front of the drafter
   uint64_t steps = 0;
   std::map<std::string, uint64_t> finished_by_reason;  // "stop", "length", "abort", "error"
   int64_t last_k = 0;  // draft tokens per sequence chosen for the latest step

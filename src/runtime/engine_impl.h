@@ -38,6 +38,7 @@ struct Engine::Impl {
   KSelector ksel;
   DraftCost draft_cost;  // measured drafter time per sequence and step
   DraftLengths lengths;  // lookup in front of a drafter: each source's k for the step being planned
+  AcceptanceWindow seen_drafter, seen_lookup;  // recent drafts of the proposer (drafter) and of n-gram lookup
 
   std::mutex mu;
   std::condition_variable cv;

@@ -141,17 +141,11 @@ int64_t Engine::Impl::choose_k(int64_t n_decoding) {
     lengths = {k, k};
     return k;
   }
-  SpecStats seen, seen_lookup;
-  {
-    std::lock_guard<std::mutex> g(mu);
-    seen = m.spec;
-    seen_lookup = m.spec_lookup;
-  }
   if (spec->lookup_first) {
-    lengths = ksel.choose_sources(n_decoding, seen, seen_lookup, draft_cost.ms());
+    lengths = ksel.choose_sources(n_decoding, seen_drafter.seen(), seen_lookup.seen(), draft_cost.ms());
     return lengths.max();
   }
-  const int64_t k = ksel.choose(n_decoding, seen, draft_cost.ms());
+  const int64_t k = ksel.choose(n_decoding, seen_drafter.seen(), draft_cost.ms());
   lengths = {k, k};
   return k;
 }
@@ -169,6 +163,8 @@ void Engine::Impl::step() {
       std::any_of(plan.rows.begin(), plan.rows.end(), [](const StepPlan::Row& r) { return r.decode; });
   if (o.n_drafted > 0) draft_cost.drafted(o.draft_seconds * 1e3 / static_cast<double>(o.n_drafted));
   else if (any_decode && (o.n_lookup == 0 || lengths.drafter == 0)) draft_cost.idle();  // not: lookup drafted for all
+  seen_drafter.add(o.drafted);
+  seen_lookup.add(o.looked_up);
   // Report this step's tokens (and the ends).
   std::vector<uint64_t> ended;
   for (Sequence* sp : o.touched) {

@@ -83,9 +83,20 @@ int64_t KSelector::choose(int64_t n, const SpecStats& seen, double draft_ms) con
   return best_k;
 }
 
-DraftLengths KSelector::choose_sources(int64_t n, const SpecStats& seen, const SpecStats& seen_lookup,
+DraftLengths KSelector::choose_sources(int64_t n, const SpecStats& seen_drafter, const SpecStats& seen_lookup,
                                        double drafter_ms) const {
-  return {choose(n, seen.minus(seen_lookup), drafter_ms), choose(n, seen_lookup, 0.0)};
+  return {choose(n, seen_drafter, drafter_ms), choose(n, seen_lookup, 0.0)};
+}
+
+void AcceptanceWindow::add(const SpecStats& step) {
+  newer_.merge(step);
+  if (newer_.num_drafts >= kHalf) older_ = std::move(newer_), newer_ = SpecStats{};
+}
+
+SpecStats AcceptanceWindow::seen() const {
+  SpecStats s = older_;
+  s.merge(newer_);
+  return s;
 }
 
 void DraftCost::drafted(double ms) {

@@ -24,9 +24,9 @@ class KSelector {
   KSelector(std::vector<std::pair<int64_t, double>> table, int64_t K) : K_(K), table_(std::move(table)) {}
   int64_t choose(int64_t n_decoding, const SpecStats& seen, double draft_ms_per_seq) const;
   // n-gram lookup in front of a drafter: each source's k by choose() from its
-  // own drafts (seen_lookup, a subset of seen; the drafter's are the rest), the
-  // lookup's at no draft cost. A source that does not pay alone drafts 0.
-  DraftLengths choose_sources(int64_t n_decoding, const SpecStats& seen, const SpecStats& seen_lookup,
+  // own drafts, the lookup's at no draft cost. A source that does not pay
+  // alone drafts 0.
+  DraftLengths choose_sources(int64_t n_decoding, const SpecStats& seen_drafter, const SpecStats& seen_lookup,
                               double drafter_ms_per_seq) const;
   int64_t max_k() const { return K_; }
 
@@ -34,6 +34,22 @@ class KSelector {
   double cost_ms(int64_t rows) const;  // interpolated
   int64_t K_ = 0;
   std::vector<std::pair<int64_t, double>> table_;  // rows -> ms
+};
+
+// The acceptance KSelector::choose reads: the last kHalf to 2 * kHalf drafts
+// (two halves; the older is dropped when the newer fills), added step by
+// step. A server's prompts change (code, then chat), and acceptance with
+// them: a history summed since start-up kept drafting on chat at the
+// acceptance code had earned (BENCHMARKS.md, "n-gram lookup in front of the
+// drafter"), and one summed at request ends learned nothing inside a request.
+class AcceptanceWindow {
+ public:
+  static constexpr int64_t kHalf = 64;
+  void add(const SpecStats& step);
+  SpecStats seen() const;
+
+ private:
+  SpecStats older_, newer_;
 };
 
 // The drafter's cost per drafting sequence for KSelector::choose, from the

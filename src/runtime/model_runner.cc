@@ -151,8 +151,9 @@ ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan, const std::funct
                                                : verify_sampled(s.draft, rows, V, s.params.sampling, s.rng);
         // Drafts accepted past max_tokens are verified but never emitted:
         // they count as accepted only up to what the request could use.
-        s.stats.record(kd, std::min(v.accepted, remaining - 1), s.draft.from_lookup);
-        if (s.draft.from_lookup) s.lookup_stats.record(kd, std::min(v.accepted, remaining - 1), true);
+        const int64_t used = std::min(v.accepted, remaining - 1);
+        s.stats.record(kd, used, s.draft.from_lookup);
+        (s.draft.from_lookup ? o.looked_up : o.drafted).record(kd, used, s.draft.from_lookup);
       }
       row += kd + 1;
       // The anchor and the accepted drafts are now committed and in the KV;

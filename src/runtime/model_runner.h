@@ -26,6 +26,7 @@ class ModelRunner {
     int64_t new_tokens = 0, prompt_tokens = 0;
     int64_t n_drafted = 0;           // sequences that drafted (with a drafter: that ran it)
     int64_t n_lookup = 0;            // sequences n-gram lookup drafted for in front of a drafter
+    SpecStats drafted, looked_up;    // this step's verified drafts: the proposer's (drafter's), n-gram lookup's
     double draft_seconds = 0;        // time spent in proposers
   };
   // Runs the plan's rows; seq_of maps a SeqState to its Sequence. After it,

@@ -33,7 +33,6 @@ struct Sequence {
   bool wants_taps = false;         // the proposer reads the target's tapped hidden states
   Rng rng{0};
   SpecStats stats;
-  SpecStats lookup_stats;  // of them, the drafts n-gram lookup made in front of a drafter
   std::unordered_map<int32_t, int32_t> counts;  // generated token -> occurrences (penalties)
   double t_submit = 0, t_first = 0;
   bool running = false;    // admitted: the scheduler holds it and its pages

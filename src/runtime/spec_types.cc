@@ -42,24 +42,6 @@ void SpecStats::merge(const SpecStats& o) {
   num_lookup_accepted_tokens += o.num_lookup_accepted_tokens;
 }
 
-SpecStats SpecStats::minus(const SpecStats& part) const {
-  SpecStats r = *this;
-  auto sub = [](std::vector<int64_t>& a, const std::vector<int64_t>& b) {
-    if (b.size() > a.size()) a.resize(b.size(), 0);
-    for (size_t i = 0; i < b.size(); ++i) a[i] -= b[i];
-  };
-  r.num_drafts -= part.num_drafts;
-  r.num_draft_tokens -= part.num_draft_tokens;
-  r.num_accepted_tokens -= part.num_accepted_tokens;
-  sub(r.accepted_per_pos, part.accepted_per_pos);
-  sub(r.tested_per_pos, part.tested_per_pos);
-  sub(r.acceptance_hist, part.acceptance_hist);
-  r.num_lookup_drafts -= part.num_lookup_drafts;
-  r.num_lookup_accepted_tokens -= part.num_lookup_accepted_tokens;
-  if (r.num_drafts < 0 || r.num_accepted_tokens < 0) fail("SpecStats::minus: the part is not a subset");
-  return r;
-}
-
 }  // namespace blockspec
 
 namespace blockspec {

@@ -131,9 +131,6 @@ struct SpecStats {
   // (lookup: the draft came from n-gram lookup, Draft::from_lookup).
   void record(int64_t n_draft, int64_t accepted, bool lookup = false);
   void merge(const SpecStats& o);
-  // These counts less those of `part`, a subset of the same drafts (the
-  // drafter's share: all drafts minus the lookup's).
-  SpecStats minus(const SpecStats& part) const;
 };
 
 }  // namespace blockspec

@@ -143,15 +143,16 @@ SpecResult run_sequence(Transformer& model, Proposer* proposer, int64_t K, const
   ModelRunner runner(model);
   DraftCost draft_cost;  // measured proposer time per step, for ksel
   DraftLengths lengths{K, K};  // n-gram lookup in front of a drafter: each source's k
+  AcceptanceWindow seen_drafter, seen_lookup;
   const bool lookup_first = proposer && proposer->lookup_first();
   auto choose = [&](int64_t n) {
     if (!ksel) return K;
     if (lookup_first) {
-      lengths = ksel->choose_sources(n, s.stats, s.lookup_stats, draft_cost.ms());
+      lengths = ksel->choose_sources(n, seen_drafter.seen(), seen_lookup.seen(), draft_cost.ms());
       lengths = {std::min(K, lengths.drafter), std::min(K, lengths.lookup)};
       return lengths.max();
     }
-    const int64_t k = std::min(K, ksel->choose(n, s.stats, draft_cost.ms()));
+    const int64_t k = std::min(K, ksel->choose(n, seen_drafter.seen(), draft_cost.ms()));
     lengths = {k, k};
     return k;
   };
@@ -169,6 +170,8 @@ SpecResult run_sequence(Transformer& model, Proposer* proposer, int64_t K, const
     const ModelRunner::StepOutcome o = runner.run(plan, [&](const SeqState&) -> Sequence& { return s; }, &lengths);
     if (o.n_drafted > 0) draft_cost.drafted(o.draft_seconds * 1e3);
     else if (verify && (o.n_lookup == 0 || lengths.drafter == 0)) draft_cost.idle();
+    seen_drafter.add(o.drafted);
+    seen_lookup.add(o.looked_up);
     if (verify) ++res.target_passes;
     if (on_token)
       for (int32_t t : s.out) on_token(t);

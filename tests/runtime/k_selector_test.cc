@@ -59,22 +59,40 @@ TEST(KSelector, FollowsMeasuredAcceptance) {
 // (the drafter's are all drafts less the lookup's) and cost.
 TEST(KSelector, LookupAndDrafterEachGetTheirOwnK) {
   const KSelector ks(flat_then_linear(), 4);
-  // 30 drafts: 10 by the lookup, all accepted in full; 20 by the drafter, none accepted.
-  const SpecStats all = history(30, {10, 10, 10, 10}), lookup = history(10, {10, 10, 10, 10});
-  DraftLengths l = ks.choose_sources(1, all, lookup, 0.0);
+  // The lookup's 10 drafts all accepted in full; the drafter's 20 never.
+  DraftLengths l = ks.choose_sources(1, history(20, {0, 0, 0, 0}), history(10, {10, 10, 10, 10}), 0.0);
   EXPECT_EQ(l.lookup, 4);
   EXPECT_EQ(l.drafter, 0);
   EXPECT_EQ(l.max(), 4);
   // The other way round: the drafter accepts position 1 always and position 2 never, the lookup nothing.
-  l = ks.choose_sources(1, history(30, {20, 0, 0, 0}), history(10, {0, 0, 0, 0}), 0.0);
+  l = ks.choose_sources(1, history(20, {20, 0, 0, 0}), history(10, {0, 0, 0, 0}), 0.0);
   EXPECT_EQ(l.drafter, 1);
   EXPECT_EQ(l.lookup, 0);
-  // The drafter's cost weighs on the drafter alone: at 20 ms a draft neither pays with prior acceptance...
+  // The drafter's cost weighs on the drafter alone: at 20 ms a draft does not pay with prior acceptance...
   l = ks.choose_sources(1, {}, {}, 20.0);
   EXPECT_EQ(l.drafter, 0);
-  EXPECT_EQ(l.lookup, 4);  // ... and the lookup, free, drafts the ceiling
-  // A part that is not a subset is refused.
-  EXPECT_THROW(ks.choose_sources(1, history(5, {1}), history(10, {1}), 0.0), Error);
+  EXPECT_EQ(l.lookup, 4);  // ... while the lookup, free, drafts the ceiling
+}
+
+// The acceptance the selector reads is the last 64 to 128 drafts: a change
+// of workload shows within them, where a history summed since start-up
+// would keep the old acceptance.
+TEST(KSelector, AcceptanceWindowForgetsOldDrafts) {
+  const KSelector ks(flat_then_linear(), 4);
+  AcceptanceWindow w;
+  SpecStats good, bad;
+  good.record(1, 1);
+  bad.record(1, 0);
+  for (int i = 0; i < 300; ++i) w.add(good);
+  EXPECT_EQ(w.seen().num_drafts, 300 % AcceptanceWindow::kHalf + AcceptanceWindow::kHalf);
+  EXPECT_EQ(ks.choose(1, w.seen(), 0.0), 4);
+  for (int i = 0; i < 2 * AcceptanceWindow::kHalf; ++i) w.add(bad);  // the workload changes
+  EXPECT_EQ(w.seen().num_accepted_tokens, 0);
+  EXPECT_EQ(ks.choose(1, w.seen(), 0.0), 0);
+  SpecStats summed;  // what a summed history would say
+  for (int i = 0; i < 300; ++i) summed.merge(good);
+  for (int i = 0; i < 2 * AcceptanceWindow::kHalf; ++i) summed.merge(bad);
+  EXPECT_GT(ks.choose(1, summed, 0.0), 0);
 }
 
 TEST(KSelector, ADrafterSlowerThanItsGainIsTurnedOff) {

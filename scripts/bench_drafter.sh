@@ -6,7 +6,7 @@
 # concurrency 1 and 8, acceptance per position, and a check that every
 # greedy output is identical to plain decoding's. Run it on a quiet machine.
 # The drafter's config picks the method (dflash or dflash2). BENCH_SETS and
-# BENCH_CONC narrow the prompt sets and concurrencies (default: all three, 1 and 8),
+# BENCH_CONC narrow the prompt sets and concurrencies (default: all three, 1 and 8), BENCH_ROUNDS repeats them,
 # BENCH_CONFIGS the server configs (names as in the table: plain ngram dflash ...).
 # Every server runs without prefix caching: each set's prompts repeat from the
 # c = 1 pass to the c = 8 pass, which would otherwise prefill from the cache
@@ -35,6 +35,12 @@ done
 [ -n "$DQ" ] && configs+=("dflash_quant:{\"method\":\"$MD\",\"model\":\"$DQ\"}")
 # n-gram lookup first, the drafter where it finds no match (prompt_lookup_max with a drafter).
 configs+=("lookup_dflash:{\"method\":\"$MD\",\"model\":\"${DQ:-$D}\",\"prompt_lookup_max\":3}")
+# Every server runs at once (started one after another, so each times its verify cost alone; an idle
+# server takes no CPU), and BENCH_ROUNDS rounds (default 1) go over the sets with the configs in an
+# order that rotates each round: ratios to plain are taken within a round, so the host's drift between
+# minutes (seen: plain 29-36 tok/s in one hour) cancels out.
+ROUNDS=${BENCH_ROUNDS:-1}
+names=(); ports=(); pids=()
 port=8310
 for c in "${configs[@]}"; do
   name=${c%%:*}
@@ -43,52 +49,76 @@ for c in "${configs[@]}"; do
   args=(serve "$M" --max-num-seqs 8 --max-model-len 2048 --port $port --served-model-name m --no-enable-prefix-caching)
   [ -n "$spec" ] && args+=(--speculative-config "$spec")
   $B "${args[@]}" > "$O/$name.serve.log" 2>&1 &
-  sp=$!
+  pids+=($!); names+=("$name"); ports+=($port)
   for _ in $(seq 120); do curl -sf http://127.0.0.1:$port/health > /dev/null && break; sleep 1; done
+  port=$((port + 1))
+done
+trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+n=${#names[@]}
+for r in $(seq "$ROUNDS"); do
+  suffix=""; [ "$r" -gt 1 ] && suffix=".r$r"
   for set in $SETS; do
     for conc in $CONCS; do
-      $B bench --url http://127.0.0.1:$port --prompts "$P/$set.jsonl" --concurrency $conc --num-prompts "$N" \
-        --max-tokens "$T" --json > "$O/$name.$set.c$conc.json" 2> "$O/$name.$set.c$conc.err"
+      for i in $(seq 0 $((n - 1))); do
+        x=$(((i + r - 1) % n)); name=${names[$x]}
+        $B bench --url http://127.0.0.1:${ports[$x]} --prompts "$P/$set.jsonl" --concurrency $conc --num-prompts "$N" \
+          --max-tokens "$T" --json > "$O/$name.$set.c$conc$suffix.json" 2> "$O/$name.$set.c$conc$suffix.err"
+      done
     done
   done
   # Sampling (T = 0.7): acceptance only; the distribution is exact by construction and by the tests.
-  $B bench --url http://127.0.0.1:$port --prompts "$P/gsm8k_test.jsonl" --concurrency 1 --num-prompts "$N" \
-    --max-tokens "$T" --temperature 0.7 --json > "$O/$name.gsm8k_test.t07.json" 2> "$O/$name.gsm8k_test.t07.err"
-  kill $sp
-  wait $sp 2>/dev/null || true
-  port=$((port + 1))
+  for i in $(seq 0 $((n - 1))); do
+    x=$(((i + r - 1) % n)); name=${names[$x]}
+    $B bench --url http://127.0.0.1:${ports[$x]} --prompts "$P/gsm8k_test.jsonl" --concurrency 1 --num-prompts "$N" \
+      --max-tokens "$T" --temperature 0.7 --json > "$O/$name.gsm8k_test.t07$suffix.json" 2> "$O/$name.gsm8k_test.t07$suffix.err"
+  done
 done
+kill "${pids[@]}" 2>/dev/null || true
+wait 2>/dev/null || true
 uptime > "$O/uptime_end.txt"
 python3 - "$O" <<'PY'
-import json, sys, glob, os
+import json, sys, glob, os, statistics
 o = sys.argv[1]
 def load(n):
     p = os.path.join(o, n)
     return json.load(open(p)) if os.path.exists(p) else None
+def rounds(stem):  # round 1's file, then .r2, .r3, ...
+    out, r = [], 1
+    while True:
+        j = load(f'{stem}.json' if r == 1 else f'{stem}.r{r}.json')
+        if not j: return out
+        out.append(j); r += 1
 names = sorted({os.path.basename(p).split('.')[0] for p in glob.glob(o + '/*.json')},
                key=lambda n: ['plain', 'ngram', 'dflash'].index(n) if n in ('plain', 'ngram', 'dflash') else 9)
+def spec_sum(js):  # acceptance over every round
+    sp = [j.get('spec', {}) for j in js]
+    d = sum(s.get('num_drafts', 0) for s in sp)
+    acc = sum(s.get('num_accepted_tokens', 0) for s in sp)
+    K = max([len(s.get('acceptance_per_pos', [])) for s in sp] + [0])
+    per = [sum(s['acceptance_per_pos'][i] * s['num_drafts'] for s in sp if len(s.get('acceptance_per_pos', [])) > i) / d
+           for i in range(K)] if d else []
+    return dict(tau=round(1 + acc / d, 3) if d else 0.0, per_pos=[round(x, 3) for x in per], drafts=d,
+                lookup_drafts=sum(s.get('num_lookup_drafts', 0) for s in sp),
+                lookup_accepted=sum(s.get('num_lookup_accepted_tokens', 0) for s in sp))
 rows = []
 for set_ in ['gsm8k_test', 'humaneval', 'mt_bench']:
     for c in (1, 8):
-        base = load(f'plain.{set_}.c{c}.json')
+        base = rounds(f'plain.{set_}.c{c}')
         for n in names:
-            j = load(f'{n}.{set_}.c{c}.json')
-            if not j: continue
-            same = base is not None and j['outputs'] == base['outputs']
-            sp = j.get('spec', {})
-            rows.append(dict(config=n, set=set_, c=c, tok_s=round(j['output_tok_s'], 2),
-                             vs_plain=round(j['output_tok_s'] / base['output_tok_s'], 3) if base else None,
-                             tau=round(sp.get('mean_acceptance_length', 0), 3),
-                             per_pos=[round(x, 3) for x in sp.get('acceptance_per_pos', [])],
-                             lookup_drafts=sp.get('num_lookup_drafts', 0), drafts=sp.get('num_drafts', 0),
-                             identical_to_plain=same, errors=j['errors']))
+            js = rounds(f'{n}.{set_}.c{c}')
+            if not js: continue
+            same = bool(base) and all(j['outputs'] == base[0]['outputs'] for j in js)
+            ratios = [j['output_tok_s'] / b['output_tok_s'] for j, b in zip(js, base)]
+            rows.append(dict(config=n, set=set_, c=c, tok_s=round(statistics.median(j['output_tok_s'] for j in js), 2),
+                             vs_plain=round(statistics.median(ratios), 3) if ratios else None,
+                             vs_plain_rounds=[round(x, 3) for x in ratios], **spec_sum(js),
+                             identical_to_plain=same, errors=sum(j['errors'] for j in js)))
 for n in names:
-    j = load(f'{n}.gsm8k_test.t07.json')
-    if j:
-        sp = j.get('spec', {})
-        rows.append(dict(config=n, set='gsm8k_test T=0.7', c=1, tok_s=round(j['output_tok_s'], 2),
-                         tau=round(sp.get('mean_acceptance_length', 0), 3),
-                         per_pos=[round(x, 3) for x in sp.get('acceptance_per_pos', [])], errors=j['errors']))
+    js = rounds(f'{n}.gsm8k_test.t07')
+    if js:
+        rows.append(dict(config=n, set='gsm8k_test T=0.7', c=1,
+                         tok_s=round(statistics.median(j['output_tok_s'] for j in js), 2), **spec_sum(js),
+                         errors=sum(j['errors'] for j in js)))
 json.dump(rows, open(os.path.join(o, 'summary.json'), 'w'), indent=1)
 for r in rows: print(r)
 PY

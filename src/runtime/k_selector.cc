@@ -89,8 +89,15 @@ DraftLengths KSelector::choose_sources(int64_t n, const SpecStats& seen_drafter,
 }
 
 void AcceptanceWindow::add(const SpecStats& step) {
-  newer_.merge(step);
-  if (newer_.num_drafts >= kHalf) older_ = std::move(newer_), newer_ = SpecStats{};
+  if (step.num_drafts == 0) {
+    if (++idle_ < kHalf) return;
+    idle_ = 0;
+  } else {
+    idle_ = 0;
+    newer_.merge(step);
+    if (newer_.num_drafts < kHalf) return;
+  }
+  older_ = std::move(newer_), newer_ = SpecStats{};
 }
 
 SpecStats AcceptanceWindow::seen() const {

@@ -42,14 +42,18 @@ class KSelector {
 // them: a history summed since start-up kept drafting on chat at the
 // acceptance code had earned (BENCHMARKS.md, "n-gram lookup in front of the
 // drafter"), and one summed at request ends learned nothing inside a request.
+// A source whose k fell to 0 makes no drafts to refresh its window, so every
+// kHalf steps without a draft drop the older half: after 2 * kHalf idle steps
+// the prior decides again, and a few drafts measure the new prompts.
 class AcceptanceWindow {
  public:
   static constexpr int64_t kHalf = 64;
-  void add(const SpecStats& step);
+  void add(const SpecStats& step);  // one step's drafts (none: an idle step)
   SpecStats seen() const;
 
  private:
   SpecStats older_, newer_;
+  int64_t idle_ = 0;  // steps without a draft since the last draft or drop
 };
 
 // The drafter's cost per drafting sequence for KSelector::choose, from the

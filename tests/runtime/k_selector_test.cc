@@ -93,6 +93,14 @@ TEST(KSelector, AcceptanceWindowForgetsOldDrafts) {
   for (int i = 0; i < 300; ++i) summed.merge(good);
   for (int i = 0; i < 2 * AcceptanceWindow::kHalf; ++i) summed.merge(bad);
   EXPECT_GT(ks.choose(1, summed, 0.0), 0);
+  // Drafting is off now, so no draft refreshes the window: idle steps age it
+  // out, and the prior drafts again after 2 * kHalf of them.
+  const SpecStats none;
+  for (int i = 0; i < 2 * AcceptanceWindow::kHalf - 1; ++i) w.add(none);
+  EXPECT_EQ(ks.choose(1, w.seen(), 0.0), 0) << "forgot before 2 * kHalf idle steps";
+  w.add(none);
+  EXPECT_EQ(w.seen().num_drafts, 0);
+  EXPECT_EQ(ks.choose(1, w.seen(), 0.0), 4);
 }
 
 TEST(KSelector, ADrafterSlowerThanItsGainIsTurnedOff) {

@@ -36,9 +36,7 @@ struct Engine::Impl {
   std::shared_ptr<DraftModel> drafter;
   std::optional<SpecConfig> spec;
   KSelector ksel;
-  DraftCost draft_cost;  // measured drafter time per sequence and step
-  DraftLengths lengths;  // lookup in front of a drafter: each source's k for the step being planned
-  AcceptanceWindow seen_drafter, seen_lookup;  // recent drafts of the proposer (drafter) and of n-gram lookup
+  AdaptiveK adaptive;  // each source's k for the step being planned, recent acceptance, drafter cost
 
   std::mutex mu;
   std::condition_variable cv;
@@ -65,7 +63,7 @@ struct Engine::Impl {
   void start(Sequence& s);  // admitted: KV view and proposer
   void publish();  // running / waiting / KV page counts into m
   void publish_pages(Sequence& s);  // s's full pages with final K/V into the prefix cache (and their drafter context)
-  int64_t choose_k(int64_t n_decoding);  // sets `lengths` too
+  int64_t choose_k(int64_t n_decoding);  // sets adaptive.lengths() too
   // Reports the end and frees everything the request holds; the Sequence
   // itself is destroyed by the caller (it may still be in a loop's hands).
   void finish(Sequence& s, const std::string& reason, const std::string& error = "");

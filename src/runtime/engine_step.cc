@@ -136,17 +136,9 @@ void Engine::Impl::publish() {
 
 int64_t Engine::Impl::choose_k(int64_t n_decoding) {
   if (!spec) return 0;
-  if (!spec->adaptive_k) {
-    const int64_t k = k_for_batch(*spec, n_decoding);
-    lengths = {k, k};
-    return k;
-  }
-  if (spec->lookup_first) {
-    lengths = ksel.choose_sources(n_decoding, seen_drafter.seen(), seen_lookup.seen(), draft_cost.ms());
-    return lengths.max();
-  }
-  const int64_t k = ksel.choose(n_decoding, seen_drafter.seen(), draft_cost.ms());
-  lengths = {k, k};
+  if (spec->adaptive_k) return adaptive.choose(ksel, n_decoding, spec->lookup_first, spec->num_speculative_tokens);
+  const int64_t k = k_for_batch(*spec, n_decoding);
+  adaptive.fix(k);
   return k;
 }
 
@@ -158,13 +150,10 @@ void Engine::Impl::step() {
   if (plan.rows.empty()) return;
 
   const ModelRunner::StepOutcome o =
-      runner->run(plan, [this](const SeqState& st) -> Sequence& { return *live.at(st.id); }, &lengths);
+      runner->run(plan, [this](const SeqState& st) -> Sequence& { return *live.at(st.id); }, &adaptive.lengths());
   const bool any_decode =
       std::any_of(plan.rows.begin(), plan.rows.end(), [](const StepPlan::Row& r) { return r.decode; });
-  if (o.n_drafted > 0) draft_cost.drafted(o.draft_seconds * 1e3 / static_cast<double>(o.n_drafted));
-  else if (any_decode && (o.n_lookup == 0 || lengths.drafter == 0)) draft_cost.idle();  // not: lookup drafted for all
-  seen_drafter.add(o.drafted);
-  seen_lookup.add(o.looked_up);
+  adaptive.stepped(o.drafted, o.looked_up, o.n_drafted, o.n_lookup, o.draft_seconds, any_decode);
   // Report this step's tokens (and the ends).
   std::vector<uint64_t> ended;
   for (Sequence* sp : o.touched) {

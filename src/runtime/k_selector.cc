@@ -106,6 +106,24 @@ SpecStats AcceptanceWindow::seen() const {
   return s;
 }
 
+int64_t AdaptiveK::choose(const KSelector& ks, int64_t n, bool lookup_first, int64_t k_max) {
+  if (lookup_first) {
+    const DraftLengths l = ks.choose_sources(n, drafter_.seen(), lookup_.seen(), cost_.ms());
+    lengths_ = {std::min(k_max, l.drafter), std::min(k_max, l.lookup)};
+  } else {
+    fix(std::min(k_max, ks.choose(n, drafter_.seen(), cost_.ms())));
+  }
+  return lengths_.max();
+}
+
+void AdaptiveK::stepped(const SpecStats& drafted, const SpecStats& looked_up, int64_t n_drafted, int64_t n_lookup,
+                        double draft_seconds, bool decoded) {
+  if (n_drafted > 0) cost_.drafted(draft_seconds * 1e3 / static_cast<double>(n_drafted));
+  else if (decoded && (n_lookup == 0 || lengths_.drafter == 0)) cost_.idle();  // not when the lookup drafted for all
+  drafter_.add(drafted);
+  lookup_.add(looked_up);
+}
+
 void DraftCost::drafted(double ms) {
   ms_ = n_ < 2 ? ms : 0.8 * ms_ + 0.2 * ms;  // measurements 1 and 2 are taken as they are
   ++n_;

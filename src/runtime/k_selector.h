@@ -75,4 +75,26 @@ class DraftCost {
   int64_t n_ = 0;
 };
 
+// The adaptive draft length of one engine (or one generate_speculative run),
+// step by step: the lengths chosen for the step being planned, each source's
+// recent acceptance and the drafter's measured cost.
+class AdaptiveK {
+ public:
+  // Each source's k for n decoding sequences, capped at k_max (lookup_first:
+  // the lookup's and the drafter's apart; otherwise one k for both).
+  int64_t choose(const KSelector& ks, int64_t n, bool lookup_first, int64_t k_max);
+  void fix(int64_t k) { lengths_ = {k, k}; }  // a given K this step
+  // After a step: its verified drafts by source, the sequences that ran the
+  // drafter and that the lookup drafted for, the proposers' time, and
+  // whether any sequence decoded.
+  void stepped(const SpecStats& drafted, const SpecStats& looked_up, int64_t n_drafted, int64_t n_lookup,
+               double draft_seconds, bool decoded);
+  const DraftLengths& lengths() const { return lengths_; }
+
+ private:
+  DraftLengths lengths_;
+  AcceptanceWindow drafter_, lookup_;
+  DraftCost cost_;
+};
+
 }  // namespace blockspec

@@ -88,7 +88,10 @@ ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan, const std::funct
     s.draft.clear();
     if (r.decode && r.n_draft > 0 && s.proposer) {
       calls.push_back({s.proposer, &s.tokens, r.n_draft, &s.params.sampling, &s.rng, &s.draft});
-      if (lengths) calls.back().k = std::min(r.n_draft, lengths->drafter), calls.back().k_lookup = std::min(r.n_draft, lengths->lookup);
+      if (lengths) {
+        calls.back().k = std::min(r.n_draft, lengths->drafter);
+        calls.back().k_lookup = std::min(r.n_draft, lengths->lookup);
+      }
     }
   }
   propose_all(calls);

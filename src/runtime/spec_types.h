@@ -2,6 +2,7 @@
 // (tokens and the proposal distribution q the rejection step needs), the
 // proposer interface, and the acceptance metrics.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -52,7 +53,7 @@ struct ProposeCall {
 // cost; the plan reserves rows for the larger.
 struct DraftLengths {
   int64_t drafter = 0, lookup = 0;
-  int64_t max() const { return drafter > lookup ? drafter : lookup; }
+  int64_t max() const { return std::max(drafter, lookup); }
 };
 
 // A source of draft tokens. The speculative loop tells it every token the

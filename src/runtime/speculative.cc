@@ -141,21 +141,10 @@ SpecResult run_sequence(Transformer& model, Proposer* proposer, int64_t K, const
   Scheduler sched(so, blocks);
   sched.add(&s.st);
   ModelRunner runner(model);
-  DraftCost draft_cost;  // measured proposer time per step, for ksel
-  DraftLengths lengths{K, K};  // n-gram lookup in front of a drafter: each source's k
-  AcceptanceWindow seen_drafter, seen_lookup;
+  AdaptiveK adaptive;  // each source's k, recent acceptance and drafter cost, for ksel
   const bool lookup_first = proposer && proposer->lookup_first();
-  auto choose = [&](int64_t n) {
-    if (!ksel) return K;
-    if (lookup_first) {
-      lengths = ksel->choose_sources(n, seen_drafter.seen(), seen_lookup.seen(), draft_cost.ms());
-      lengths = {std::min(K, lengths.drafter), std::min(K, lengths.lookup)};
-      return lengths.max();
-    }
-    const int64_t k = std::min(K, ksel->choose(n, seen_drafter.seen(), draft_cost.ms()));
-    lengths = {k, k};
-    return k;
-  };
+  adaptive.fix(K);
+  auto choose = [&](int64_t n) { return ksel ? adaptive.choose(*ksel, n, lookup_first, K) : K; };
   while (s.end_reason.empty()) {
     const StepPlan plan = sched.plan(choose);
     for (SeqState* st : plan.admitted) {
@@ -167,11 +156,9 @@ SpecResult run_sequence(Transformer& model, Proposer* proposer, int64_t K, const
     }
     BS_ASSERT(!plan.rows.empty());  // the pool holds the one sequence's worst case
     const bool verify = plan.rows[0].decode;
-    const ModelRunner::StepOutcome o = runner.run(plan, [&](const SeqState&) -> Sequence& { return s; }, &lengths);
-    if (o.n_drafted > 0) draft_cost.drafted(o.draft_seconds * 1e3);
-    else if (verify && (o.n_lookup == 0 || lengths.drafter == 0)) draft_cost.idle();
-    seen_drafter.add(o.drafted);
-    seen_lookup.add(o.looked_up);
+    const ModelRunner::StepOutcome o =
+        runner.run(plan, [&](const SeqState&) -> Sequence& { return s; }, &adaptive.lengths());
+    adaptive.stepped(o.drafted, o.looked_up, o.n_drafted, o.n_lookup, o.draft_seconds, verify);
     if (verify) ++res.target_passes;
     if (on_token)
       for (int32_t t : s.out) on_token(t);

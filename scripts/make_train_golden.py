@@ -88,6 +88,7 @@ ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
 # DFlash2: conv taps, channels per dynamic-kernel group, selector rank, top-k candidates, selector loss weight.
 KT, GS, RANK, TOPK, ALPHA = 2, 16, 8, 6, 0.7
 G = H // GS
+DPACE_ALPHA = 0.5  # draft_dpace_grad: D-PACE position weights (training.md §3) instead of the exp decay
 N_STEPS = 10
 N_A, NQ = len(ANCHORS), len(ANCHORS) * B
 
@@ -282,11 +283,29 @@ def forward(P, inp, d2=False):
     h = rmsnorm(x, P["norm.weight"])
     logits = h @ inp["lm_head"].T  # frozen target head
     nll = torch.logsumexp(logits, -1) - logits.gather(1, inp["labels"][:, None])[:, 0]
-    unary = (inp["weight"] * nll).sum() / inp["denom"]
+    weight = dpace(nll.detach(), inp["weight"]) if inp.get("dpace") else inp["weight"]
+    unary = (weight * nll).sum() / inp["denom"]
     if not d2:
         return logits, unary
     sel = selector_loss(P, h, logits, inp)
     return logits, unary + sel, unary, sel
+
+
+def dpace(nll, mask):
+    """training.md §3, D-PACE (arXiv 2605.18810), written from the definition: per block, q_k = exp(-l_k) of the
+    detached slot loss, q~_k = (1 - alpha) q_k + alpha on counted slots and 1 elsewhere, P_m = prod_{k <= m} q~_k,
+    w_j = mask_j * sum_{m >= j} P_m mask_m. No gradient flows through the weights. [NQ]"""
+    w = torch.zeros(NQ, dtype=f64)
+    for j in range(N_A):
+        P, prod = [], 1.0
+        for k in range(B):
+            r = j * B + k
+            prod = prod * (((1 - DPACE_ALPHA) * math.exp(-nll[r].item()) + DPACE_ALPHA) if mask[r] > 0 else 1.0)
+            P.append(prod)
+        for k in range(B):
+            r = j * B + k
+            w[r] = float(mask[r]) * sum(P[m] * float(mask[j * B + m]) for m in range(k, B))
+    return w
 
 
 def attention_sublayer(a, c, w, inp, i):
@@ -304,12 +323,14 @@ def attention_sublayer(a, c, w, inp, i):
     return att @ w("self_attn.o_proj").T
 
 
-def make(d2):
-    """One fixture: DFlash (d2 False) or DFlash2. Returns its metadata."""
+def make(d2, dp=False):
+    """One fixture: DFlash (d2 False) or DFlash2; dp: DFlash with D-PACE weights. Returns its metadata."""
     g = torch.Generator().manual_seed(SEED)
     taps, tokens, params, embed, lm_head, labels_all = make_inputs(g, d2)
     pos = positions()
     labels, weight, denom = slot_targets(labels_all)
+    if dp:  # the stored weight is the mask; the loss weighs each slot by D-PACE from its own losses
+        weight = (weight > 0).to(f64)
     block_ids = [int(tokens[a]) if k == 0 else MASK_ID for a in ANCHORS for k in range(B)]
     # DFlash2's selector predecessor of slot k: the data token at a + k - 1 (the anchor's for k = 1).
     prev_ids = [int(tokens[a + k - 1]) if k >= 1 and a + k - 1 < S else 0 for a in ANCHORS for k in range(B)]
@@ -317,7 +338,7 @@ def make(d2):
     inp = dict(taps=taps, embed=embed, lm_head=lm_head, block_ids=torch.tensor(block_ids),
                pos=torch.tensor(pos), pos_block=torch.tensor([pos[a] + k for a in ANCHORS for k in range(B)]),
                visible=visible, labels=torch.tensor(labels), weight=weight, denom=denom,
-               prev_ids=torch.tensor(prev_ids))
+               prev_ids=torch.tensor(prev_ids), dpace=dp)
     if d2:  # every other counted slot's label inside its top-k (the third candidate), the rest random (injected)
         with torch.no_grad():
             z0 = forward(params, inp, d2)[0]
@@ -384,11 +405,13 @@ def make(d2):
                                                                                               **ADAMW),
         "adamw_steps": N_STEPS,
     }
+    if dp:
+        meta.update({"position_weights": "dpace", "dpace_alpha": DPACE_ALPHA})
     if d2:
         meta.update({"method": "dflash2", "conv_kernel_size": KT, "conv_group_size": GS, "selector_rank": RANK,
                      "selector_top_k": TOPK, "selector_loss_alpha": ALPHA})
     OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / ("draft2_grad.safetensors" if d2 else "draft_grad.safetensors")
+    path = OUT / ("draft2_grad.safetensors" if d2 else "draft_dpace_grad.safetensors" if dp else "draft_grad.safetensors")
     # One metadata key: safetensors writes its metadata map in hash order, so several keys would not give the same
     # bytes twice.
     save_file(out, str(path), metadata={"config": json.dumps(meta, sort_keys=True)})
@@ -401,6 +424,7 @@ def make(d2):
 def main():
     meta = make(False)
     make(True)
+    make(False, dp=True)
     (OUT / "README.md").write_text(readme(meta))
 
 
@@ -473,6 +497,15 @@ logits (inside the top-{TOPK}); the rest keep random labels (injected). Tensors 
 | param | shape |
 |---|---|
 {names2}
+
+## draft_dpace_grad.safetensors
+
+The DFlash row, drafter and AdamW run of draft_grad with D-PACE position weights (training.md §3, alpha
+{DPACE_ALPHA}) instead of the exp decay: `weight` is the mask alone (1 on counted slots), and the loss is
+sum_i w_i (logsumexp(z_i) - z_i[label_i]) / denom with, per block, q~_k = (1 - alpha) exp(-l_k) + alpha on counted
+slots (1 elsewhere) from the detached slot losses l, P_m = prod_(k <= m) q~_k and w_j = mask_j sum_(m >= j) P_m
+mask_m; the weights take no gradient and are made again from the current losses before each AdamW step. Tensors and
+parameters as in draft_grad.
 """
 
 

@@ -69,6 +69,8 @@ std::vector<FlagSpec> flags() {
     {"--seq-len", "", true, "tokens per packed training row (default 2048)"},
     {"--max-anchors", "", true, "blocks per row per step (default 128)"},
     {"--gamma", "", true, "position weight decay exp(-(k-1)/gamma) (default 4)"},
+    {"--position-weights", "", true, "exp (default: the decay of --gamma) or dpace (D-PACE: each slot weighed by how much the expected acceptance length depends on it, from the step's own losses; DFlash only)"},
+    {"--dpace-alpha", "", true, "D-PACE's floor alpha of each slot's acceptance estimate (default 0.5)"},
     {"--max-steps", "", true, "stop after N optimizer steps this run (default: all epochs)"},
     {"--checkpoint-minutes", "", true, "minutes between checkpoints (default 10)"},
     {"--head-dtype", "", true, "bf16 (default) or f32: precision of the frozen lm_head's products in training"},
@@ -160,6 +162,16 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   if (to.seq_len < 16) fail("train-drafter: --seq-len must be >= 16, found ", to.seq_len);
   if (to.max_anchors < 1) fail("train-drafter: --max-anchors must be >= 1, found ", to.max_anchors);
   if (!(to.gamma > 0)) fail("train-drafter: --gamma must be > 0");
+  const std::string pw = a.str("--position-weights", "exp");
+  if (pw != "exp" && pw != "dpace") fail("train-drafter: --position-weights must be exp or dpace, found \"", pw, "\"");
+  if (pw == "exp" && a.has("--dpace-alpha")) fail("train-drafter: --dpace-alpha needs --position-weights dpace");
+  if (pw == "dpace") {
+    if (method == "dflash2") fail("train-drafter: D-PACE (--position-weights dpace) weighs DFlash's cross-entropy; DFlash2 uses --gamma");
+    if (a.has("--gamma")) fail("train-drafter: --gamma is the exp decay's; D-PACE (--position-weights dpace) has none");
+    to.dpace_alpha = a.number("--dpace-alpha", 0.5);
+    if (!(to.dpace_alpha > 0 && to.dpace_alpha <= 1))
+      fail("train-drafter: --dpace-alpha must be in (0, 1], found ", to.dpace_alpha);
+  }
   const int64_t max_new = a.integer("--max-new-tokens", 256), conc = a.integer("--concurrency", 16);
   if (max_new < 2) fail("train-drafter: --max-new-tokens must be >= 2, found ", max_new);
   if (conc < 1 || conc > 256) fail("train-drafter: --concurrency must be in [1, 256], found ", conc);

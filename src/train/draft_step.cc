@@ -8,6 +8,7 @@
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "model/hf_names.h"
+#include "train/blocks.h"
 #include "train/gemm.h"
 #include "train/grad_ops.h"
 #include "train/selector_loss.h"
@@ -37,6 +38,27 @@ struct LayerActs {
   std::vector<float> aq, attq, mq, swq;
   const float *a_in = nullptr, *att_in = nullptr, *m_in = nullptr, *sw_in = nullptr;
 };
+
+// The D-PACE loss of a row (training.md §3): each slot's cross-entropy under the mask (row.weight), the
+// detached weights dpace_weights makes from them, L = sum_i w_i CE_i / denom, and dlogits_i = w_i / denom *
+// (softmax(z_i) - onehot(label_i)) where wanted (may alias logits).
+double dpace_cross_entropy(const OpContext& c, const DraftRow& row, int64_t Nq, int64_t V, const float* logits,
+                           float* dlogits, uint8_t* correct) {
+  std::vector<double> ce(Nq);
+  cross_entropy_rows(c, logits, row.labels.data(), row.weight.data(), Nq, V, 1.0, dlogits, correct, ce.data());
+  const std::vector<float> w = dpace_weights(std::vector<float>(ce.begin(), ce.end()), row.weight, row.B,
+                                             row.dpace_alpha);
+  double loss = 0;
+  for (int64_t i = 0; i < Nq; ++i) loss += w[i] * ce[i];
+  if (dlogits != nullptr)
+    c.pool->parallel_for(Nq, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const float f = static_cast<float>(w[i] / row.denom);
+        for (int64_t v = 0; v < V; ++v) dlogits[i * V + v] *= f;
+      }
+    });
+  return loss / row.denom;
+}
 
 }  // namespace
 
@@ -137,6 +159,9 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
 
   // DFlash2 convolutions of every block's B rows (never across blocks), and their backward.
   const bool d2 = s.dflash2();
+  if (row.dpace_alpha > 0 && (d2 || row.teacher_logits != nullptr))
+    fail("draft_step: D-PACE weights need DFlash's cross-entropy (not DFlash2, not distillation)");
+  if (row.dpace_alpha > 1) fail("draft_step: D-PACE alpha must be in (0, 1], found ", row.dpace_alpha);
   const int64_t kt = s.conv_kernel, gs = s.conv_group, dw = d2 ? 2 * kt * (H / gs) : 0, nA = Nq / row.B;
   auto conv = [&](const float* src, const std::vector<float>& base, int64_t side, const float* dyn, float* dst) {
     for (int64_t j = 0; j < nA; ++j)
@@ -262,12 +287,17 @@ DraftStepResult draft_step(const DraftShape& s, const DraftParams& p, const Froz
   }
   // Training: dlogits overwrite the logits (the largest buffer of the step).
   std::vector<float>& dlogits = logits;
-  res.unary_loss =
-      row.teacher_logits != nullptr
-          ? kl_rows(ctx, logits.data(), row.teacher_logits, row.labels.data(), row.weight.data(), Nq, s.V, row.denom,
-                    grad_out ? dlogits.data() : nullptr, res.correct.data())
-          : cross_entropy_rows(ctx, logits.data(), row.labels.data(), row.weight.data(), Nq, s.V, row.denom,
-                               grad_out ? dlogits.data() : nullptr, res.correct.data());
+  if (row.dpace_alpha > 0) {
+    res.unary_loss = dpace_cross_entropy(ctx, row, Nq, s.V, logits.data(), grad_out ? dlogits.data() : nullptr,
+                                         res.correct.data());
+  } else {
+    res.unary_loss =
+        row.teacher_logits != nullptr
+            ? kl_rows(ctx, logits.data(), row.teacher_logits, row.labels.data(), row.weight.data(), Nq, s.V,
+                      row.denom, grad_out ? dlogits.data() : nullptr, res.correct.data())
+            : cross_entropy_rows(ctx, logits.data(), row.labels.data(), row.weight.data(), Nq, s.V, row.denom,
+                                 grad_out ? dlogits.data() : nullptr, res.correct.data());
+  }
   res.loss = res.unary_loss + res.selector_loss;
   if (d2) res.correct = sel.correct;  // serving drafts the selector's pick
   if (grad_out == nullptr) {  // loss, what serving drafts, and the logits

@@ -81,13 +81,16 @@ struct DraftRow {
   // [n_layers][nA * B, 4]; empty: `spans` for every layer.
   std::vector<std::vector<int32_t>> layer_spans;
   std::vector<int32_t> labels;    // [nA * B]
-  std::vector<float> weight;      // [nA * B] mask * position weight
+  std::vector<float> weight;      // [nA * B] mask * position weight (with dpace_alpha > 0: the mask alone)
   std::vector<int32_t> prev_ids;  // [nA * B] DFlash2: each slot's selector predecessor (the data token before it)
   double denom = 1;               // the loss's denominator (sum of the mask, training.md §3)
   // Distillation (drafter PTQR): when set, the unary loss is the weighted KL(teacher || draft) per slot against
   // these teacher logits [nA * B, V] instead of the cross-entropy against `labels` (which still score `correct`).
   const float* teacher_logits = nullptr;
   int64_t B = 0;
+  // > 0: D-PACE position weights (training.md §3) with this alpha, made by the step from its own per-slot
+  // cross-entropies (detached: dpace_weights, train/blocks.h) and multiplied into `weight`; DFlash, CE only.
+  double dpace_alpha = 0;
 };
 
 struct DraftStepResult {

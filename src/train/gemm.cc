@@ -73,7 +73,7 @@ namespace {
 // without dlogits). Returns the sum in row order.
 template <class Fn>
 double weighted_rows(const OpContext& c, const float* logits, const int32_t* labels, const float* weight, int64_t n,
-                     int64_t V, float* dlogits, uint8_t* correct, Fn fn) {
+                     int64_t V, float* dlogits, uint8_t* correct, Fn fn, double* row_loss_out = nullptr) {
   std::vector<double> row_loss(n, 0.0);
   c.pool->parallel_for(n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
@@ -90,6 +90,7 @@ double weighted_rows(const OpContext& c, const float* logits, const int32_t* lab
   });
   double loss = 0;
   for (double l : row_loss) loss += l;
+  if (row_loss_out) std::copy(row_loss.begin(), row_loss.end(), row_loss_out);
   return loss;
 }
 
@@ -103,7 +104,7 @@ double row_lse(const float* z, int64_t V, float mx) {
 }  // namespace
 
 double cross_entropy_rows(const OpContext& c, const float* logits, const int32_t* labels, const float* weight,
-                          int64_t n, int64_t V, double denom, float* dlogits, uint8_t* correct) {
+                          int64_t n, int64_t V, double denom, float* dlogits, uint8_t* correct, double* row_loss) {
   if (denom <= 0) fail("cross_entropy: the denominator must be > 0, found ", denom);
   for (int64_t i = 0; i < n; ++i)
     if (weight[i] != 0 && (labels[i] < 0 || labels[i] >= V))
@@ -118,7 +119,7 @@ double cross_entropy_rows(const OpContext& c, const float* logits, const int32_t
       dz[labels[i]] = cf * std::exp(zl - lse_f) - cf;
     }
     return loss;
-  });
+  }, row_loss);
 }
 
 double kl_rows(const OpContext& c, const float* logits, const float* teacher, const int32_t* labels, const float* weight,

@@ -46,8 +46,10 @@ void causal_attention_backward(const OpContext& c, const float* q, const float* 
 // grad_ops.h cross_entropy, threaded over rows, f32 exp with double sums;
 // also correct[i] = (argmax z_i == label_i) for every row (weight 0
 // included). dlogits may alias logits (written row by row after reading).
+// row_loss (optional, [n]): each row's term weight_i / denom * CE_i (0 where weight_i is 0).
 double cross_entropy_rows(const OpContext& c, const float* logits, const int32_t* labels, const float* weight,
-                          int64_t n, int64_t V, double denom, float* dlogits, uint8_t* correct);
+                          int64_t n, int64_t V, double denom, float* dlogits, uint8_t* correct,
+                          double* row_loss = nullptr);
 
 // The same rows distilled: sum_i weight_i / denom * KL(softmax(t_i) || softmax(z_i)), t = teacher logits [n, V];
 // dlogits_i = weight_i / denom * (softmax(z_i) - softmax(t_i)) (may alias logits); correct as above.

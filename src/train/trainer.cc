@@ -28,6 +28,17 @@ std::vector<int32_t> choose_draft_vocab(const DraftData& data, int64_t n, int64_
   return ids;
 }
 
+namespace {
+// The slot weights make_blocks multiplies into the mask: gamma's exp decay, or with D-PACE 1 on every slot >= 1
+// (the step weighs them from its own losses).
+std::vector<float> slot_weights(int64_t B, const TrainOptions& o) {
+  if (o.dpace_alpha <= 0) return exp_decay_weights(B, o.gamma);
+  std::vector<float> w(B, 1.f);
+  w[0] = 0.f;
+  return w;
+}
+}  // namespace
+
 EvalResult evaluate_drafter(const DraftData& data, const std::vector<int64_t>& records, const FrozenTarget& target,
                             const DraftShape& s, const DraftParams& p, const DraftArch& arch, const TrainOptions& o,
                             const OpContext& ctx) {
@@ -35,7 +46,7 @@ EvalResult evaluate_drafter(const DraftData& data, const std::vector<int64_t>& r
   const std::vector<int32_t> t2d = target_to_draft(arch);
   EvalResult r;
   SlotTally tally(B);
-  const std::vector<float> w = exp_decay_weights(B, o.gamma);
+  const std::vector<float> w = slot_weights(B, o);
   int64_t row_i = 0;
   double loss = 0;
   for (const std::vector<int64_t>& recs : pack_rows(data, records, o.seq_len)) {
@@ -43,7 +54,8 @@ EvalResult evaluate_drafter(const DraftData& data, const std::vector<int64_t>& r
     Rng rng = eval_anchor_rng(o.seed, ++row_i);
     std::vector<int64_t> anchors = select_anchors(pk.mask, pk.doc, o.max_anchors, rng);
     if (anchors.empty()) continue;
-    const Blocks blk = make_blocks(pk, std::move(anchors), arch, t2d, w, s.dflash2());
+    Blocks blk = make_blocks(pk, std::move(anchors), arch, t2d, w, s.dflash2());
+    blk.row.dpace_alpha = o.dpace_alpha;
     const DraftStepResult res = draft_step(s, p, target, blk.row, nullptr, ctx);
     loss += res.loss;
     tally.add(res, blk);
@@ -88,7 +100,7 @@ TrainResult train_drafter(const DraftData& data, const FrozenTarget& target, con
   TrainResult res;
   EvalResult ev = evaluate_drafter(data, val, target, s, p, arch, o, ctx);
   res.val_eal_start = ev.eal;
-  const std::vector<float> w = exp_decay_weights(B, o.gamma);
+  const std::vector<float> w = slot_weights(B, o);
   const std::vector<int32_t> t2d = target_to_draft(arch);
   const AdamWOptions ao{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
   DraftParams grad = DraftParams::zeros(s);
@@ -111,7 +123,8 @@ TrainResult train_drafter(const DraftData& data, const FrozenTarget& target, con
       std::vector<int64_t> anchors = select_anchors(pk.mask, pk.doc, o.max_anchors, rng);
       TrainProgress pr;
       if (!anchors.empty()) {
-        const Blocks blk = make_blocks(pk, std::move(anchors), arch, t2d, w, s.dflash2());
+        Blocks blk = make_blocks(pk, std::move(anchors), arch, t2d, w, s.dflash2());
+        blk.row.dpace_alpha = o.dpace_alpha;
         grad.each([](const std::string&, std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.f); });
         const DraftStepResult r = draft_step(s, p, target, blk.row, &grad, ctx);
         std::vector<std::pair<float*, int64_t>> gs;

@@ -1,7 +1,7 @@
 // The drafter training loop of `blockspec train-drafter` (issue 15,
 // training.md §1-§4): records packed into rows of up to seq_len tokens,
 // anchors re-drawn every step, labels = the target's greedy tokens (the
-// data, training.md §8), fixed exp decay position weights, AdamW with
+// data, training.md §8), fixed exp decay or D-PACE position weights, AdamW with
 // clipping and warm-up + cosine schedule, held-out eal, checkpoints every
 // few minutes that a rerun resumes from.
 #pragma once
@@ -19,6 +19,7 @@ struct TrainOptions {
   int64_t epochs = 6, seq_len = 2048, max_anchors = 256;
   double lr = 6e-4, beta1 = 0.9, beta2 = 0.95, weight_decay = 0.0, eps = 1e-8;
   double warmup_frac = 0.04, floor_ratio = 0.1, clip = 1.0, gamma = 4.0;
+  double dpace_alpha = 0;         // > 0: D-PACE position weights with this alpha (training.md §3) instead of gamma's decay
   bool cosine = true;
   uint64_t seed = 42;
   double val_frac = 0.1;          // records held out (every 10th) for the eal the progress line reports

@@ -123,6 +123,7 @@ struct Golden {
     for (int64_t l = 0; l < s.n_layers; ++l) row.layer_spans.push_back(i32("spans." + std::to_string(l)));
     doc = i32("doc");
     if (s.dflash2()) row.prev_ids = i32("prev_ids");
+    if (cfg.value("position_weights", "exp") == "dpace") row.dpace_alpha = cfg.at("dpace_alpha").get<double>();
   }
   Golden(const Golden&) = delete;
   Golden& operator=(const Golden&) = delete;
@@ -141,7 +142,8 @@ struct Kernels {
   OpContext ctx{&kt, &pool};
 };
 
-// (fixture, isa): draft_grad (DFlash) and draft2_grad (DFlash2) on every ISA.
+// (fixture, isa): draft_grad (DFlash), draft2_grad (DFlash2) and draft_dpace_grad (DFlash with D-PACE position
+// weights, made by draft_step from its own slot losses) on every ISA.
 class DraftGradGolden : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:
   const std::string& fixture() const { return std::get<0>(GetParam()); }
@@ -291,7 +293,7 @@ TEST_P(DraftGradGolden, AdamWStepsMatchTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, DraftGradGolden,
-                         ::testing::Combine(::testing::Values("draft_grad", "draft2_grad"),
+                         ::testing::Combine(::testing::Values("draft_grad", "draft2_grad", "draft_dpace_grad"),
                                             ::testing::ValuesIn(available_isas())));
 
 }  // namespace

@@ -17,6 +17,15 @@ model=$cache/models/smollm2.gguf
 [[ -f $model ]] || { echo "run_train_drafter_test.sh: $model is missing: run scripts/fetch_models.sh smollm2" >&2; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+# Bad position-weight flags: a one-line error and a non-zero exit before anything loads.
+for bad in "--position-weights foo" "--position-weights dpace --gamma 2" "--dpace-alpha 0.3" \
+           "--position-weights dpace --dpace-alpha 1.5" "--position-weights dpace --method dflash2"; do
+  # shellcheck disable=SC2086
+  if "$bs" train-drafter "$model" "$out/bad" --prompts "$here/../../data/prompts/gsm8k_train.jsonl" $bad 2> "$out/err"; then
+    echo "train-drafter accepted $bad" >&2; exit 1
+  fi
+  grep -q "error: train-drafter:" "$out/err" || { echo "no error line for $bad:" >&2; cat "$out/err" >&2; exit 1; }
+done
 "$bs" train-drafter "$model" "$out/drafter" --prompts "$here/../../data/prompts/gsm8k_train.jsonl" --num-prompts 64 \
   --max-new-tokens 96 --concurrency 16 --epochs 30 --max-anchors 64 --seq-len 1024 --lr 2e-3 --threads 2 \
   2> "$out/log" || { cat "$out/log" >&2; exit 1; }

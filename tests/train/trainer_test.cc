@@ -114,6 +114,7 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
   EXPECT_EQ(dm->config().block_size, 4);
   EXPECT_EQ(dm->config().target_layer_ids, taps);
 
+  const DraftArch arch_full = arch;
   // A reduced draft vocabulary: the head is the target's rows of the 100
   // most frequent response tokens; serving drafts nothing outside them.
   arch.draft_vocab = choose_draft_vocab(data, 100, 256);
@@ -147,6 +148,22 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
       for (int64_t h = 0; h < 64; ++h) want += bf16_to_f32(f32_to_bf16(reduced->lm_head[i * 64 + h])) * hidden[r * 64 + h];
       EXPECT_NEAR(logits[r * 256 + v], want, 1e-4 * (1 + std::fabs(want))) << v;
     }
+
+  // D-PACE position weights (--position-weights dpace) reach the step: 3 steps train other weights than gamma's
+  // decay from the same init and anchors, the same again when rerun. (The weights' arithmetic against PyTorch:
+  // draft_grad_golden_test.cc, draft_dpace_grad.)
+  auto short_run = [&](const fs::path& out, double alpha) {
+    DraftParams p = DraftParams::init(s, 5, 0.05f);
+    TrainOptions od = o;
+    od.max_steps = 3, od.dpace_alpha = alpha;
+    const TrainResult r = train_drafter(data, frozen->view, s, p, arch_full, od, out.string(), false, ctx, {});
+    EXPECT_TRUE(std::isfinite(r.val_eal_end));
+    return slurp(out / "model.safetensors");
+  };
+  const std::string exp3 = short_run(root / "exp3", 0), dp3 = short_run(root / "dpace3", 0.5);
+  EXPECT_NE(exp3, dp3);
+  EXPECT_EQ(dp3, short_run(root / "dpace3b", 0.5));
+  EXPECT_NE(dp3, short_run(root / "dpace3c", 0.9));  // alpha is read
   fs::remove_all(root);
 }
 

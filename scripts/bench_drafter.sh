@@ -7,7 +7,7 @@
 # greedy output is identical to plain decoding's. Run it on a quiet machine.
 # The drafter's config picks the method (dflash or dflash2). BENCH_SETS and
 # BENCH_CONC narrow the prompt sets and concurrencies (default: all three, 1 and 8), BENCH_ROUNDS repeats them,
-# BENCH_CONFIGS the server configs (names as in the table: plain ngram dflash ...).
+# BENCH_CONFIGS the server configs (names as in the table: plain ngram dflash ...), BENCH_BASELINE a second drafter.
 # Every server runs without prefix caching: each set's prompts repeat from the
 # c = 1 pass to the c = 8 pass, which would otherwise prefill from the cache
 # (scripts/bench_multiturn.py measures caching, with and without a drafter).
@@ -35,6 +35,8 @@ done
 [ -n "$DQ" ] && configs+=("dflash_quant:{\"method\":\"$MD\",\"model\":\"$DQ\"}")
 # n-gram lookup first, the drafter where it finds no match (prompt_lookup_max with a drafter).
 configs+=("lookup_dflash:{\"method\":\"$MD\",\"model\":\"${DQ:-$D}\",\"prompt_lookup_max\":3}")
+# BENCH_BASELINE=DIR adds "baseline": another drafter (e.g. the one it would replace) at the engine's draft length.
+[ -n "${BENCH_BASELINE:-}" ] && configs+=("baseline:{\"method\":\"$MD\",\"model\":\"$BENCH_BASELINE\"}")
 # Every server runs at once (started one after another, so each times its verify cost alone; an idle
 # server takes no CPU), and BENCH_ROUNDS rounds (default 1) go over the sets with the configs in an
 # order that rotates each round: ratios to plain are taken within a round, so the host's drift between

@@ -5,14 +5,15 @@ Writes tests/fixtures/train/trained_drafters.safetensors (described in trained_d
 tests/train/trained_drafter_e2e_test.cc. Developers run this by hand; CI reads only the fixture.
 
 For each shipped SmolLM2-135M drafter (drafters/smollm2-135m-dflash: DFlash, 8192-token draft vocabulary;
-drafters/smollm2-135m-dflash2: DFlash2) and two prompts:
+drafters/smollm2-135m-dflash-b16: the same with block size 16; drafters/smollm2-135m-dflash2: DFlash2) and two
+prompts:
   - the target is SmolLM2-135M-Instruct from the GGUF blockspec fetches (scripts/fetch_models.sh smollm2), loaded by
     transformers' GGUF reader (dequantized to f32: the weights blockspec's --weights f32 serves);
   - the drafter is loaded by the reference's own `DFlashDraftModel` / `DFlash2DraftModel.from_pretrained` (in f32
     from the bf16 file) and must load with nothing missing; the DFlash drafter's speculators-layout extras
     (lm_head.weight, d2t, t2d) are the only unexpected keys;
   - one drafting step exactly as `dflash.model.dflash_generate` runs it: the target prefill's tap features
-    (extract_context_feature), the anchor = the target's greedy token, the block [anchor, MASK x 7] embedded with the
+    (extract_context_feature), the anchor = the target's greedy token, the block [anchor, MASK x (B - 1)] embedded with the
     target table, the drafter forward with a fresh cache; DFlash: logits with the target head; with a reduced draft
     vocabulary, the hidden states times the drafter's stored `lm_head.weight` (the target's rows t2d, bf16) over
     the draft vocabulary and -inf elsewhere (training.md §5, the speculators layout; the reference package has no
@@ -72,7 +73,8 @@ torch.set_num_threads(2)
 torch.use_deterministic_algorithms(True)
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "tests/fixtures/train"
-DRAFTERS = {"dflash": REPO / "drafters/smollm2-135m-dflash", "dflash2": REPO / "drafters/smollm2-135m-dflash2"}
+DRAFTERS = {"dflash": REPO / "drafters/smollm2-135m-dflash", "dflash2": REPO / "drafters/smollm2-135m-dflash2",
+            "dflash_b16": REPO / "drafters/smollm2-135m-dflash-b16"}
 # Token ids of SmolLM2's chat template around two gsm8k_test-style questions (not training prompts).
 QUESTIONS = ["A baker makes 24 muffins and sells 3 boxes of 6. How many muffins are left?",
              "Sam reads 12 pages a day for 5 days, then 20 pages on the sixth day. How many pages did he read?"]
@@ -89,7 +91,7 @@ def load_target(gguf: Path):
 def load_drafter(kind):
     cls = DFlash2DraftModel if kind == "dflash2" else DFlashDraftModel
     m, info = cls.from_pretrained(str(DRAFTERS[kind]), dtype=torch.float32, output_loading_info=True)
-    extras = {"lm_head.weight", "d2t", "t2d"} if kind == "dflash" else set()
+    extras = {"lm_head.weight", "d2t", "t2d"} if kind != "dflash2" else set()
     assert not info["missing_keys"] and not info["mismatched_keys"], info
     assert set(info["unexpected_keys"]) == extras, info["unexpected_keys"]
     m.eval()
@@ -137,7 +139,7 @@ def main():
     for kind in DRAFTERS:
         d = load_drafter(kind)
         dv = head = None
-        if kind == "dflash":
+        if kind != "dflash2":  # DFlash drafters with a reduced draft vocabulary
             with safe_open(str(DRAFTERS[kind] / "model.safetensors"), "pt") as f:
                 d2t = f.get_tensor("d2t")  # int64 offsets: target id = i + d2t[i]
                 head = f.get_tensor("lm_head.weight").float()  # [Vd, H]

@@ -1,11 +1,12 @@
 // The drafters train-drafter shipped, against the z-lab reference package
 // (issue 15, item 3): tests/fixtures/train/trained_drafters.safetensors
 // (scripts/make_trained_drafter_golden.py) holds, for
-// drafters/smollm2-135m-dflash (DFlash, 8192-token draft vocabulary) and
+// drafters/smollm2-135m-dflash (DFlash, 8192-token draft vocabulary),
+// drafters/smollm2-135m-dflash-b16 (the same with block size 16: slots 1..15) and
 // drafters/smollm2-135m-dflash2 (DFlash2) on SmolLM2-135M (the GGUF of
 // scripts/fetch_models.sh, dequantized to f32 by transformers) and two chat
 // prompts, what `dflash` 0.1.0 computes: the target's tap features, the
-// anchor, the drafter's hidden states of block slots 1..7 from those
+// anchor, the drafter's hidden states of block slots 1..B-1 from those
 // features, the top-8 draft logits and the drafted tokens; for DFlash2 also
 // dflash_generate's greedy output and acceptance lengths over 32 tokens.
 // blockspec runs the same target in f32 (--weights f32) and must agree:
@@ -54,9 +55,11 @@ TEST(TrainedDrafters, DraftLikeTheReferencePackage) {
   mo.weights = WeightFormat::kF32;  // the GGUF dequantized, as transformers reads it
   auto target = Transformer::load(model_path, mo);
   const int64_t H = target->config().hidden_size, V = target->config().vocab_size;
-  for (const std::string kind : {"dflash", "dflash2"}) {
-    const std::string dir = std::string(BS_SOURCE_DIR) + "/" + meta.at("drafters").at(kind).at("dir").get<std::string>();
-    SpecConfig c = test_spec(kind, 7, dir);
+  for (const auto& [kind, d] : meta.at("drafters").items()) {
+    const std::string dir = std::string(BS_SOURCE_DIR) + "/" + d.at("dir").get<std::string>();
+    const int K = d.at("block_size").get<int>() - 1;  // drafted slots 1..K
+    const std::string method = kind == "dflash2" ? "dflash2" : "dflash";
+    SpecConfig c = test_spec(method, K, dir);
     auto dm = test_drafter(c, *target, WeightFormat::kF32);
     configure_spec(c, dm.get(), *target);  // sets the target's tap layers
     const int64_t TH = static_cast<int64_t>(dm->config().target_layer_ids.size()) * H;
@@ -76,17 +79,17 @@ TEST(TrainedDrafters, DraftLikeTheReferencePackage) {
       const int32_t anchor = vec<int32_t>(g, pre + "anchor").at(0);
       EXPECT_EQ(static_cast<int32_t>(std::max_element(logits.end() - V, logits.end()) - (logits.end() - V)), anchor);
       // The drafter on the reference's features.
-      DraftCache dc = dm->new_cache(P + 16);
+      DraftCache dc = dm->new_cache(P + K + 9);
       std::vector<float> hidden, dl;
-      dm->forward(dc, ref_feats.data(), P, anchor, 7, hidden);
+      dm->forward(dc, ref_feats.data(), P, anchor, K, hidden);
       const std::vector<float> ref_hidden = vec<float>(g, pre + "hidden");
       const double hid_err = rel_err(hidden.data() + H, ref_hidden);
-      EXPECT_LT(hid_err, 1e-3) << "drafter hidden states of slots 1..7";
-      dm->logits(hidden.data() + H, 7, dl);
+      EXPECT_LT(hid_err, 1e-3) << "drafter hidden states of slots 1.." << K;
+      dm->logits(hidden.data() + H, K, dl);
       const std::vector<int32_t> top_ids = vec<int32_t>(g, pre + "top_ids");
       const std::vector<float> top_logits = vec<float>(g, pre + "top_logits");
-      std::vector<int32_t> tokens(7);
-      for (int64_t k = 0; k < 7; ++k) {
+      std::vector<int32_t> tokens(K);
+      for (int64_t k = 0; k < K; ++k) {
         const float* z = dl.data() + k * V;
         tokens[k] = static_cast<int32_t>(std::max_element(z, z + V) - z);
         for (int j = 0; j < 8; ++j) {
@@ -97,7 +100,7 @@ TEST(TrainedDrafters, DraftLikeTheReferencePackage) {
       }
       if (kind == "dflash2") {
         DraftModel::Selection sel;
-        dm->select(hidden.data() + H, dl.data(), 7, anchor, 0.f, {}, sel);
+        dm->select(hidden.data() + H, dl.data(), K, anchor, 0.f, {}, sel);
         tokens = sel.tokens;
       }
       EXPECT_EQ(tokens, vec<int32_t>(g, pre + "tokens")) << "drafted tokens";
@@ -109,7 +112,7 @@ TEST(TrainedDrafters, DraftLikeTheReferencePackage) {
       GenerateOptions go;
       go.max_new_tokens = 32;
       go.stop_at_eos = false;
-      const SpecResult r = generate_speculative(*target, *prop, 7, ids, go);
+      const SpecResult r = generate_speculative(*target, *prop, K, ids, go);
       std::vector<int32_t> got = ids;
       got.insert(got.end(), r.gen.tokens.begin(), r.gen.tokens.end());
       const std::vector<int32_t> want = vec<int32_t>(g, pre + "spec_output");

@@ -44,6 +44,7 @@ std::vector<FlagSpec> flags() {
     {"--conv-kernel", "", true, "dflash2: taps of the block convolutions (default 2)"},
     {"--conv-group", "", true, "dflash2: channels per dynamic-kernel group (default 16)"},
     {"--sliding-window", "", true, "dflash2: attention window of the sliding layers (default 2048)"},
+    {"--block-attention", "", true, "dflash: bidirectional (default) or causal attention inside the draft block (causal: slots 1..K the same whatever K serving drafts)"},
     {"--prompts", "", true, "JSONL training prompts, comma-separated files in order (\"prompt\", \"turns\"[0] or \"question\"; never evaluation sets)"},
     {"--prompt-order", "", true, "file (default) or shuffle (by --seed): the order data generation answers the prompts in"},
     {"--prompt-template", "", true, "build each prompt from the line's fields, e.g. \"{question}\""},
@@ -145,6 +146,10 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   }
   const std::string method = a.str("--method", "dflash");
   if (method != "dflash" && method != "dflash2") fail("train-drafter: --method must be dflash or dflash2, found \"", method, "\"");
+  if (const std::string ba = a.str("--block-attention", "bidirectional"); ba != "bidirectional" && ba != "causal")
+    fail("train-drafter: --block-attention must be bidirectional or causal, found \"", ba, "\"");
+  if (method == "dflash2" && a.has("--block-attention"))
+    fail("train-drafter: --block-attention is a dflash option (DFlash2 is bidirectional in the block)");
   const int64_t B = a.integer("--block-size", 8), n_layers = a.integer("--layers", 1);
   if (B < 2 || B > 32) fail("train-drafter: --block-size must be in [2, 32], found ", B);
   if (n_layers < 1 || n_layers > 16) fail("train-drafter: --layers must be in [1, 16], found ", n_layers);
@@ -347,6 +352,7 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
     for (const char* f : {"--selector-rank", "--selector-top-k", "--selector-alpha", "--conv-kernel", "--conv-group",
                           "--sliding-window"})
       if (a.has(f)) fail("train-drafter: ", f, " is a dflash2 option (--method dflash2)");
+    arch.causal = a.str("--block-attention", "bidirectional") == "causal";  // validated above
   }
   s.eps = static_cast<float>(mc.rms_norm_eps);
   ModelConfig rc;

@@ -201,6 +201,13 @@ PtqrDrafterReport run_ptqr_drafter(const PtqrDrafterOptions& o) {
   arch.mask_token_id = dc.mask_token_id;
   arch.target_layer_ids = dc.target_layer_ids;
   arch.target_vocab_size = tc.vocab_size;
+  // A drafter trained causal in the block (train-drafter --block-attention causal) retrains causal.
+  const int64_t n_causal = std::count(dc.layer_causal.begin(), dc.layer_causal.end(), true);
+  if (dc.method == DraftMethod::kDFlash && n_causal > 0) {
+    if (n_causal != static_cast<int64_t>(dc.layer_causal.size()))
+      fail("ptqr: ", o.drafter, " mixes causal and bidirectional layers; the retraining runs one kind");
+    arch.causal = true;
+  }
   const SafetensorsCheckpoint ck(o.drafter);
   if (dc.draft_vocab_size > 0) {  // target id of draft id i = i + d2t[i]
     const Tensor d2t = ck.tensor("d2t");

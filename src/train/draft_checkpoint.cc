@@ -82,6 +82,11 @@ void write_draft_checkpoint(const std::string& dir, const DraftShape& s, DraftPa
   const int64_t Vd = static_cast<int64_t>(a.draft_vocab.size());
   if (Vd > 0) j["draft_vocab_size"] = Vd;
   j["dflash_config"] = {{"mask_token_id", a.mask_token_id}, {"target_layer_ids", a.target_layer_ids}};
+  if (a.causal) {
+    if (d2) fail("write_draft_checkpoint: a DFlash2 drafter is bidirectional in the block");
+    j["is_causal"] = true;
+    j["dflash_config"]["causal"] = true;  // vLLM's key
+  }
   if (d2) {
     if (Vd > 0) fail("write_draft_checkpoint: a DFlash2 drafter drafts over the full vocabulary");
     j["dflash_config"]["block_size"] = a.block_size;

@@ -33,6 +33,10 @@ struct DraftArch {
   // window, bidirectional in the block, as both published DFlash2 configs
   // (dflash.md §5.1).
   int64_t sliding_window = 2048;
+  // DFlash: causal attention inside the block (slot k sees the anchor and slots 1..k-1, not the masks after it), so
+  // slots 1..K come out the same whatever block length [anchor, MASK x K] serving runs; written as is_causal and
+  // dflash_config.causal. false: bidirectional in the block (the z-lab full_attention drafters).
+  bool causal = false;
 };
 
 // DIR/config.json + DIR/model.safetensors; dtype kBF16 (the usual release)

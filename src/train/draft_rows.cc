@@ -64,8 +64,9 @@ Blocks make_blocks(const Packed& pk, std::vector<int64_t> anchors, const DraftAr
   DraftRow& row = b.row;
   row.S = pk.S, row.taps = pk.taps.data(), row.pos = pk.pos, row.B = B;
   const BlockTargets bt = block_targets(anchors, pk.tok, pk.mask, pk.doc, B);
-  // DFlash: full-attention layers, the whole block; DFlash2: sliding layers, bidirectional in the block.
-  row.spans = block_key_spans(anchors, pk.doc, B, false, dflash2 ? a.sliding_window : 0);
+  // DFlash: full-attention layers, the whole block (causal in it with DraftArch::causal); DFlash2: sliding layers,
+  // bidirectional in the block.
+  row.spans = block_key_spans(anchors, pk.doc, B, a.causal && !dflash2, dflash2 ? a.sliding_window : 0);
   if (dflash2) {  // the selector's predecessor of slot k: the data token at a + k - 1
     row.prev_ids.assign(anchors.size() * B, 0);
     for (size_t j = 0; j < anchors.size(); ++j)

@@ -164,6 +164,34 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
   EXPECT_NE(exp3, dp3);
   EXPECT_EQ(dp3, short_run(root / "dpace3b", 0.5));
   EXPECT_NE(dp3, short_run(root / "dpace3c", 0.9));  // alpha is read
+
+  // A drafter trained causal in the block (--block-attention causal) is written so (is_causal, dflash_config.causal)
+  // and serving drafts slots 1..K the same whatever K; the bidirectional one above does not.
+  DraftArch arch_c = arch_full;
+  arch_c.causal = true;
+  {
+    DraftParams p = DraftParams::init(s, 5, 0.05f);
+    TrainOptions oc = o;
+    oc.max_steps = 3;
+    train_drafter(data, frozen->view, s, p, arch_c, oc, (root / "causal").string(), false, ctx, {});
+  }
+  auto slots = [&](const fs::path& dir, int64_t k) {  // the hidden states of slots 0..k after a fixed context
+    auto d = DraftModel::load(dir.string(), *model, DraftOptions{WeightFormat::kF32, false});
+    std::vector<float> feats(10 * s.tap_width), hidden;
+    for (size_t i = 0; i < feats.size(); ++i) feats[i] = std::sin(0.37f * static_cast<float>(i));
+    DraftCache dc = d->new_cache(32);
+    d->forward(dc, feats.data(), 10, 7, k, hidden);
+    return std::make_pair(d->config().layer_causal, hidden);
+  };
+  const auto [causal_layers, c3] = slots(root / "causal", 3);
+  EXPECT_EQ(causal_layers, std::vector<bool>(s.n_layers, true));
+  const std::vector<float> c2 = slots(root / "causal", 2).second;  // block 4 of the fixture drafter: K <= 3
+  ASSERT_EQ(c3.size(), 4u * s.H);
+  EXPECT_EQ(std::vector<float>(c3.begin(), c3.begin() + 3 * s.H), c2);
+  EXPECT_EQ(std::vector<float>(c3.begin(), c3.begin() + 2 * s.H), slots(root / "causal", 1).second);
+  const auto [bidir_layers, b3] = slots(root / "whole", 3);
+  EXPECT_EQ(bidir_layers, std::vector<bool>(s.n_layers, false));
+  EXPECT_NE(std::vector<float>(b3.begin(), b3.begin() + 2 * s.H), slots(root / "whole", 1).second);
   fs::remove_all(root);
 }
 

@@ -146,8 +146,9 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   }
   const std::string method = a.str("--method", "dflash");
   if (method != "dflash" && method != "dflash2") fail("train-drafter: --method must be dflash or dflash2, found \"", method, "\"");
-  if (const std::string ba = a.str("--block-attention", "bidirectional"); ba != "bidirectional" && ba != "causal")
-    fail("train-drafter: --block-attention must be bidirectional or causal, found \"", ba, "\"");
+  const std::string block_attention = a.str("--block-attention", "bidirectional");
+  if (block_attention != "bidirectional" && block_attention != "causal")
+    fail("train-drafter: --block-attention must be bidirectional or causal, found \"", block_attention, "\"");
   if (method == "dflash2" && a.has("--block-attention"))
     fail("train-drafter: --block-attention is a dflash option (DFlash2 is bidirectional in the block)");
   const int64_t B = a.integer("--block-size", 8), n_layers = a.integer("--layers", 1);
@@ -352,7 +353,7 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
     for (const char* f : {"--selector-rank", "--selector-top-k", "--selector-alpha", "--conv-kernel", "--conv-group",
                           "--sliding-window"})
       if (a.has(f)) fail("train-drafter: ", f, " is a dflash2 option (--method dflash2)");
-    arch.causal = a.str("--block-attention", "bidirectional") == "causal";  // validated above
+    arch.causal = block_attention == "causal";
   }
   s.eps = static_cast<float>(mc.rms_norm_eps);
   ModelConfig rc;

@@ -6,10 +6,12 @@
 // z-lab DFlash checkpoint to OUT (config.json + model.safetensors).
 #include <malloc.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
@@ -48,7 +50,7 @@ std::vector<FlagSpec> flags() {
     {"--prompts", "", true, "JSONL training prompts, comma-separated files in order (\"prompt\", \"turns\"[0] or \"question\"; never evaluation sets)"},
     {"--prompt-order", "", true, "file (default) or shuffle (by --seed): the order data generation answers the prompts in"},
     {"--prompt-template", "", true, "build each prompt from the line's fields, e.g. \"{question}\""},
-    {"--num-prompts", "", true, "use the first N prompts (default all)"},
+    {"--num-prompts", "", true, "answer only the first N prompts of --prompt-order (default all)"},
     {"--max-new-tokens", "", true, "tokens the target generates per prompt (default 256)"},
     {"--concurrency", "", true, "sequences the engine batches while generating data (default 16)"},
     {"--responses", "", true, "tokens-only data file of an earlier run (--export-responses): those prompts are prefilled for their taps, not answered again"},
@@ -196,13 +198,26 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   ChatTemplateOptions co;
   co.bos_token = assets.bos_token, co.eos_token = assets.eos_token;
   std::vector<std::vector<int32_t>> prompts;  // every file's prompts in turn: a record's index is its place here
-  const int64_t max_prompts = a.integer("--num-prompts", int64_t(1) << 40);
   for (const std::string& file : split_list(a.required("--prompts"), "--prompts"))
-    for (const std::string& text :
-         load_prompts(file, a.str("--prompt-template"), max_prompts - static_cast<int64_t>(prompts.size())))
+    for (const std::string& text : load_prompts(file, a.str("--prompt-template"), int64_t(1) << 40))
       prompts.push_back(tok.encode(tmpl.apply({{"user", text, ""}}, co)));
-  const std::string order = a.str("--prompt-order", "file");
-  if (order != "file" && order != "shuffle") fail("--prompt-order must be file or shuffle, found \"", order, "\"");
+  const std::string order_name = a.str("--prompt-order", "file");
+  if (order_name != "file" && order_name != "shuffle")
+    fail("--prompt-order must be file or shuffle, found \"", order_name, "\"");
+  // The order data generation answers the prompts in; --num-prompts keeps its first N (so with shuffle, N
+  // prompts drawn from every file). Records keep their prompt's index in the files either way.
+  std::vector<int64_t> order(prompts.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  if (order_name == "shuffle") {  // Fisher-Yates with the project's Rng: the same order on every machine
+    Rng rng(to.seed * 7919 + 17);
+    for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i)
+      std::swap(order[i], order[static_cast<int64_t>(rng.next() % static_cast<uint64_t>(i + 1))]);
+  }
+  if (a.has("--num-prompts")) {
+    const int64_t n = a.integer("--num-prompts", 0);
+    if (n < 1) fail("--num-prompts must be at least 1, found ", n);
+    if (n < static_cast<int64_t>(order.size())) order.resize(n);
+  }
 
   auto model = Transformer::load(target_path, mo);
   const ModelConfig mc = model->config();
@@ -230,7 +245,7 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
     r["command"] = cmd;
     r["target"] = target_path;
     r["prompts"] = a.required("--prompts");
-    r["num_prompts"] = prompts.size();
+    r["num_prompts"] = order.size();
     r["taps"] = taps;
     r["mask_token_id"] = mask_id;
     std::ofstream(fs::path(out) / "recipe.json") << r.dump(2) << "\n";
@@ -263,9 +278,12 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
       }
       std::fprintf(stderr, "data: %zu known responses in %s\n", known.size(), rf.c_str());
     }
-    if (static_cast<int64_t>(w.done().size()) < static_cast<int64_t>(prompts.size())) {
+    const std::set<int64_t> done(w.done().begin(), w.done().end());
+    const size_t n_done = static_cast<size_t>(
+        std::count_if(order.begin(), order.end(), [&](int64_t i) { return done.count(i) > 0; }));
+    if (n_done < order.size()) {
       std::fprintf(stderr, "data: %zu of %zu prompts done, generating the rest (batch %lld, up to %lld tokens each)\n",
-                   w.done().size(), prompts.size(), static_cast<long long>(conc), static_cast<long long>(max_new));
+                   n_done, order.size(), static_cast<long long>(conc), static_cast<long long>(max_new));
       EngineOptions eo;
       eo.max_num_seqs = conc;
       eo.max_model_len = std::min<int64_t>(mc.max_position_embeddings, 4096);
@@ -278,13 +296,7 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
       if (!known.empty()) dg.responses = &known;
       dg.known_only = a.has("--known-only");
       dg.in_flight = 2 * conc;
-      if (order == "shuffle") {  // Fisher-Yates with the project's Rng: the same order on every machine
-        dg.order.resize(prompts.size());
-        for (size_t i = 0; i < dg.order.size(); ++i) dg.order[i] = static_cast<int64_t>(i);
-        Rng rng(to.seed * 7919 + 17);
-        for (int64_t i = static_cast<int64_t>(dg.order.size()) - 1; i > 0; --i)
-          std::swap(dg.order[i], dg.order[static_cast<int64_t>(rng.next() % static_cast<uint64_t>(i + 1))]);
-      }
+      dg.order = order;
       double last = -1e9;  // the first report always prints
       dg.progress = [&](const DatagenProgress& p) {
         if (p.seconds - last < 10 && p.done != p.total) return;

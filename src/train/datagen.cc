@@ -38,12 +38,17 @@ int64_t generate_draft_data(Engine& eng, const std::vector<std::vector<int32_t>>
     return it == o.responses->end() ? nullptr : &it->second;
   };
   const int64_t n = static_cast<int64_t>(prompts.size());
-  if (!o.order.empty() && static_cast<int64_t>(o.order.size()) != n)
-    fail("data generation: an order of ", o.order.size(), " indices for ", n, " prompts");
-  for (int64_t j = 0; j < n; ++j) {
+  const int64_t n_order = o.order.empty() ? n : static_cast<int64_t>(o.order.size());
+  std::set<int64_t> seen;  // an order is a permutation of some of the prompts: no index twice
+  int64_t n_done = 0;      // prompts of the order already in w
+  for (int64_t j = 0; j < n_order; ++j) {
     const int64_t i = o.order.empty() ? j : o.order[j];
     if (i < 0 || i >= n) fail("data generation: order index ", i, " outside the ", n, " prompts");
-    if (done.count(i)) continue;
+    if (!seen.insert(i).second) fail("data generation: prompt ", i, " appears twice in the order");
+    if (done.count(i)) {
+      ++n_done;
+      continue;
+    }
     if (const std::vector<int32_t>* r = known(i)) {
       if (r->size() <= prompts[i].size() || !std::equal(prompts[i].begin(), prompts[i].end(), r->begin()))
         fail("data generation: the known response of prompt ", i,
@@ -69,8 +74,8 @@ int64_t generate_draft_data(Engine& eng, const std::vector<std::vector<int32_t>>
     std::reverse(todo.begin(), todo.begin() + n_known);
   }
   DatagenProgress pr;
-  pr.total = static_cast<int64_t>(prompts.size()) - skipped - left_out;
-  pr.done = static_cast<int64_t>(done.size());
+  pr.total = n_order - skipped - left_out;
+  pr.done = n_done;
   Timer timer;
   if (!o.taps) {  // tokens only: the known responses go into w as they are, first and in order
     while (!todo.empty() && known(todo.front())) {

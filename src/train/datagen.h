@@ -25,8 +25,8 @@ struct DatagenOptions {
   int64_t max_new_tokens = 256;
   int64_t in_flight = 16;  // requests submitted at once (>= the engine's max_num_seqs keeps it full)
   std::function<void(const DatagenProgress&)> progress;  // after every record
-  // The order prompts are generated in (a permutation of their indices);
-  // empty: index order. Records keep the prompt's index either way, so a
+  // The order prompts are generated in: a permutation of their indices, or
+  // of some of them (only those are generated); empty: all, in index order. Records keep the prompt's index either way, so a
   // rerun with another order still skips what is done.
   std::vector<int64_t> order;
   // Responses an earlier run generated (prompt index -> prompt + response

@@ -63,8 +63,13 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
     for (int64_t i = 11; i >= 0; --i) dg.order.push_back(i);  // answered last prompt first
     EXPECT_EQ(generate_draft_data(eng, prompts, w, dg), 0);
     EXPECT_EQ(w.done().size(), 12u);
-    dg.order.pop_back();
-    EXPECT_THROW(generate_draft_data(eng, prompts, w, dg), Error);  // not a permutation of the prompts
+    dg.order.back() = dg.order.front();
+    EXPECT_THROW(generate_draft_data(eng, prompts, w, dg), Error);  // a prompt twice in the order
+    dg.order.back() = 12;
+    EXPECT_THROW(generate_draft_data(eng, prompts, w, dg), Error);  // no such prompt
+    dg.order.pop_back();  // a subset of the prompts, all done already: nothing to generate
+    EXPECT_EQ(generate_draft_data(eng, prompts, w, dg), 0);
+    EXPECT_EQ(w.done().size(), 12u);
   }
   auto model = Transformer::load(target_dir, mo);
   const DraftData data(data_path);

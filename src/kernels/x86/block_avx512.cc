@@ -78,11 +78,19 @@ template <class F, int MB>
 inline constexpr bool kSplitNibbles = F::BITS <= 4 && MB == 1;
 
 // Tiles one pass keeps in registers: the int32 sums (two with kSplitNibbles), the block sums blk and mblk of
-// every tile and row, at most 24 of the 32 zmm. A panel of more tiles runs in several passes over the same
-// activation rows (each weight is still read once).
+// every tile and row, at most 24 of the 32 zmm from 5 rows on. A panel of more tiles runs in several passes over
+// the same activation rows (each weight is still read once). Up to 4 rows (decode, verification of up to 3 drafts)
+// a pass takes the whole panel, registers spilling as they may: a second pass re-reads the panel from L2 with no
+// DRAM stream meanwhile, and 3- and 4-row verification paid for it. kernels_bench, 2 threads, weights from DRAM,
+// 2-core Zen 4 EPYC, 3 rounds interleaved, medians, up 1536 x 8960 / down 8960 x 1536, us, multi-pass -> one pass:
+// M = 3 q4_k 360 -> 228 / 356 -> 251, q4_1 456 -> 251 / 568 -> 271, q5_k 433 -> 352 / 413 -> 341, q8_0 475 -> 412
+// / 462 -> 430; M = 4 q4_k 325 -> 242 / 370 -> 274, q6_k 562 -> 391 / 528 -> 406, q4_0 285 -> 237 / 314 -> 260,
+// q8_0 558 -> 424 / 654 -> 461, q5_k level. (Two tiles a pass from 5 rows on, spilling likewise, was 1.1-1.3x
+// slower at M = 8 and 64.)
 template <class F, int MB>
 inline constexpr int kTilesPerPass =
-    std::max(1, std::min(kMaxT, 24 / (MB * ((F::MIN ? 3 : 2) + (kSplitNibbles<F, MB> ? 1 : 0)))));
+    MB <= 4 ? kMaxT
+            : std::max(1, std::min(kMaxT, 24 / (MB * ((F::MIN ? 3 : 2) + (kSplitNibbles<F, MB> ? 1 : 0)))));
 
 // Tiles t0 .. t0 + T - 1 of the panel starting at tile `tile` (Tp tiles) times activation rows m0 .. m0 + MB - 1.
 template <class F, int T, int MB, int Tp>

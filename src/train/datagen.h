@@ -26,8 +26,9 @@ struct DatagenOptions {
   int64_t in_flight = 16;  // requests submitted at once (>= the engine's max_num_seqs keeps it full)
   std::function<void(const DatagenProgress&)> progress;  // after every record
   // The order prompts are generated in: a permutation of their indices, or
-  // of some of them (only those are generated); empty: all, in index order. Records keep the prompt's index either way, so a
-  // rerun with another order still skips what is done.
+  // of some of them (only those are generated); empty: all, in index order.
+  // Records keep the prompt's index either way, so a rerun with another
+  // order still skips what is done.
   std::vector<int64_t> order;
   // Responses an earlier run generated (prompt index -> prompt + response
   // tokens, from a tokens-only file: --responses). These prompts are not

@@ -23,8 +23,10 @@
 #include <memory>
 #include <random>
 #include <tuple>
+#include <vector>
 
 #include "base/memory_bandwidth.h"
+#include "tensor/dtype.h"
 #include "kernels/block_quant.h"
 #include "kernels/quant.h"
 
@@ -150,6 +152,49 @@ void bench_linear(benchmark::State& state, WeightCache* cache, WeightFormat fmt,
   state.SetLabel(kt.isa);
 }
 
+// The drafter trainer's products (train/gemm.h gemm_nt) at its shapes, M = 1024 rows of a step: f32 on
+// matmul_f32, against bf16 (both operands rounded each call, as the trainer's --matmul bf16 does, then
+// matmul_bf16_dp). MAC/s against the f32 FMA peak (16 MACs per core per cycle on Zen 4) and twice that.
+void bench_train_gemm(benchmark::State& state, bool bf16, Shape2 s) {
+  const int64_t M = 1024;
+  const int threads = static_cast<int>(state.range(0));
+  KernelTable kt = bench_kernels();
+  if (bf16 && kt.matmul_bf16_dp == nullptr) {
+    state.SkipWithError("no AVX-512 BF16 on this CPU");
+    return;
+  }
+  ThreadPool pool(threads);
+  std::vector<float> x(M * s.K), w(s.N * s.K), y(M * s.N);
+  std::vector<uint16_t> xb(x.size()), wb(w.size());
+  std::mt19937 g(2);
+  std::normal_distribution<float> d(0.f, 1.f);
+  for (auto& v : x) v = d(g);
+  for (auto& v : w) v = d(g);
+  for (auto _ : state) {
+    if (bf16) {
+      pool.parallel_for(M * s.K, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) xb[i] = f32_to_bf16(x[i]);
+      });
+      pool.parallel_for(s.N * s.K, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) wb[i] = f32_to_bf16(w[i]);
+      });
+      pool.parallel_for_grain(s.N, 16, [&](int64_t n0, int64_t n1) {
+        kt.matmul_bf16_dp(xb.data(), wb.data(), y.data(), M, s.K, s.N, n0, n1);
+      });
+    } else {
+      pool.parallel_for_grain(s.N, 16, [&](int64_t n0, int64_t n1) {
+        kt.matmul_f32(x.data(), w.data(), y.data(), M, s.K, s.N, n0, n1);
+      });
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["MAC/s"] = benchmark::Counter(static_cast<double>(M) * s.N * s.K,
+                                               benchmark::Counter::kIsIterationInvariantRate,
+                                               benchmark::Counter::kIs1000);
+  state.SetLabel(kt.isa);
+}
+
 // The roofline in the same run: a streaming read of kReadProbeBytes with the loads decode uses
 // (KernelTable::read_stream), split between the threads like linear() does.
 void bench_read_bandwidth(benchmark::State& state) {
@@ -208,6 +253,13 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("read_bw", bench_read_bandwidth)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
   if (__builtin_cpu_supports("avx512vnni"))
     benchmark::RegisterBenchmark("vnni_peak", bench_vnni_peak)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+  for (const Shape2& s : kShapes)
+    for (bool bf16 : {false, true}) {
+      std::string name = std::string("train_gemm_") + (bf16 ? "bf16" : "f32") + "/" + s.name + "_K" +
+                         std::to_string(s.K) + "_N" + std::to_string(s.N) + "_M1024";
+      benchmark::RegisterBenchmark(name.c_str(), bench_train_gemm, bf16, s)
+          ->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+    }
   for (WeightFormat fmt : kFormats)
     for (const Shape2& s : kShapes) {
       std::string name = std::string(weight_format_name(fmt)) + "/" + s.name + "_K" + std::to_string(s.K) +

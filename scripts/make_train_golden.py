@@ -98,6 +98,34 @@ def f32(t):
     return t.to(torch.float32).to(f64)
 
 
+BF16 = False  # set by make(bf16=True): every linear product as `train-drafter --matmul bf16` computes it
+
+
+def r16(t):
+    """f32_to_bf16 of the C++'s f32 value: round to f32, then to bf16 (nearest even), back to f64."""
+    return t.to(torch.float32).to(torch.bfloat16).to(f64)
+
+
+class Bf16Linear(torch.autograd.Function):
+    """a @ w.T with both operands rounded to bf16, and each backward product (g @ w, g.T @ a) likewise: PyTorch's
+    bf16 autocast products, summed here in f64."""
+
+    @staticmethod
+    def forward(ctx, a, w):
+        ctx.save_for_backward(a, w)
+        return r16(a) @ r16(w).T
+
+    @staticmethod
+    def backward(ctx, g):
+        a, w = ctx.saved_tensors
+        return r16(g) @ r16(w), r16(g).T @ r16(a)
+
+
+def lin(a, w):
+    """The linear product a @ w.T (a [M, K], w [N, K]): f64, or bf16 operands under BF16."""
+    return Bf16Linear.apply(a, w) if BF16 else a @ w.T
+
+
 def param_shapes(d2=False):
     """DraftParams::each order and names, [out, in] matrices."""
     nq, nk = N_HEADS * HEAD_DIM, N_KV * HEAD_DIM
@@ -237,7 +265,7 @@ def conv(u, base, dyn, side):
 
 def sandwich(u, P, name, sublayer):
     """DFlash2: conv(u) side 0 -> sublayer -> conv side 1, both with kernels predicted from u."""
-    base, dyn = P[name + ".base_kernel"], u @ P[name + ".kernel_projection.weight"].T
+    base, dyn = P[name + ".base_kernel"], lin(u, P[name + ".kernel_projection.weight"])
     return conv(sublayer(conv(u, base, dyn, 0)), base, dyn, 1)
 
 
@@ -246,7 +274,7 @@ def selector_loss(P, h, logits, inp):
     the K-th when absent), scored z[c] + sum_r pred[prev, r] g[r] succ[c, r] with g = hidden_projection h and prev the
     data token before the slot; ALPHA * sum weight * CE(label) / denom. Candidates are chosen on the values, the
     gradient flows through z[c] (unary not detached)."""
-    g = h @ P["candidate_selector.hidden_projection.weight"].T  # [NQ, RANK]
+    g = lin(h, P["candidate_selector.hidden_projection.weight"])  # [NQ, RANK]
     pred, succ = P["candidate_selector.predecessor_codebook"], P["candidate_selector.successor_codebook"]
     total = torch.zeros((), dtype=f64)
     for r in range(NQ):
@@ -265,7 +293,7 @@ def selector_loss(P, h, logits, inp):
 
 def forward(P, inp, d2=False):
     """Draft logits [NQ, V] and the loss of one row (DFlash2: unary + selector, and the two parts)."""
-    c = rmsnorm(inp["taps"] @ P["fc.weight"].T, P["hidden_norm.weight"])  # [S, H] context features
+    c = rmsnorm(lin(inp["taps"], P["fc.weight"]), P["hidden_norm.weight"])  # [S, H] context features
     x = inp["embed"][inp["block_ids"]]  # [NQ, H] frozen target embedding of [anchor, MASK x (B-1)]
     for i in range(N_LAYERS):
         w = lambda n: P[f"layers.{i}.{n}.weight"]  # noqa: E731
@@ -276,12 +304,12 @@ def forward(P, inp, d2=False):
         x = x + (sandwich(u, P, f"layers.{i}.attention_conv", attn) if d2 else attn(u))
 
         def mlp(m, w=w):
-            gu = m @ w("mlp.gate_up_proj").T  # [NQ, 2F]: gate | up
-            return (torch.nn.functional.silu(gu[:, :F]) * gu[:, F:]) @ w("mlp.down_proj").T
+            gu = lin(m, w("mlp.gate_up_proj"))  # [NQ, 2F]: gate | up
+            return lin(torch.nn.functional.silu(gu[:, :F]) * gu[:, F:], w("mlp.down_proj"))
         m = rmsnorm(x, w("post_attention_layernorm"))
         x = x + (sandwich(m, P, f"layers.{i}.mlp_conv", mlp) if d2 else mlp(m))
     h = rmsnorm(x, P["norm.weight"])
-    logits = h @ inp["lm_head"].T  # frozen target head
+    logits = lin(h, inp["lm_head"])  # frozen target head
     nll = torch.logsumexp(logits, -1) - logits.gather(1, inp["labels"][:, None])[:, 0]
     weight = dpace(nll.detach(), inp["weight"]) if inp.get("dpace") else inp["weight"]
     unary = (weight * nll).sum() / inp["denom"]
@@ -311,20 +339,23 @@ def dpace(nll, mask):
 def attention_sublayer(a, c, w, inp, i):
     """Layer i's attention from its (normed, DFlash2: convolved) block input a [NQ, H] and the context c: the
     output projection of the masked attention [NQ, H]."""
-    q = (a @ w("self_attn.q_proj").T).view(NQ, N_HEADS, HEAD_DIM)
-    kb = (a @ w("self_attn.k_proj").T).view(NQ, N_KV, HEAD_DIM)
-    vb = (a @ w("self_attn.v_proj").T).view(NQ, N_KV, HEAD_DIM)
-    kc = (c @ w("self_attn.k_proj").T).view(S, N_KV, HEAD_DIM)
-    vc = (c @ w("self_attn.v_proj").T).view(S, N_KV, HEAD_DIM)
+    q = lin(a, w("self_attn.q_proj")).view(NQ, N_HEADS, HEAD_DIM)
+    kb = lin(a, w("self_attn.k_proj")).view(NQ, N_KV, HEAD_DIM)
+    vb = lin(a, w("self_attn.v_proj")).view(NQ, N_KV, HEAD_DIM)
+    kc = lin(c, w("self_attn.k_proj")).view(S, N_KV, HEAD_DIM)
+    vc = lin(c, w("self_attn.v_proj")).view(S, N_KV, HEAD_DIM)
     q = rope(rmsnorm(q, w("self_attn.q_norm")), inp["pos_block"])
     kb = rope(rmsnorm(kb, w("self_attn.k_norm")), inp["pos_block"])
     kc = rope(rmsnorm(kc, w("self_attn.k_norm")), inp["pos"])
     att = attention(q, torch.cat([kc, kb]), torch.cat([vc, vb]), inp["visible"][i])
-    return att @ w("self_attn.o_proj").T
+    return lin(att, w("self_attn.o_proj"))
 
 
-def make(d2, dp=False):
-    """One fixture: DFlash (d2 False) or DFlash2; dp: DFlash with D-PACE weights. Returns its metadata."""
+def make(d2, dp=False, bf16=False):
+    """One fixture: DFlash (d2 False) or DFlash2; dp: DFlash with D-PACE weights; bf16: DFlash with bf16 products.
+    Returns its metadata."""
+    global BF16
+    BF16 = bf16
     g = torch.Generator().manual_seed(SEED)
     taps, tokens, params, embed, lm_head, labels_all = make_inputs(g, d2)
     pos = positions()
@@ -407,11 +438,14 @@ def make(d2, dp=False):
     }
     if dp:
         meta.update({"position_weights": "dpace", "dpace_alpha": DPACE_ALPHA})
+    if bf16:
+        meta.update({"products": "bf16"})
     if d2:
         meta.update({"method": "dflash2", "conv_kernel_size": KT, "conv_group_size": GS, "selector_rank": RANK,
                      "selector_top_k": TOPK, "selector_loss_alpha": ALPHA})
     OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / ("draft2_grad.safetensors" if d2 else "draft_dpace_grad.safetensors" if dp else "draft_grad.safetensors")
+    path = OUT / ("draft2_grad.safetensors" if d2 else "draft_dpace_grad.safetensors" if dp
+                  else "draft_bf16_grad.safetensors" if bf16 else "draft_grad.safetensors")
     # One metadata key: safetensors writes its metadata map in hash order, so several keys would not give the same
     # bytes twice.
     save_file(out, str(path), metadata={"config": json.dumps(meta, sort_keys=True)})
@@ -425,6 +459,7 @@ def main():
     meta = make(False)
     make(True)
     make(False, dp=True)
+    make(False, bf16=True)
     (OUT / "README.md").write_text(readme(meta))
 
 
@@ -506,6 +541,14 @@ sum_i w_i (logsumexp(z_i) - z_i[label_i]) / denom with, per block, q~_k = (1 - a
 slots (1 elsewhere) from the detached slot losses l, P_m = prod_(k <= m) q~_k and w_j = mask_j sum_(m >= j) P_m
 mask_m; the weights take no gradient and are made again from the current losses before each AdamW step. Tensors and
 parameters as in draft_grad.
+
+## draft_bf16_grad.safetensors
+
+The DFlash row, drafter and AdamW run of draft_grad with every linear product (fc, q / k / v / o, gate_up, down,
+the frozen lm_head) as `blockspec train-drafter --matmul bf16` computes it, PyTorch's bf16 autocast: y = bf16(a)
+bf16(w)^T in the forward, and in the backward d a = bf16(g) bf16(w), d w = bf16(g)^T bf16(a) (bf16(t): t rounded to
+f32, then to bf16 nearest even), summed here in f64 (a custom autograd Function). The attention's own products,
+the norms and the loss stay f64. Metadata `products`: `bf16`. Tensors and parameters as in draft_grad.
 """
 
 

@@ -77,6 +77,7 @@ std::vector<FlagSpec> flags() {
     {"--max-steps", "", true, "stop after N optimizer steps this run (default: all epochs)"},
     {"--checkpoint-minutes", "", true, "minutes between checkpoints (default 10)"},
     {"--head-dtype", "", true, "bf16 (default) or f32: precision of the frozen lm_head's products in training"},
+    {"--matmul", "", true, "f32 (default) or bf16: precision of the drafter's linear products in training, forward and backward (bf16: both operands rounded, f32 sums, as bf16 autocast; ~1.4x the tokens/s where the CPU has AVX-512 BF16)"},
     {"--target-weights", "", true, "alias of --weights: the target's compute format for data generation"},
     {"--resume", "", false, "continue from OUT/train_state.safetensors when it exists"},
     {"--help", "-h", false, "show this help"},
@@ -165,6 +166,8 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   to.gamma = a.number("--gamma", 4.0);
   to.max_steps = a.integer("--max-steps", 0);
   to.checkpoint_every_s = 60 * a.number("--checkpoint-minutes", 10);
+  const std::string matmul = a.str("--matmul", "f32");
+  if (matmul != "f32" && matmul != "bf16") fail("train-drafter: --matmul must be f32 or bf16, found \"", matmul, "\"");
   if (to.epochs < 1) fail("train-drafter: --epochs must be >= 1, found ", to.epochs);
   if (!(to.lr > 0 && to.lr < 1)) fail("train-drafter: --lr must be in (0, 1), found ", to.lr);
   if (to.seq_len < 16) fail("train-drafter: --seq-len must be >= 16, found ", to.seq_len);
@@ -387,7 +390,8 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   auto frozen = freeze_target(*model, pool, head_dtype == "bf16", vocab);
   arch.draft_vocab = vocab;
   arch.head = frozen->lm_head.data();
-  const OpContext ctx = model->op_context();
+  OpContext ctx = model->op_context();
+  ctx.bf16_train_products = matmul == "bf16";
   double last = -1;
   const TrainResult r = train_drafter(data, frozen->view, s, p, arch, to, out, a.has("--resume"), ctx,
                                       [&](const TrainProgress& pr) {

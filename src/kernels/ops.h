@@ -16,6 +16,10 @@ struct OpContext {
   // Activations are bf16 (--activations bf16): linear() rounds x to bf16
   // and multiplies bf16 weights with k->matmul_bf16_dp where the CPU has it.
   bool bf16_activations = false;
+  // The drafter trainer's linear products (train/gemm.h gemm_nt, forward and
+  // backward) round both operands to bf16 and sum in f32, as PyTorch's bf16
+  // autocast does (train-drafter --matmul bf16). Nothing else reads it.
+  bool bf16_train_products = false;
 };
 
 // y[M, N] = x[M, K] @ w[N, K]^T (+ bias[N]).  w: F32 or BF16.

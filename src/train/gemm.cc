@@ -18,10 +18,55 @@ void transpose(const OpContext& c, const float* in, int64_t R, int64_t C, float*
   });
 }
 
+namespace {
+
+// out[i] = bf16(in[i])
+void round_bf16(const OpContext& c, const float* in, int64_t n, uint16_t* out) {
+  c.pool->parallel_for(n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) out[i] = f32_to_bf16(in[i]);
+  });
+}
+
+// out[C, R] = bf16(in[R, C]^T): transpose() and round_bf16 in one pass.
+void transpose_bf16(const OpContext& c, const float* in, int64_t R, int64_t C, uint16_t* out) {
+  constexpr int64_t kT = 32;
+  c.pool->parallel_for((C + kT - 1) / kT, [&](int64_t b0, int64_t b1) {
+    for (int64_t c0 = b0 * kT; c0 < std::min(C, b1 * kT); c0 += kT)
+      for (int64_t r0 = 0; r0 < R; r0 += kT)
+        for (int64_t j = c0; j < std::min(C, c0 + kT); ++j)
+          for (int64_t i = r0; i < std::min(R, r0 + kT); ++i) out[j * R + i] = f32_to_bf16(in[i * C + j]);
+  });
+}
+
+// y[M, N] = xb[M, K] . wb[N, K]^T, both bf16, f32 sums (KernelTable::matmul_bf16_dp, or the bf16-weight kernel
+// on xb widened where the CPU has no AVX-512 BF16: the same products, each exact in f32).
+void gemm_bf16_both(const OpContext& c, const uint16_t* xb, const uint16_t* wb, int64_t M, int64_t K, int64_t N,
+                    float* y) {
+  if (M == 0 || N == 0) return;
+  std::vector<float> xr;
+  if (c.k->matmul_bf16_dp == nullptr) {
+    xr.resize(M * K);
+    for (int64_t i = 0; i < M * K; ++i) xr[i] = bf16_to_f32(xb[i]);
+  }
+  c.pool->parallel_for_grain(N, 16, [&](int64_t n0, int64_t n1) {
+    if (c.k->matmul_bf16_dp != nullptr) c.k->matmul_bf16_dp(xb, wb, y, M, K, N, n0, n1);
+    else c.k->matmul_bf16(xr.data(), wb, y, M, K, N, n0, n1);
+  });
+}
+
+}  // namespace
+
 void gemm_nt(const OpContext& c, const float* x, const float* w, int64_t M, int64_t K, int64_t N, float* y) {
   if (M == 0 || N == 0) return;
   if (K == 0) {
     std::fill(y, y + M * N, 0.f);
+    return;
+  }
+  if (c.bf16_train_products) {
+    std::vector<uint16_t> xb(M * K), wb(N * K);
+    round_bf16(c, x, M * K, xb.data());
+    round_bf16(c, w, N * K, wb.data());
+    gemm_bf16_both(c, xb.data(), wb.data(), M, K, N, y);
     return;
   }
   c.pool->parallel_for_grain(N, 16, [&](int64_t n0, int64_t n1) { c.k->matmul_f32(x, w, y, M, K, N, n0, n1); });
@@ -30,23 +75,19 @@ void gemm_nt(const OpContext& c, const float* x, const float* w, int64_t M, int6
 void gemm_nt_bf16(const OpContext& c, const float* x, const uint16_t* w, int64_t M, int64_t K, int64_t N, float* y) {
   if (M == 0 || N == 0) return;
   std::vector<uint16_t> xb(M * K);
-  std::vector<float> xr;
-  c.pool->parallel_for(M * K, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) xb[i] = f32_to_bf16(x[i]);
-  });
-  if (c.k->matmul_bf16_dp == nullptr) {
-    xr.resize(M * K);
-    for (int64_t i = 0; i < M * K; ++i) xr[i] = bf16_to_f32(xb[i]);
-  }
-  c.pool->parallel_for_grain(N, 16, [&](int64_t n0, int64_t n1) {
-    if (c.k->matmul_bf16_dp != nullptr) c.k->matmul_bf16_dp(xb.data(), w, y, M, K, N, n0, n1);
-    else c.k->matmul_bf16(xr.data(), w, y, M, K, N, n0, n1);
-  });
+  round_bf16(c, x, M * K, xb.data());
+  gemm_bf16_both(c, xb.data(), w, M, K, N, y);
 }
 
 void gemm_backward(const OpContext& c, const float* x, const float* w, const float* w_t, const float* dy, int64_t M,
                    int64_t K, int64_t N, float* dx, float* dw) {
-  if (dx != nullptr) {
+  if (dx != nullptr && c.bf16_train_products) {  // the transposed weight rounded as it is made
+    std::vector<uint16_t> dyb(M * N), wtb(K * N);
+    round_bf16(c, dy, M * N, dyb.data());
+    if (w_t != nullptr) round_bf16(c, w_t, K * N, wtb.data());
+    else transpose_bf16(c, w, N, K, wtb.data());
+    gemm_bf16_both(c, dyb.data(), wtb.data(), M, N, K, dx);
+  } else if (dx != nullptr) {
     std::vector<float> own;
     if (w_t == nullptr) {
       own.resize(K * N);
@@ -56,10 +97,18 @@ void gemm_backward(const OpContext& c, const float* x, const float* w, const flo
     gemm_nt(c, dy, w_t, M, N, K, dx);  // dx[M, K] = dy[M, N] . (w^T)[K, N]^T
   }
   if (dw != nullptr && M > 0) {
-    std::vector<float> dy_t(N * M), x_t(K * M), g(N * K);
-    transpose(c, dy, M, N, dy_t.data());
-    transpose(c, x, M, K, x_t.data());
-    gemm_nt(c, dy_t.data(), x_t.data(), N, M, K, g.data());  // g[N, K] = (dy^T)[N, M] . (x^T)[K, M]^T
+    std::vector<float> g(N * K);
+    if (c.bf16_train_products) {  // the transposed operands rounded as they are made
+      std::vector<uint16_t> dy_t(N * M), x_t(K * M);
+      transpose_bf16(c, dy, M, N, dy_t.data());
+      transpose_bf16(c, x, M, K, x_t.data());
+      gemm_bf16_both(c, dy_t.data(), x_t.data(), N, M, K, g.data());
+    } else {
+      std::vector<float> dy_t(N * M), x_t(K * M);
+      transpose(c, dy, M, N, dy_t.data());
+      transpose(c, x, M, K, x_t.data());
+      gemm_nt(c, dy_t.data(), x_t.data(), N, M, K, g.data());  // g[N, K] = (dy^T)[N, M] . (x^T)[K, M]^T
+    }
     c.pool->parallel_for(N * K, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) dw[i] += g[i];
     });

@@ -5,6 +5,12 @@
 // linear_backward (grad_ops.h, double accumulation) is the scalar reference
 // twin; tests/train/gemm_test.cc checks one against the other. Also the
 // threaded cross-entropy over the vocabulary, twin of grad_ops.h's.
+// With OpContext::bf16_train_products (train-drafter --matmul bf16) gemm_nt
+// and gemm_backward round both operands of every product to bf16 and sum in
+// f32 on KernelTable::matmul_bf16_dp, as PyTorch's bf16 autocast computes
+// x w^T, dy w and dy^T x (1.7-1.9x the f32 kernel's MACs/s on AVX-512 BF16,
+// rounding included: kernels_bench train_gemm_*); the attention products
+// stay f32.
 #pragma once
 #include <cstdint>
 

@@ -8,7 +8,9 @@
 #include <array>
 #include <algorithm>
 #include <cmath>
+#include <string>
 
+#include "tensor/dtype.h"
 #include "train/grad_ops.h"
 #include "../kernels/randv.h"
 #include "max_rel.h"
@@ -41,6 +43,42 @@ TEST(TrainGemm, ForwardAndBackwardMatchTheReference) {
       gemm_backward(c, x.data(), w.data(), kept, dy.data(), M, K, N, dx.data(), dw.data());
       EXPECT_LT(max_rel(dx, dx_ref), 1e-5) << M << "x" << K << "x" << N;
       EXPECT_LT(max_rel(dw, dw_ref), 1e-5) << M << "x" << K << "x" << N;
+    }
+  }
+}
+
+// --matmul bf16 (OpContext::bf16_train_products): every product of gemm_nt and gemm_backward is the f32 product of
+// the bf16-rounded operands (dy and w for dx, dy and x for dw), on every ISA (AVX-512 BF16's dot product, or the
+// bf16-weight kernel where the CPU has none); and it did round (the f32 products differ).
+TEST(TrainGemm, Bf16ProductsAreTheProductsOfRoundedOperands) {
+  ThreadPool pool(2);
+  const auto rounded = [](std::vector<float> v) {
+    for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+    return v;
+  };
+  for (const char* isa : {"ref", "avx2", "avx512"}) {
+    const KernelTable kt = select_kernels(isa);
+    if (std::string(kt.isa) != isa) continue;  // not on this CPU
+    OpContext c{&kt, &pool}, cf{&kt, &pool};
+    c.bf16_train_products = true;
+    for (auto [M, K, N] : {std::array<int64_t, 3>{1, 1, 1}, {5, 33, 7}, {37, 70, 19}, {64, 96, 130}}) {
+      const std::vector<float> x = randv(M * K, 1), w = randv(N * K, 2), dy = randv(M * N, 3);
+      const std::vector<float> xr = rounded(x), wr = rounded(w), dyr = rounded(dy);
+      std::vector<float> y(M * N), y_ref(M * N), y_f32(M * N);
+      gemm_nt(c, x.data(), w.data(), M, K, N, y.data());
+      gemm_nt(cf, xr.data(), wr.data(), M, K, N, y_ref.data());
+      gemm_nt(cf, x.data(), w.data(), M, K, N, y_f32.data());
+      EXPECT_LT(max_rel(y, y_ref), 1e-5) << isa << " " << M << "x" << K << "x" << N;
+      if (K > 1) EXPECT_GT(max_rel(y, y_f32), 1e-4) << isa << " " << M << "x" << K << "x" << N;
+      std::vector<float> w_t(K * N), dx_ref(M * K), dw_ref(N * K, 0.5f);
+      transpose(cf, w.data(), N, K, w_t.data());
+      gemm_backward(cf, xr.data(), wr.data(), nullptr, dyr.data(), M, K, N, dx_ref.data(), dw_ref.data());
+      for (const float* kept : {static_cast<const float*>(nullptr), static_cast<const float*>(w_t.data())}) {
+        std::vector<float> dx(M * K), dw(N * K, 0.5f);
+        gemm_backward(c, x.data(), w.data(), kept, dy.data(), M, K, N, dx.data(), dw.data());
+        EXPECT_LT(max_rel(dx, dx_ref), 1e-5) << isa << " " << M << "x" << K << "x" << N;
+        EXPECT_LT(max_rel(dw, dw_ref), 1e-5) << isa << " " << M << "x" << K << "x" << N;
+      }
     }
   }
 }

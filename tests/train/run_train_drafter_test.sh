@@ -17,10 +17,10 @@ model=$cache/models/smollm2.gguf
 [[ -f $model ]] || { echo "run_train_drafter_test.sh: $model is missing: run scripts/fetch_models.sh smollm2" >&2; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-# Bad position-weight and block-attention flags: a one-line error and a non-zero exit before anything loads.
+# Bad position-weight, block-attention and matmul flags: a one-line error and a non-zero exit before anything loads.
 for bad in "--position-weights foo" "--position-weights dpace --gamma 2" "--dpace-alpha 0.3" \
            "--position-weights dpace --dpace-alpha 1.5" "--position-weights dpace --method dflash2" \
-           "--block-attention foo" "--block-attention causal --method dflash2"; do
+           "--block-attention foo" "--block-attention causal --method dflash2" "--matmul f16"; do
   # shellcheck disable=SC2086
   if "$bs" train-drafter "$model" "$out/bad" --prompts "$here/../../data/prompts/gsm8k_train.jsonl" $bad 2> "$out/err"; then
     echo "train-drafter accepted $bad" >&2; exit 1

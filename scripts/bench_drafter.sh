@@ -35,8 +35,12 @@ done
 [ -n "$DQ" ] && configs+=("dflash_quant:{\"method\":\"$MD\",\"model\":\"$DQ\"}")
 # n-gram lookup first, the drafter where it finds no match (prompt_lookup_max with a drafter).
 configs+=("lookup_dflash:{\"method\":\"$MD\",\"model\":\"${DQ:-$D}\",\"prompt_lookup_max\":3}")
-# BENCH_BASELINE=DIR adds "baseline": another drafter (e.g. the one it would replace) at the engine's draft length.
-[ -n "${BENCH_BASELINE:-}" ] && configs+=("baseline:{\"method\":\"$MD\",\"model\":\"$BENCH_BASELINE\"}")
+# BENCH_BASELINE=DIR adds "baseline": another drafter (e.g. the one it would replace) at the engine's draft length, and
+# "baseline_lookup": the same drafter behind n-gram lookup, to compare with lookup_dflash in one sitting.
+if [ -n "${BENCH_BASELINE:-}" ]; then
+  configs+=("baseline:{\"method\":\"$MD\",\"model\":\"$BENCH_BASELINE\"}")
+  configs+=("baseline_lookup:{\"method\":\"$MD\",\"model\":\"$BENCH_BASELINE\",\"prompt_lookup_max\":3}")
+fi
 # Every server runs at once (started one after another, so each times its verify cost alone; an idle
 # server takes no CPU), and BENCH_ROUNDS rounds (default 1) go over the sets with the configs in an
 # order that rotates each round: ratios to plain are taken within a round, so the host's drift between

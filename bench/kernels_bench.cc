@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "base/memory_bandwidth.h"
-#include "tensor/dtype.h"
 #include "kernels/block_quant.h"
 #include "kernels/quant.h"
+#include "train/gemm.h"
 
 namespace blockspec {
 namespace {
@@ -152,47 +152,30 @@ void bench_linear(benchmark::State& state, WeightCache* cache, WeightFormat fmt,
   state.SetLabel(kt.isa);
 }
 
-// The drafter trainer's products (train/gemm.h gemm_nt) at its shapes, M = 1024 rows of a step: f32 on
-// matmul_f32, against bf16 (both operands rounded each call, as the trainer's --matmul bf16 does, then
-// matmul_bf16_dp). MAC/s against the f32 FMA peak (16 MACs per core per cycle on Zen 4) and twice that.
+// The drafter trainer's products (train/gemm.h gemm_nt) at its shapes, M = 1024 rows of a step: f32, against
+// --matmul bf16 (OpContext::bf16_train_products: both operands rounded each call, then KernelTable::matmul_bf16_dp,
+// or the bf16-weight f32 kernel where the CPU has no AVX-512 BF16; the label says which).
 void bench_train_gemm(benchmark::State& state, bool bf16, Shape2 s) {
   const int64_t M = 1024;
   const int threads = static_cast<int>(state.range(0));
   KernelTable kt = bench_kernels();
-  if (bf16 && kt.matmul_bf16_dp == nullptr) {
-    state.SkipWithError("no AVX-512 BF16 on this CPU");
-    return;
-  }
   ThreadPool pool(threads);
+  OpContext ctx{&kt, &pool};
+  ctx.bf16_train_products = bf16;
   std::vector<float> x(M * s.K), w(s.N * s.K), y(M * s.N);
-  std::vector<uint16_t> xb(x.size()), wb(w.size());
   std::mt19937 g(2);
   std::normal_distribution<float> d(0.f, 1.f);
   for (auto& v : x) v = d(g);
   for (auto& v : w) v = d(g);
   for (auto _ : state) {
-    if (bf16) {
-      pool.parallel_for(M * s.K, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) xb[i] = f32_to_bf16(x[i]);
-      });
-      pool.parallel_for(s.N * s.K, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) wb[i] = f32_to_bf16(w[i]);
-      });
-      pool.parallel_for_grain(s.N, 16, [&](int64_t n0, int64_t n1) {
-        kt.matmul_bf16_dp(xb.data(), wb.data(), y.data(), M, s.K, s.N, n0, n1);
-      });
-    } else {
-      pool.parallel_for_grain(s.N, 16, [&](int64_t n0, int64_t n1) {
-        kt.matmul_f32(x.data(), w.data(), y.data(), M, s.K, s.N, n0, n1);
-      });
-    }
+    gemm_nt(ctx, x.data(), w.data(), M, s.K, s.N, y.data());
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
   state.counters["MAC/s"] = benchmark::Counter(static_cast<double>(M) * s.N * s.K,
                                                benchmark::Counter::kIsIterationInvariantRate,
                                                benchmark::Counter::kIs1000);
-  state.SetLabel(kt.isa);
+  state.SetLabel(std::string(kt.isa) + (bf16 ? (kt.matmul_bf16_dp != nullptr ? " bf16dp" : " bf16 on f32 FMAs") : ""));
 }
 
 // The roofline in the same run: a streaming read of kReadProbeBytes with the loads decode uses

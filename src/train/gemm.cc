@@ -8,33 +8,29 @@
 
 namespace blockspec {
 
-void transpose(const OpContext& c, const float* in, int64_t R, int64_t C, float* out) {
-  constexpr int64_t kT = 32;  // tiles of 32 x 32 keep both sides in L1
-  c.pool->parallel_for((C + kT - 1) / kT, [&](int64_t b0, int64_t b1) {
-    for (int64_t c0 = b0 * kT; c0 < std::min(C, b1 * kT); c0 += kT)
-      for (int64_t r0 = 0; r0 < R; r0 += kT)
-        for (int64_t j = c0; j < std::min(C, c0 + kT); ++j)
-          for (int64_t i = r0; i < std::min(R, r0 + kT); ++i) out[j * R + i] = in[i * C + j];
-  });
-}
-
 namespace {
 
-// out[i] = bf16(in[i])
-void round_bf16(const OpContext& c, const float* in, int64_t n, uint16_t* out) {
-  c.pool->parallel_for(n, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) out[i] = f32_to_bf16(in[i]);
-  });
-}
-
-// out[C, R] = bf16(in[R, C]^T): transpose() and round_bf16 in one pass.
-void transpose_bf16(const OpContext& c, const float* in, int64_t R, int64_t C, uint16_t* out) {
+// out[C, R] = conv(in[R, C]^T), in tiles of 32 x 32 that keep both sides in L1.
+template <class Out, class Conv>
+void transpose_as(const OpContext& c, const float* in, int64_t R, int64_t C, Out* out, Conv conv) {
   constexpr int64_t kT = 32;
   c.pool->parallel_for((C + kT - 1) / kT, [&](int64_t b0, int64_t b1) {
     for (int64_t c0 = b0 * kT; c0 < std::min(C, b1 * kT); c0 += kT)
       for (int64_t r0 = 0; r0 < R; r0 += kT)
         for (int64_t j = c0; j < std::min(C, c0 + kT); ++j)
-          for (int64_t i = r0; i < std::min(R, r0 + kT); ++i) out[j * R + i] = f32_to_bf16(in[i * C + j]);
+          for (int64_t i = r0; i < std::min(R, r0 + kT); ++i) out[j * R + i] = conv(in[i * C + j]);
+  });
+}
+
+// out[C, R] = bf16(in[R, C]^T): the transpose and the rounding in one pass.
+void transpose_bf16(const OpContext& c, const float* in, int64_t R, int64_t C, uint16_t* out) {
+  transpose_as(c, in, R, C, out, f32_to_bf16);
+}
+
+// out[i] = bf16(in[i])
+void round_bf16(const OpContext& c, const float* in, int64_t n, uint16_t* out) {
+  c.pool->parallel_for(n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) out[i] = f32_to_bf16(in[i]);
   });
 }
 
@@ -55,6 +51,10 @@ void gemm_bf16_both(const OpContext& c, const uint16_t* xb, const uint16_t* wb, 
 }
 
 }  // namespace
+
+void transpose(const OpContext& c, const float* in, int64_t R, int64_t C, float* out) {
+  transpose_as(c, in, R, C, out, [](float v) { return v; });
+}
 
 void gemm_nt(const OpContext& c, const float* x, const float* w, int64_t M, int64_t K, int64_t N, float* y) {
   if (M == 0 || N == 0) return;

@@ -8,7 +8,7 @@
 // With OpContext::bf16_train_products (train-drafter --matmul bf16) gemm_nt
 // and gemm_backward round both operands of every product to bf16 and sum in
 // f32 on KernelTable::matmul_bf16_dp, as PyTorch's bf16 autocast computes
-// x w^T, dy w and dy^T x (1.7-1.9x the f32 kernel's MACs/s on AVX-512 BF16,
+// x w^T, dy w and dy^T x (1.6-1.8x the f32 kernel's MACs/s on AVX-512 BF16,
 // rounding included: kernels_bench train_gemm_*); the attention products
 // stay f32.
 #pragma once

@@ -110,6 +110,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
                  static_cast<long long>(tokens * kv_token_bytes >> 20), static_cast<long long>(max_len),
                  static_cast<double>(tokens) / static_cast<double>(max_len));
   }
+  if (!engine->verify_cost_table().empty())
+    std::fprintf(stderr, "blockspec serve: verify cost (adaptive K; corrected as requests run): %s\n",
+                 engine->verify_cost_table().c_str());
   if (engine->prefix_caching())
     std::fprintf(stderr, "blockspec serve: prefix caching: on (pages of 16 tokens%s%s)\n",
                  engine->prefix_caching_note().empty() ? "" : "; ", engine->prefix_caching_note().c_str());

@@ -144,6 +144,9 @@ Engine::~Engine() {
 
 const ModelConfig& Engine::model_config() const { return impl_->model->config(); }
 int64_t Engine::vocab_size() const { return impl_->model->config().vocab_size; }
+std::string Engine::verify_cost_table() const {
+  return impl_->spec && impl_->spec->adaptive_k ? impl_->ksel.describe() : std::string();
+}
 
 uint64_t Engine::submit(RequestParams p, std::function<void(const TokenEvent&)> on_event) {
   Impl& I = *impl_;

@@ -133,6 +133,9 @@ struct EngineMetrics {
   // Steps that decoded, by the draft length K planned for them (speculative
   // engines): K follows num_speculative_tokens_per_batch_size or the adaptive choice.
   std::map<int64_t, uint64_t> steps_by_k;
+  // Adaptive K: the target's forward cost in ms by rows, as served (the
+  // start-up table corrected by LiveCost), for the row counts served so far.
+  std::map<int64_t, double> verify_cost_ms;
   // Prefix caching: prompt tokens looked up and found (vLLM's
   // prefix_cache_queries / prefix_cache_hits), pages holding a cached prefix.
   bool prefix_caching = false;
@@ -149,6 +152,9 @@ class Engine {
 
   const ModelConfig& model_config() const;  // include formats/hf_config.h to read it
   int64_t vocab_size() const;
+  // The measured verify-cost table the adaptive draft length starts from
+  // (KSelector::describe), empty without one.
+  std::string verify_cost_table() const;
   int64_t max_model_len() const { return max_model_len_; }
   const std::vector<int32_t>& eos_token_ids() const;  // the model's (they end every request unless ignore_eos)
 

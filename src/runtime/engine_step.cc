@@ -154,6 +154,7 @@ void Engine::Impl::step() {
   const bool any_decode =
       std::any_of(plan.rows.begin(), plan.rows.end(), [](const StepPlan::Row& r) { return r.decode; });
   adaptive.stepped(o.drafted, o.looked_up, o.n_drafted, o.n_lookup, o.draft_seconds, any_decode);
+  if (spec && spec->adaptive_k) adaptive.forwarded(ksel, o.decode_rows, o.forward_seconds);
   // Report this step's tokens (and the ends).
   std::vector<uint64_t> ended;
   for (Sequence* sp : o.touched) {
@@ -189,6 +190,8 @@ void Engine::Impl::step() {
   m.steps++;
   m.last_k = plan.k;
   if (spec && any_decode) m.steps_by_k[plan.k]++;
+  if (spec && spec->adaptive_k && o.decode_rows > 0)
+    m.verify_cost_ms[o.decode_rows] = ksel.cost_ms(o.decode_rows) * adaptive.live_cost().factor(o.decode_rows);
 }
 
 }  // namespace blockspec

@@ -1,6 +1,8 @@
 #include "runtime/k_selector.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 
 #include "base/timer.h"
 
@@ -15,20 +17,56 @@ KSelector::KSelector(Transformer& model, int64_t K, int64_t max_seqs) : K_(K) {
   KvCache cache = model.new_cache(max_rows + 8);
   std::vector<float> logits;
   model.forward(ids.data(), 8, cache, logits, false);
+  std::vector<int64_t> rows;
   for (int64_t r = 1;; r = std::min(r * 2, max_rows)) {
-    double best = 1e30;
-    for (int rep = 0; rep < 3; ++rep) {
-      Timer t;
-      model.forward_batch({Transformer::SeqChunk{ids.data() + 8, r, &cache, true, nullptr, true}}, logits);
-      model.commit(cache, 8);  // a verify's cost includes a hybrid model's state rollback
-      best = std::min(best, t.seconds() * 1e3);
-    }
-    // More rows never cost less: a dip below the previous entry is timing
-    // noise, and left in it would make a draft that nobody accepts look free.
-    if (!table_.empty()) best = std::max(best, table_.back().second);
-    table_.push_back({r, best});
+    rows.push_back(r);
     if (r == max_rows) break;
   }
+  // A warm-up round, then rounds over every row count. The table is the
+  // median 1-row time times, per row count, the median of each round's ratio
+  // to that round's 1-row time: a shared machine's read bandwidth swings
+  // (28-48 GB/s on the 2-core EPYC), and the best of each count's repeats
+  // timed back to back (the table before) caught a fast spell for 1 row
+  // more often than for 8, so 4 rows read 1.12x in one start and 1.58x in
+  // the next (session 31) and a start decided K for the server's life.
+  constexpr int kRounds = 5;
+  std::vector<std::vector<double>> ms(kRounds + 1, std::vector<double>(rows.size()));
+  for (int round = 0; round <= kRounds; ++round) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      Timer t;
+      model.forward_batch({Transformer::SeqChunk{ids.data() + 8, rows[i], &cache, true, nullptr, true}}, logits);
+      model.commit(cache, 8);  // a verify's cost includes a hybrid model's state rollback
+      ms[round][i] = t.seconds() * 1e3;
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<double> base;
+  for (int round = 1; round <= kRounds; ++round) base.push_back(ms[round][0]);
+  const double one = median(base);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::vector<double> ratio;
+    for (int round = 1; round <= kRounds; ++round) ratio.push_back(ms[round][i] / ms[round][0]);
+    // More rows never cost less: a dip below the previous entry is timing
+    // noise, and left in it would make a draft that nobody accepts look free.
+    const double t = one * median(ratio);
+    table_.push_back({rows[i], table_.empty() ? t : std::max(t, table_.back().second)});
+  }
+}
+
+std::string KSelector::describe() const {
+  if (table_.empty()) return "none";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%lld row %.1f ms", static_cast<long long>(table_[0].first), table_[0].second);
+  std::string s = buf;
+  for (size_t i = 1; i < table_.size(); ++i) {
+    std::snprintf(buf, sizeof buf, ", %lld %.2fx", static_cast<long long>(table_[i].first),
+                  table_[i].second / table_[0].second);
+    s += buf;
+  }
+  return s;
 }
 
 double KSelector::cost_ms(int64_t rows) const {
@@ -45,8 +83,7 @@ double KSelector::cost_ms(int64_t rows) const {
   return t * static_cast<double>(rows) / static_cast<double>(r);  // beyond the table: linear
 }
 
-int64_t KSelector::choose(int64_t n, const SpecStats& seen, double draft_ms) const {
-  if (K_ == 0 || n == 0) return 0;
+std::vector<double> KSelector::conditional(const SpecStats& seen) const {
   // Conditional acceptance of position i given i-1 accepted; a prior of 0.6
   // until there are enough drafts to measure it. Its denominator is the
   // drafts that tested position i: with K chosen per step, a position past
@@ -68,13 +105,33 @@ int64_t KSelector::choose(int64_t n, const SpecStats& seen, double draft_ms) con
       prev = a;
     }
   }
-  double best_rate = n / cost_ms(n);  // k = 0
+  return cond;
+}
+
+double KSelector::expected_accepted(const SpecStats& seen, int64_t k) const {
+  const std::vector<double> cond = conditional(seen);
+  double expect = 0, reach = 1;
+  for (int64_t i = 0; i < std::min(k, K_); ++i) expect += (reach *= cond[i]);
+  return expect;
+}
+
+int64_t KSelector::choose(int64_t n, const SpecStats& seen, double draft_ms, const LiveCost* live) const {
+  if (K_ == 0 || n == 0) return 0;
+  const std::vector<double> cond = conditional(seen);
+  // The table's cost times the live factor, never below the cost of fewer
+  // rows (factors of neighbouring counts can cross).
+  double floor_ms = 0;
+  auto cost = [&](int64_t rows) {
+    floor_ms = std::max(floor_ms, cost_ms(rows) * (live ? live->factor(rows) : 1.0));
+    return floor_ms;
+  };
+  double best_rate = n / cost(n);  // k = 0
   int64_t best_k = 0;
   double expect = 0, reach = 1;
   for (int64_t k = 1; k <= K_; ++k) {
     reach *= cond[k - 1];
     expect += reach;
-    const double rate = n * (1.0 + expect) / (cost_ms(n * (1 + k)) + n * draft_ms);
+    const double rate = n * (1.0 + expect) / (cost(n * (1 + k)) + n * draft_ms);
     if (rate > best_rate * 1.02) {  // a draft must pay for itself with a margin
       best_rate = rate;
       best_k = k;
@@ -84,8 +141,33 @@ int64_t KSelector::choose(int64_t n, const SpecStats& seen, double draft_ms) con
 }
 
 DraftLengths KSelector::choose_sources(int64_t n, const SpecStats& seen_drafter, const SpecStats& seen_lookup,
-                                       double drafter_ms) const {
-  return {choose(n, seen_drafter, drafter_ms), choose(n, seen_lookup, 0.0)};
+                                       double drafter_ms, const LiveCost* live) const {
+  return {choose(n, seen_drafter, drafter_ms, live), choose(n, seen_lookup, 0.0, live)};
+}
+
+void LiveCost::observe(int64_t rows, double ratio) {
+  if (rows < 1 || !(ratio > 0) || !std::isfinite(ratio)) return;
+  if (static_cast<int64_t>(by_rows_.size()) <= rows) by_rows_.resize(rows + 1);
+  F& e = by_rows_[rows];
+  if (e.n > 0) ratio = std::clamp(ratio, 0.5 * e.f, 2.0 * e.f);
+  ++e.n;
+  e.f = e.n == 1 ? ratio : e.n <= kMin ? e.f + (ratio - e.f) / static_cast<double>(e.n) : 0.9 * e.f + 0.1 * ratio;
+}
+
+double LiveCost::factor(int64_t rows) const {
+  // The nearest row count measured kMin times (the fewer rows on a tie): a
+  // level shift (a longer context, a busier machine) seen on one count
+  // applies to its neighbours, the shape of the table stays until measured.
+  const int64_t R = static_cast<int64_t>(by_rows_.size());
+  for (int64_t d = 0; d < std::max(R, rows + 1); ++d) {
+    if (observed(rows - d) >= kMin) return by_rows_[rows - d].f;
+    if (observed(rows + d) >= kMin) return by_rows_[rows + d].f;
+  }
+  return 1.0;
+}
+
+int64_t LiveCost::observed(int64_t rows) const {
+  return rows >= 0 && rows < static_cast<int64_t>(by_rows_.size()) ? by_rows_[rows].n : 0;
 }
 
 void AcceptanceWindow::add(const SpecStats& step) {
@@ -108,10 +190,30 @@ SpecStats AcceptanceWindow::seen() const {
 
 int64_t AdaptiveK::choose(const KSelector& ks, int64_t n, bool lookup_first, int64_t k_max) {
   if (lookup_first) {
-    const DraftLengths l = ks.choose_sources(n, drafter_.seen(), lookup_.seen(), cost_.ms());
+    const DraftLengths l = ks.choose_sources(n, drafter_.seen(), lookup_.seen(), cost_.ms(), &live_);
     lengths_ = {std::min(k_max, l.drafter), std::min(k_max, l.lookup)};
   } else {
-    fix(std::min(k_max, ks.choose(n, drafter_.seen(), cost_.ms())));
+    fix(std::min(k_max, ks.choose(n, drafter_.seen(), cost_.ms(), &live_)));
+  }
+  // Every kExplore-th choice runs another k instead, in turn no draft (a plain
+  // step: the cost every draft length is weighed against) and the drafter's
+  // k - 1 and k + 1, so LiveCost measures the row counts around the choice,
+  // not only the choice. Without it a start-up table that overrated a
+  // verify kept k where it was, its alternatives never timed.
+  // A draft length whose tokens would not pay even with free rows (the
+  // drafter's measured acceptance says so) is not explored.
+  if (k_max > 0 && ++choices_ % kExplore == 0) {
+    const int64_t k = lengths_.drafter;
+    for (int tries = 0; tries < 3; ++tries) {
+      const int64_t turn = explored_++ % 3;
+      const int64_t c = turn == 0 ? 0 : turn == 1 ? k - 1 : k + 1;
+      if (c < 0 || c > k_max || (c == 0 && lengths_.max() == 0) || (c != 0 && c == k)) continue;
+      if (c > 0 && ks.expected_accepted(drafter_.seen(), c) <= 0.02) continue;
+      if (c == 0) fix(0);
+      else if (lookup_first) lengths_.drafter = c;
+      else fix(c);
+      break;
+    }
   }
   return lengths_.max();
 }
@@ -122,6 +224,10 @@ void AdaptiveK::stepped(const SpecStats& drafted, const SpecStats& looked_up, in
   else if (decoded && (n_lookup == 0 || lengths_.drafter == 0)) cost_.idle();  // not when the lookup drafted for all
   drafter_.add(drafted);
   lookup_.add(looked_up);
+}
+
+void AdaptiveK::forwarded(const KSelector& ks, int64_t rows, double seconds) {
+  if (rows > 0) live_.observe(rows, seconds * 1e3 / ks.cost_ms(rows));
 }
 
 void DraftCost::drafted(double ms) {

@@ -1,6 +1,7 @@
 // Choosing the number of draft tokens per step from measured cost.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -10,11 +11,13 @@
 namespace blockspec {
 
 // Picks the draft length per step from the target's MEASURED cost of a
-// forward over r rows (timed once at start-up) and the acceptance observed
-// so far: the k in [0, K] that maximises expected tokens per second for n
+// forward over r rows (timed at start-up, corrected by the served forwards:
+// LiveCost) and the acceptance observed so far: the k in [0, K] that maximises expected tokens per second for n
 // decoding sequences, (n * (1 + E[accepted | k])) / (cost(n * (1 + k)) +
 // draft cost). On a bandwidth-bound CPU a few rows cost about one row, so k
 // stays high at batch 1 and falls as the batch grows.
+class LiveCost;
+
 class KSelector {
  public:
   KSelector() = default;
@@ -22,16 +25,23 @@ class KSelector {
   // From a given cost table {rows, ms} with rows increasing (tests, or a
   // table measured elsewhere).
   KSelector(std::vector<std::pair<int64_t, double>> table, int64_t K) : K_(K), table_(std::move(table)) {}
-  int64_t choose(int64_t n_decoding, const SpecStats& seen, double draft_ms_per_seq) const;
+  // live: the served forwards' correction of the table (none: the table as timed).
+  int64_t choose(int64_t n_decoding, const SpecStats& seen, double draft_ms_per_seq,
+                 const LiveCost* live = nullptr) const;
   // n-gram lookup in front of a drafter: each source's k by choose() from its
   // own drafts, the lookup's at no draft cost. A source that does not pay
   // alone drafts 0.
   DraftLengths choose_sources(int64_t n_decoding, const SpecStats& seen_drafter, const SpecStats& seen_lookup,
-                              double drafter_ms_per_seq) const;
+                              double drafter_ms_per_seq, const LiveCost* live = nullptr) const;
   int64_t max_k() const { return K_; }
+  // Expected accepted tokens of a k-token draft on this acceptance history.
+  double expected_accepted(const SpecStats& seen, int64_t k) const;
+  double cost_ms(int64_t rows) const;  // the table's, interpolated
+  // "1 row 33.2 ms, 2 1.10x, 4 1.24x, ..." for a start-up log line.
+  std::string describe() const;
 
  private:
-  double cost_ms(int64_t rows) const;  // interpolated
+  std::vector<double> conditional(const SpecStats& seen) const;  // [K] acceptance of position i given i - 1
   int64_t K_ = 0;
   std::vector<std::pair<int64_t, double>> table_;  // rows -> ms
 };
@@ -75,6 +85,32 @@ class DraftCost {
   int64_t n_ = 0;
 };
 
+// The target's cost as served, per row count, as a factor on the start-up
+// table: the forwards of decode-only steps (every row a decoding sequence's
+// token or draft), each measured time over the table's. One start-up table,
+// timed in a few seconds, decided K for a server's whole life before: a noisy
+// start left the drafter at K = 1 (BENCHMARKS.md, session 31). A row count
+// is corrected once kMin forwards measured it (their mean, then an EMA of
+// weight 0.1, each ratio clipped to [0.5, 2] x the current factor so one
+// preempted step moves it little); a count not yet measured takes its
+// nearest measured neighbour's factor. AdaptiveK explores the counts around
+// its choice (a plain step among them), so the ratio of a verify to a plain
+// step is measured, not assumed.
+class LiveCost {
+ public:
+  static constexpr int64_t kMin = 4;
+  void observe(int64_t rows, double ratio);  // one forward: measured ms / table ms
+  double factor(int64_t rows) const;         // 1 until kMin forwards of `rows` rows
+  int64_t observed(int64_t rows) const;
+
+ private:
+  struct F {
+    double f = 1;
+    int64_t n = 0;
+  };
+  std::vector<F> by_rows_;  // [rows]
+};
+
 // The adaptive draft length of one engine (or one generate_speculative run),
 // step by step: the lengths chosen for the step being planned, each source's
 // recent acceptance and the drafter's measured cost.
@@ -89,10 +125,16 @@ class AdaptiveK {
   // whether any sequence decoded.
   void stepped(const SpecStats& drafted, const SpecStats& looked_up, int64_t n_drafted, int64_t n_lookup,
                double draft_seconds, bool decoded);
+  // A decode-only step's target forward over `rows` rows took `seconds`.
+  void forwarded(const KSelector& ks, int64_t rows, double seconds);
   const DraftLengths& lengths() const { return lengths_; }
+  const LiveCost& live_cost() const { return live_; }
 
  private:
+  static constexpr int64_t kExplore = 24;
   DraftLengths lengths_;
+  LiveCost live_;
+  int64_t choices_ = 0, explored_ = 0;
   AcceptanceWindow drafter_, lookup_;
   DraftCost cost_;
 };

@@ -115,7 +115,11 @@ ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan, const std::funct
     s.block.insert(s.block.end(), s.draft.tokens.begin(), s.draft.tokens.end());
     chunks.push_back({s.block.data(), static_cast<int64_t>(s.block.size()), s.cache.get(), true, taps, s.block.size() > 1});
   }
+  Timer forward_timer;
   model_.forward_batch(chunks, logits_);
+  o.forward_seconds = forward_timer.seconds();
+  const bool decode_only = std::all_of(plan.rows.begin(), plan.rows.end(), [](const StepPlan::Row& r) { return r.decode; });
+  for (const Transformer::SeqChunk& c : chunks) o.decode_rows += decode_only ? c.n : 0;
 
   // ---- sample / verify, accept, crop, emit ----
   int64_t row = 0;

@@ -28,6 +28,8 @@ class ModelRunner {
     int64_t n_lookup = 0;            // sequences n-gram lookup drafted for in front of a drafter
     SpecStats drafted, looked_up;    // this step's verified drafts: the proposer's (drafter's), n-gram lookup's
     double draft_seconds = 0;        // time spent in proposers
+    double forward_seconds = 0;      // the target's forward over every row
+    int64_t decode_rows = 0;         // its rows when all were decoding sequences' (tokens and drafts), else 0
   };
   // Runs the plan's rows; seq_of maps a SeqState to its Sequence. After it,
   // each touched sequence's `out` holds the tokens it emitted this step and

@@ -159,6 +159,7 @@ SpecResult run_sequence(Transformer& model, Proposer* proposer, int64_t K, const
     const ModelRunner::StepOutcome o =
         runner.run(plan, [&](const SeqState&) -> Sequence& { return s; }, &adaptive.lengths());
     adaptive.stepped(o.drafted, o.looked_up, o.n_drafted, o.n_lookup, o.draft_seconds, verify);
+    if (ksel) adaptive.forwarded(*ksel, o.decode_rows, o.forward_seconds);
     if (verify) ++res.target_passes;
     if (on_token)
       for (int32_t t : s.out) on_token(t);

@@ -122,6 +122,11 @@ std::string render_metrics(const EngineMetrics& m, const ServerCounters& c, cons
   w.header("spec_decode_steps_by_k_total", "counter", "Decoding steps by the draft length K planned for them.");
   for (const auto& [k, n] : m.steps_by_k)
     w.sample("spec_decode_steps_by_k_total", static_cast<double>(n), "k=\"" + std::to_string(k) + "\"");
+  // The adaptive draft length's cost model as served (blockspec's own).
+  w.header("spec_decode_verify_cost_ms", "gauge",
+           "Target forward time by rows as the adaptive draft length sees it: start-up table x served correction.");
+  for (const auto& [rows, ms] : m.verify_cost_ms)
+    w.sample("spec_decode_verify_cost_ms", ms, "rows=\"" + std::to_string(rows) + "\"");
   return w.str();
 }
 

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "base/error.h"
 
 namespace blockspec {
@@ -160,6 +163,72 @@ TEST(DraftCost, ColdFirstDraftIsReplacedAndIdleStepsForget) {
   while (ks.choose(1, {}, spike.ms()) == 0 && idle < 1000) spike.idle(), ++idle;
   EXPECT_GT(idle, 0);
   EXPECT_LT(idle, 40);
+}
+
+}  // namespace
+}  // namespace blockspec
+
+namespace blockspec {
+namespace {
+
+// The served forwards correct the start-up table row count by row count: a
+// noisy start that made 4 rows look 4x a plain step kept k at 0; once kMin
+// plain and 4-row forwards measured them at the same cost, k = 3.
+TEST(LiveCost, ServedForwardsCorrectANoisyStartUpTable) {
+  const KSelector ks({{1, 10.0}, {2, 20.0}, {4, 40.0}}, 3);
+  LiveCost live;
+  EXPECT_EQ(ks.choose(1, {}, 0.0, &live), 0);
+  for (int i = 0; i < LiveCost::kMin; ++i) live.observe(1, 1.0), live.observe(4, 0.25);
+  EXPECT_DOUBLE_EQ(live.factor(4), 0.25);
+  EXPECT_EQ(ks.choose(1, {}, 0.0, &live), 3);
+  EXPECT_EQ(ks.choose(1, {}, 0.0), 0) << "without the live costs, the table's choice";
+  // A count not measured takes its nearest measured neighbour's factor (the fewer rows on a tie).
+  EXPECT_DOUBLE_EQ(live.factor(3), 0.25);
+  EXPECT_DOUBLE_EQ(live.factor(2), 1.0);
+  EXPECT_DOUBLE_EQ(live.factor(9), 0.25);
+  // Only one count measured: a level shift, applied to every count, leaves the table's shape (and k) as it was.
+  LiveCost level;
+  for (int i = 0; i < LiveCost::kMin; ++i) level.observe(4, 1.7);
+  EXPECT_DOUBLE_EQ(level.factor(1), 1.7);
+  EXPECT_EQ(ks.choose(1, {}, 0.0, &level), 0);
+}
+
+// The whole loop on a target whose forwards of up to 4 rows truly cost one
+// plain step (10 ms) and whose start-up table said 4 rows cost 4x: AdaptiveK
+// starts at k = 0, its exploration times k = 1 (2 rows) and the plain step,
+// climbs, and drafts 3 from then on, exploring one choice in kExplore. The
+// other way round (a table that says rows are free, served verifies at 3x a
+// plain step) it comes down.
+TEST(LiveCost, ExplorationFindsTheServedCost) {
+  auto run = [](const KSelector& ks, double (*true_ms)(int64_t), std::vector<int64_t>* tail) {
+    AdaptiveK a;
+    for (int step = 0; step < 3000; ++step) {
+      const int64_t k = a.choose(ks, 1, false, 3);
+      a.forwarded(ks, 1 + k, true_ms(1 + k) / 1e3);
+      if (step >= 2000) tail->push_back(k);
+    }
+  };
+  std::vector<int64_t> ks_flat;
+  run(KSelector({{1, 10.0}, {2, 20.0}, {4, 40.0}}, 3), [](int64_t) { return 10.0; }, &ks_flat);
+  const int64_t at3 = std::count(ks_flat.begin(), ks_flat.end(), 3);
+  EXPECT_GE(at3, 1000 - 1000 / 24 - 1);
+  EXPECT_LT(at3, 1000) << "no exploration";
+  std::vector<int64_t> ks_dear;
+  run(KSelector({{1, 10.0}, {8, 10.0}}, 3), [](int64_t r) { return r == 1 ? 10.0 : 10.0 + 10.0 * r; }, &ks_dear);
+  EXPECT_GE(std::count(ks_dear.begin(), ks_dear.end(), 0), 1000 - 1000 / 24 - 1);
+}
+
+// Past kMin an EMA of weight 0.1, each ratio clipped to [0.5, 2] x the
+// factor: one preempted step (100x) moves it by a tenth of a doubling.
+TEST(LiveCost, OneSlowStepMovesTheFactorLittle) {
+  LiveCost c;
+  for (int i = 0; i < LiveCost::kMin; ++i) c.observe(3, 1.0 + 0.1 * i);
+  EXPECT_DOUBLE_EQ(c.factor(3), 1.15);  // the mean of the first kMin
+  c.observe(3, 100.0);
+  EXPECT_DOUBLE_EQ(c.factor(3), 0.9 * 1.15 + 0.1 * 2.3);
+  c.observe(3, -1.0);  // not a time: ignored
+  c.observe(3, std::nan(""));
+  EXPECT_EQ(c.observed(3), LiveCost::kMin + 1);
 }
 
 }  // namespace

@@ -351,6 +351,17 @@ TEST_F(ServerSpec, WithoutKTheDraftLengthAdapts) {
   }
   ASSERT_GE(drafts, 8) << "drafting never started (the prior alone should start it)";
   EXPECT_EQ(metrics(s->port)["blockspec:spec_decode_num_accepted_tokens_total"], 0);
+  // The cost model as served: the given table (100 ms at any rows) times what this machine's forwards measured
+  // (far less than 100 ms for the tiny model), for the row counts served.
+  int costs = 0;
+  for (const auto& [name, v] : metrics(s->port)) {
+    if (name.rfind("blockspec:spec_decode_verify_cost_ms{rows=", 0) != 0) continue;
+    ++costs;
+    EXPECT_GT(v, 0.0) << name;
+    EXPECT_LE(v, 100.0) << name;
+  }
+  EXPECT_GE(costs, 2) << "the plain and the drafting row counts";
+  EXPECT_LT(metrics(s->port)["blockspec:spec_decode_verify_cost_ms{rows=\"1\"}"], 50.0) << "not corrected";
   for (int i = 0; i < 2; ++i) EXPECT_EQ(answer(s->port, req), (*plain_)[0]);
   EXPECT_EQ(metrics(s->port)["blockspec:spec_decode_num_drafts_total"], drafts) << "still drafting after 0 of "
                                                                                  << drafts << " accepted";

@@ -148,22 +148,37 @@ DraftLengths KSelector::choose_sources(int64_t n, const SpecStats& seen_drafter,
 void LiveCost::observe(int64_t rows, double ratio) {
   if (rows < 1 || !(ratio > 0) || !std::isfinite(ratio)) return;
   if (static_cast<int64_t>(by_rows_.size()) <= rows) by_rows_.resize(rows + 1);
+  // ratio = level x shape[rows], both unknown: the shape is measured against
+  // the level before this forward (a count timed in a slow spell is not
+  // dearer than one timed in a fast spell), the level against the count's
+  // shape so far (each count moves it alike). Each clipped to [0.5, 2] x its
+  // current value.
+  if (forwards_ == 0) level_ = ratio;
   F& e = by_rows_[rows];
-  if (e.n > 0) ratio = std::clamp(ratio, 0.5 * e.f, 2.0 * e.f);
+  const double shape_before = e.f;
+  const bool known = e.n > 0;
+  double rel = ratio / level_;
+  if (known) rel = std::clamp(rel, 0.5 * e.f, 2.0 * e.f);
   ++e.n;
-  e.f = e.n == 1 ? ratio : e.n <= kMin ? e.f + (ratio - e.f) / static_cast<double>(e.n) : 0.9 * e.f + 0.1 * ratio;
+  e.last = ++forwards_;
+  e.f = e.n == 1 ? rel : e.n <= kMin ? e.f + (rel - e.f) / static_cast<double>(e.n) : 0.9 * e.f + 0.1 * rel;
+  if (known) level_ = 0.8 * level_ + 0.2 * std::clamp(ratio / shape_before, 0.5 * level_, 2.0 * level_);
 }
 
 double LiveCost::factor(int64_t rows) const {
-  // The nearest row count measured kMin times (the fewer rows on a tie): a
-  // level shift (a longer context, a busier machine) seen on one count
-  // applies to its neighbours, the shape of the table stays until measured.
+  // The nearest row count measured kMin times (the fewer rows on a tie): the
+  // table's shape stays where nothing has measured it.
+  const double level = forwards_ > 0 ? level_ : 1.0;
   const int64_t R = static_cast<int64_t>(by_rows_.size());
   for (int64_t d = 0; d < std::max(R, rows + 1); ++d) {
-    if (observed(rows - d) >= kMin) return by_rows_[rows - d].f;
-    if (observed(rows + d) >= kMin) return by_rows_[rows + d].f;
+    if (observed(rows - d) >= kMin) return level * by_rows_[rows - d].f;
+    if (observed(rows + d) >= kMin) return level * by_rows_[rows + d].f;
   }
-  return 1.0;
+  return level;
+}
+
+bool LiveCost::stale(int64_t rows, int64_t window) const {
+  return observed(rows) < kMin || forwards_ - by_rows_[rows].last > window;
 }
 
 int64_t LiveCost::observed(int64_t rows) const {
@@ -195,13 +210,16 @@ int64_t AdaptiveK::choose(const KSelector& ks, int64_t n, bool lookup_first, int
   } else {
     fix(std::min(k_max, ks.choose(n, drafter_.seen(), cost_.ms(), &live_)));
   }
-  // Every kExplore-th choice runs another k instead, in turn no draft (a plain
-  // step: the cost every draft length is weighed against) and the drafter's
-  // k - 1 and k + 1, so LiveCost measures the row counts around the choice,
-  // not only the choice. Without it a start-up table that overrated a
-  // verify kept k where it was, its alternatives never timed.
-  // A draft length whose tokens would not pay even with free rows (the
-  // drafter's measured acceptance says so) is not explored.
+  // Every kExplore-th choice may run another k instead, in turn no draft (a
+  // plain step: the cost every draft length is weighed against) and the
+  // drafter's k - 1 and k + 1, when LiveCost has not measured its row count
+  // lately (kStale forwards): the counts around the choice stay measured, not
+  // only the choice. Without it a start-up table that overrated a verify kept
+  // k where it was, its alternatives never timed; exploring on a fixed beat
+  // (one choice in 24) cost 2-4% of a served run where the steps' own k
+  // already varied (session 31). A draft length whose tokens would not pay
+  // even with free rows (the drafter's measured acceptance says so) is not
+  // explored.
   if (k_max > 0 && ++choices_ % kExplore == 0) {
     const int64_t k = lengths_.drafter;
     for (int tries = 0; tries < 3; ++tries) {
@@ -209,6 +227,7 @@ int64_t AdaptiveK::choose(const KSelector& ks, int64_t n, bool lookup_first, int
       const int64_t c = turn == 0 ? 0 : turn == 1 ? k - 1 : k + 1;
       if (c < 0 || c > k_max || (c == 0 && lengths_.max() == 0) || (c != 0 && c == k)) continue;
       if (c > 0 && ks.expected_accepted(drafter_.seen(), c) <= 0.02) continue;
+      if (!live_.stale(n * (1 + c), kStale)) continue;
       if (c == 0) fix(0);
       else if (lookup_first) lengths_.drafter = c;
       else fix(c);

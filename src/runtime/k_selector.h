@@ -89,26 +89,36 @@ class DraftCost {
 // table: the forwards of decode-only steps (every row a decoding sequence's
 // token or draft), each measured time over the table's. One start-up table,
 // timed in a few seconds, decided K for a server's whole life before: a noisy
-// start left the drafter at K = 1 (BENCHMARKS.md, session 31). A row count
-// is corrected once kMin forwards measured it (their mean, then an EMA of
-// weight 0.1, each ratio clipped to [0.5, 2] x the current factor so one
-// preempted step moves it little); a count not yet measured takes its
-// nearest measured neighbour's factor. AdaptiveK explores the counts around
-// its choice (a plain step among them), so the ratio of a verify to a plain
-// step is measured, not assumed.
+// start left the drafter at K = 1 (BENCHMARKS.md, session 31). The factor is
+// a level times a shape: the level follows every forward against its count's
+// shape (an EMA of weight 0.2: the host's read bandwidth swings within
+// seconds), the shape of a row count is its forwards' time against the
+// level of their moment (the mean of the first kMin, then an EMA of weight
+// 0.1); each update clipped to [0.5, 2] x the current value, so one
+// preempted step moves them little. A count not yet measured takes its
+// nearest measured neighbour's shape. Without the level a count
+// timed in a slow spell looked dear for good (2 rows at 1.34x a plain step
+// where 3 rows read 1.04x, and a server that stopped drafting). AdaptiveK
+// explores the counts around its choice (a plain step among them) that the
+// served steps have not measured lately, so the ratio of a verify to a
+// plain step is measured, not assumed.
 class LiveCost {
  public:
   static constexpr int64_t kMin = 4;
   void observe(int64_t rows, double ratio);  // one forward: measured ms / table ms
   double factor(int64_t rows) const;         // 1 until kMin forwards of `rows` rows
   int64_t observed(int64_t rows) const;
+  // Fewer than kMin forwards of `rows` rows, or none among the last `window` forwards.
+  bool stale(int64_t rows, int64_t window) const;
 
  private:
   struct F {
     double f = 1;
-    int64_t n = 0;
+    int64_t n = 0, last = 0;  // forwards observed, the forward count at the latest
   };
-  std::vector<F> by_rows_;  // [rows]
+  std::vector<F> by_rows_;  // [rows]: the shape, each count's time against the level
+  int64_t forwards_ = 0;
+  double level_ = 1;  // every forward's time over the table's and its count's shape, an EMA of weight 0.2
 };
 
 // The adaptive draft length of one engine (or one generate_speculative run),
@@ -131,7 +141,7 @@ class AdaptiveK {
   const LiveCost& live_cost() const { return live_; }
 
  private:
-  static constexpr int64_t kExplore = 24;
+  static constexpr int64_t kExplore = 16, kStale = 256;
   DraftLengths lengths_;
   LiveCost live_;
   int64_t choices_ = 0, explored_ = 0;

@@ -42,7 +42,8 @@ struct EngineOptions {
   std::optional<SpecConfig> spec;  // speculative decoding for every request
   std::shared_ptr<DraftModel> drafter;  // the drafter spec names (cli/spec_config.h loads it); null for ngram
   // Adaptive K (spec without num_speculative_tokens): the target's verify
-  // cost {rows, ms}, rows increasing; empty: measured at start-up.
+  // cost {rows, ms}, rows increasing; empty: measured at start-up. Either
+  // way the served forwards correct it (LiveCost, runtime/k_selector.h).
   std::vector<std::pair<int64_t, double>> verify_cost_ms;
   // Data generation for drafter training (issue 15): the target layers
   // (DFlash target_layer_ids) whose hidden states every request with an

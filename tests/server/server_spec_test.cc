@@ -335,7 +335,8 @@ TEST_F(ServerSpec, DrafterBehindNgramLookupIsLosslessAndUsesBoth) {
 // proposer whose every draft is rejected, drafting stops once 8 drafts have
 // shown it (KSelector's history), while the same proposer at a given K
 // drafts on every step. The verify cost is given (flat: extra rows are free)
-// so the choice depends on acceptance alone, not on this machine's timing.
+// and the tiny model's served forwards, which correct it, cost alike at 1 to
+// 8 rows, so the choice depends on acceptance, not on this machine's timing.
 TEST_F(ServerSpec, WithoutKTheDraftLengthAdapts) {
   auto oracle_model = std::shared_ptr<Transformer>(Transformer::load(kModelDir, model_options()));
   EngineOptions eo;

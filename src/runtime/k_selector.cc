@@ -216,10 +216,10 @@ int64_t AdaptiveK::choose(const KSelector& ks, int64_t n, bool lookup_first, int
   // lately (kStale forwards): the counts around the choice stay measured, not
   // only the choice. Without it a start-up table that overrated a verify kept
   // k where it was, its alternatives never timed; exploring on a fixed beat
-  // (one choice in 24) cost 2-4% of a served run where the steps' own k
-  // already varied (session 31). A draft length whose tokens would not pay
-  // even with free rows (the drafter's measured acceptance says so) is not
-  // explored.
+  // (one choice in 24, the first version) spent 4% of the steps off the
+  // choice where the steps' own k already varied. A draft length whose
+  // tokens would not pay even with free rows (the drafter's measured
+  // acceptance says so) is not explored.
   if (k_max > 0 && ++choices_ % kExplore == 0) {
     const int64_t k = lengths_.drafter;
     for (int tries = 0; tries < 3; ++tries) {

@@ -118,7 +118,8 @@ ModelRunner::StepOutcome ModelRunner::run(const StepPlan& plan, const std::funct
   Timer forward_timer;
   model_.forward_batch(chunks, logits_);
   o.forward_seconds = forward_timer.seconds();
-  const bool decode_only = std::all_of(plan.rows.begin(), plan.rows.end(), [](const StepPlan::Row& r) { return r.decode; });
+  const bool decode_only =
+      std::all_of(plan.rows.begin(), plan.rows.end(), [](const StepPlan::Row& r) { return r.decode; });
   for (const Transformer::SeqChunk& c : chunks) o.decode_rows += decode_only ? c.n : 0;
 
   // ---- sample / verify, accept, crop, emit ----

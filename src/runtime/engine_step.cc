@@ -191,7 +191,7 @@ void Engine::Impl::step() {
   m.last_k = plan.k;
   if (spec && any_decode) m.steps_by_k[plan.k]++;
   if (spec && spec->adaptive_k && o.decode_rows > 0)
-    m.verify_cost_ms[o.decode_rows] = ksel.cost_ms(o.decode_rows) * adaptive.live_cost().factor(o.decode_rows);
+    m.verify_cost_ms[o.decode_rows] = ksel.served_ms(o.decode_rows, &adaptive.live_cost());
 }
 
 }  // namespace blockspec

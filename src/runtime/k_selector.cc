@@ -83,6 +83,10 @@ double KSelector::cost_ms(int64_t rows) const {
   return t * static_cast<double>(rows) / static_cast<double>(r);  // beyond the table: linear
 }
 
+double KSelector::served_ms(int64_t rows, const LiveCost* live) const {
+  return cost_ms(rows) * (live ? live->factor(rows) : 1.0);
+}
+
 std::vector<double> KSelector::conditional(const SpecStats& seen) const {
   // Conditional acceptance of position i given i-1 accepted; a prior of 0.6
   // until there are enough drafts to measure it. Its denominator is the
@@ -122,7 +126,7 @@ int64_t KSelector::choose(int64_t n, const SpecStats& seen, double draft_ms, con
   // rows (factors of neighbouring counts can cross).
   double floor_ms = 0;
   auto cost = [&](int64_t rows) {
-    floor_ms = std::max(floor_ms, cost_ms(rows) * (live ? live->factor(rows) : 1.0));
+    floor_ms = std::max(floor_ms, served_ms(rows, live));
     return floor_ms;
   };
   double best_rate = n / cost(n);  // k = 0

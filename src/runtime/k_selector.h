@@ -37,6 +37,8 @@ class KSelector {
   // Expected accepted tokens of a k-token draft on this acceptance history.
   double expected_accepted(const SpecStats& seen, int64_t k) const;
   double cost_ms(int64_t rows) const;  // the table's, interpolated
+  // The cost choose() weighs: the table's times the served correction (none: the table's).
+  double served_ms(int64_t rows, const LiveCost* live) const;
   // "1 row 33.2 ms, 2 1.10x, 4 1.24x, ..." for a start-up log line.
   std::string describe() const;
 

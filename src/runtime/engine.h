@@ -137,6 +137,9 @@ struct EngineMetrics {
   // Adaptive K: the target's forward cost in ms by rows, as served (the
   // start-up table corrected by LiveCost), for the row counts served so far.
   std::map<int64_t, double> verify_cost_ms;
+  // Adaptive K: the drafter's time per drafting sequence and step as the choice weighs it (DraftCost), 0 before
+  // the first draft.
+  double draft_cost_ms = 0;
   // Prefix caching: prompt tokens looked up and found (vLLM's
   // prefix_cache_queries / prefix_cache_hits), pages holding a cached prefix.
   bool prefix_caching = false;

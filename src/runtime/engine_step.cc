@@ -192,6 +192,7 @@ void Engine::Impl::step() {
   if (spec && any_decode) m.steps_by_k[plan.k]++;
   if (spec && spec->adaptive_k && o.decode_rows > 0)
     m.verify_cost_ms[o.decode_rows] = ksel.served_ms(o.decode_rows, &adaptive.live_cost());
+  if (spec && spec->adaptive_k) m.draft_cost_ms = adaptive.draft_ms();
 }
 
 }  // namespace blockspec

@@ -141,6 +141,7 @@ class AdaptiveK {
   void forwarded(const KSelector& ks, int64_t rows, double seconds);
   const DraftLengths& lengths() const { return lengths_; }
   const LiveCost& live_cost() const { return live_; }
+  double draft_ms() const { return cost_.ms(); }  // the drafter's measured cost per drafting sequence (DraftCost)
 
  private:
   static constexpr int64_t kExplore = 16, kStale = 256;

@@ -127,6 +127,9 @@ std::string render_metrics(const EngineMetrics& m, const ServerCounters& c, cons
            "Target forward time by rows as the adaptive draft length sees it: start-up table x served correction.");
   for (const auto& [rows, ms] : m.verify_cost_ms)
     w.sample("spec_decode_verify_cost_ms", ms, "rows=\"" + std::to_string(rows) + "\"");
+  w.metric("spec_decode_draft_cost_ms", "gauge",
+           "Drafter time per drafting sequence and step as the adaptive draft length sees it (0: none measured).",
+           m.draft_cost_ms);
   return w.str();
 }
 

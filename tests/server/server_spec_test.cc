@@ -352,6 +352,8 @@ TEST_F(ServerSpec, WithoutKTheDraftLengthAdapts) {
   }
   ASSERT_GE(drafts, 8) << "drafting never started (the prior alone should start it)";
   EXPECT_EQ(metrics(s->port)["blockspec:spec_decode_num_accepted_tokens_total"], 0);
+  // The drafter's measured cost, decayed by the steps since its last draft but not to 0.
+  EXPECT_GT(metrics(s->port)["blockspec:spec_decode_draft_cost_ms"], 0.0);
   // The cost model as served: the given table (100 ms at any rows) times what this machine's forwards measured
   // (far less than 100 ms for the tiny model), for the row counts served.
   int costs = 0;

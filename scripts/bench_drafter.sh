@@ -33,6 +33,8 @@ for k in 3 7 15; do
   [ "$k" -le "$K" ] && configs+=("dflash_k$k:{\"method\":\"$MD\",\"model\":\"$D\",\"num_speculative_tokens\":$k}")
 done
 [ -n "$DQ" ] && configs+=("dflash_quant:{\"method\":\"$MD\",\"model\":\"$DQ\"}")
+# The quantized drafter at K = 7 as well: its acceptance per position against the master's at the same K.
+[ -n "$DQ" ] && [ "$K" -ge 7 ] && configs+=("dflash_quant_k7:{\"method\":\"$MD\",\"model\":\"$DQ\",\"num_speculative_tokens\":7}")
 # n-gram lookup first, the drafter where it finds no match (prompt_lookup_max with a drafter).
 configs+=("lookup_dflash:{\"method\":\"$MD\",\"model\":\"${DQ:-$D}\",\"prompt_lookup_max\":3}")
 # BENCH_BASELINE=DIR adds "baseline": another drafter (e.g. the one it would replace) at the engine's draft length, and

@@ -10,6 +10,11 @@ median, ...) are dropped. Deterministic for a given Python: files in sorted orde
 only.
 
     python3 scripts/make_code_prompts.py [--stdlib /usr/lib/python3.11] [--out data/prompts/code_train.jsonl]
+
+`--methods` writes the documented public methods of public top-level classes instead (the class line, then the
+method's signature and docstring as the source indents them; the first method of each Class.method name only;
+methods named like a HumanEval entry point dropped), by default to data/prompts/code_train_methods.jsonl: a second,
+separate file, so that the shuffled order of the first (and the data recipes that name it) stays as it is.
 """
 
 from __future__ import annotations
@@ -43,15 +48,60 @@ def prompts_of(path: Path, root: Path):
                                                     f"stdlib {module}.{node.name}"}
 
 
+def methods_of(path: Path, root: Path):
+    src = path.read_text(encoding="utf-8", errors="strict")
+    tree = ast.parse(src)
+    lines = src.splitlines()
+    module = ".".join(path.relative_to(root).with_suffix("").parts)
+    for cls in tree.body:
+        if not isinstance(cls, ast.ClassDef) or cls.name.startswith("_"):
+            continue
+        header = lines[cls.lineno - 1]
+        if not header.rstrip().endswith(":"):  # a class line spread over several lines: skipped
+            continue
+        for node in cls.body:
+            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+                continue
+            doc = ast.get_docstring(node, clean=False)
+            if not doc or len(doc.strip()) < 40 or not node.body or not isinstance(node.body[0], ast.Expr):
+                continue
+            first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+            text = header + "\n" + "\n".join(lines[first - 1: node.body[0].end_lineno]) + "\n"
+            if len(text) > 2000:
+                continue
+            yield node.name, f"{cls.name}.{node.name}", {
+                "prompt": text, "source": f"python{sys.version_info.major}.{sys.version_info.minor} "
+                                          f"stdlib {module}.{cls.name}.{node.name}"}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--stdlib", type=Path, default=Path(f"/usr/lib/python{sys.version_info.major}."
                                                         f"{sys.version_info.minor}"))
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "data/prompts/code_train.jsonl")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--methods", action="store_true", help="class methods, to code_train_methods.jsonl by default")
     a = ap.parse_args()
     repo = Path(__file__).resolve().parent.parent
-    seen = {json.loads(line)["entry_point"] for line in open(repo / "data/prompts/humaneval.jsonl")}  # decontaminate
+    if a.out is None:
+        a.out = repo / ("data/prompts/code_train_methods.jsonl" if a.methods else "data/prompts/code_train.jsonl")
+    humaneval = {json.loads(line)["entry_point"] for line in open(repo / "data/prompts/humaneval.jsonl")}
+    seen = set(humaneval)  # decontaminate
     out = []
+    if a.methods:
+        for path in sorted(a.stdlib.rglob("*.py")):
+            if SKIP_DIRS & set(path.relative_to(a.stdlib).parts[:-1]) or path.name.startswith("test_"):
+                continue
+            try:
+                found = list(methods_of(path, a.stdlib))
+            except (SyntaxError, UnicodeDecodeError, ValueError):
+                continue
+            for name, qual, rec in found:
+                if name not in humaneval and qual not in seen:
+                    seen.add(qual)
+                    out.append(rec)
+        a.out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out))
+        print(f"wrote {a.out} ({len(out)} prompts from {a.stdlib})")
+        return
     for path in sorted(a.stdlib.rglob("*.py")):
         if SKIP_DIRS & set(path.relative_to(a.stdlib).parts[:-1]) or path.name.startswith("test_"):
             continue

@@ -50,7 +50,7 @@ std::vector<FlagSpec> flags() {
     {"--prompts", "", true, "JSONL training prompts, comma-separated files in order (\"prompt\", \"turns\"[0] or \"question\"; never evaluation sets)"},
     {"--prompt-order", "", true, "file (default) or shuffle (by --seed): the order data generation answers the prompts in"},
     {"--prompt-template", "", true, "build each prompt from the line's fields, e.g. \"{question}\""},
-    {"--num-prompts", "", true, "answer only the first N prompts of --prompt-order (default all)"},
+    {"--num-prompts", "", true, "answer only the first N prompts of --prompt-order (default all); N1,N2,...: the first Ni of each --prompts file, its --responses prompts first"},
     {"--max-new-tokens", "", true, "tokens the target generates per prompt (default 256)"},
     {"--concurrency", "", true, "sequences the engine batches while generating data (default 16)"},
     {"--responses", "", true, "tokens-only data file of an earlier run (--export-responses): those prompts are prefilled for their taps, not answered again"},
@@ -201,9 +201,13 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   ChatTemplateOptions co;
   co.bos_token = assets.bos_token, co.eos_token = assets.eos_token;
   std::vector<std::vector<int32_t>> prompts;  // every file's prompts in turn: a record's index is its place here
-  for (const std::string& file : split_list(a.required("--prompts"), "--prompts"))
+  std::vector<int64_t> file_sizes;             // prompts per file
+  for (const std::string& file : split_list(a.required("--prompts"), "--prompts")) {
+    const size_t before = prompts.size();
     for (const std::string& text : load_prompts(file, a.str("--prompt-template"), int64_t(1) << 40))
       prompts.push_back(tok.encode(tmpl.apply({{"user", text, ""}}, co)));
+    file_sizes.push_back(static_cast<int64_t>(prompts.size() - before));
+  }
   const std::string order_name = a.str("--prompt-order", "file");
   if (order_name != "file" && order_name != "shuffle")
     fail("--prompt-order must be file or shuffle, found \"", order_name, "\"");
@@ -216,10 +220,38 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
     for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i)
       std::swap(order[i], order[static_cast<int64_t>(rng.next() % static_cast<uint64_t>(i + 1))]);
   }
+  if (a.has("--responses") && a.has("--train-only"))
+    fail("train-drafter: --responses feeds data generation, which --train-only skips");
+  std::map<int64_t, std::vector<int32_t>> known;  // --responses: prompt index -> prompt + response
+  if (a.has("--responses")) {
+    const std::string rf = a.str("--responses");
+    if (!fs::is_regular_file(rf)) fail("--responses: ", rf, " is not a file");
+    const DraftData prev(rf);
+    for (const DraftRecordView& r : prev.records()) {
+      if (r.index < 0 || r.index >= static_cast<int64_t>(prompts.size()))
+        fail("--responses: ", rf, ": record for prompt ", r.index, " but --prompts has ", prompts.size());
+      known[r.index].assign(r.tokens, r.tokens + r.n_tokens);
+    }
+    std::fprintf(stderr, "data: %zu known responses in %s\n", known.size(), rf.c_str());
+  }
   if (a.has("--num-prompts")) {
-    const int64_t n = a.integer("--num-prompts", 0);
-    if (n < 1) fail("--num-prompts must be at least 1, found ", n);
-    if (n < static_cast<int64_t>(order.size())) order.resize(n);
+    const std::string v = a.str("--num-prompts");
+    if (v.find(',') != std::string::npos) {  // one count per file
+      std::vector<int64_t> counts;
+      for (const std::string& item : split_list(v, "--num-prompts")) {
+        char* end = nullptr;
+        const long long c = std::strtoll(item.c_str(), &end, 10);
+        if (*end != '\0') fail("--num-prompts: \"", item, "\" is not a count");
+        counts.push_back(c);
+      }
+      std::set<int64_t> ks;
+      for (const auto& kv : known) ks.insert(kv.first);
+      order = select_per_file(order, file_sizes, counts, ks);
+    } else {
+      const int64_t n = a.integer("--num-prompts", 0);
+      if (n < 1) fail("--num-prompts must be at least 1, found ", n);
+      if (n < static_cast<int64_t>(order.size())) order.resize(n);
+    }
   }
 
   auto model = Transformer::load(target_path, mo);
@@ -257,8 +289,6 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   // ---- data: the target's own greedy responses and taps ----
   const std::string data_path = (fs::path(out) / "data" / "draft_data.bin").string();
   if (a.has("--data-only") && a.has("--train-only")) fail("train-drafter: --data-only and --train-only exclude each other");
-  if (a.has("--responses") && a.has("--train-only"))
-    fail("train-drafter: --responses feeds data generation, which --train-only skips");
   const bool tokens_only = a.has("--tokens-only");
   if (a.has("--known-only") && !a.has("--responses")) fail("train-drafter: --known-only needs --responses");
   if (tokens_only && a.has("--train-only")) fail("train-drafter: --tokens-only and --train-only exclude each other");
@@ -269,18 +299,6 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
     if (a.has("--tap-dtype") && w.tap_dtype() != want)
       fail("--tap-dtype: ", write_path, " already holds ", w.tap_dtype() == TapDType::kBF16 ? "bf16" : "f32",
            " taps; resume without --tap-dtype or use another output directory");
-    std::map<int64_t, std::vector<int32_t>> known;  // --responses: prompt index -> prompt + response
-    if (a.has("--responses")) {
-      const std::string rf = a.str("--responses");
-      if (!fs::is_regular_file(rf)) fail("--responses: ", rf, " is not a file");
-      const DraftData prev(rf);
-      for (const DraftRecordView& r : prev.records()) {
-        if (r.index < 0 || r.index >= static_cast<int64_t>(prompts.size()))
-          fail("--responses: ", rf, ": record for prompt ", r.index, " but --prompts has ", prompts.size());
-        known[r.index].assign(r.tokens, r.tokens + r.n_tokens);
-      }
-      std::fprintf(stderr, "data: %zu known responses in %s\n", known.size(), rf.c_str());
-    }
     const std::set<int64_t> done(w.done().begin(), w.done().end());
     const size_t n_done = static_cast<size_t>(
         std::count_if(order.begin(), order.end(), [&](int64_t i) { return done.count(i) > 0; }));

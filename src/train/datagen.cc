@@ -27,6 +27,36 @@ struct Pending {
 
 }  // namespace
 
+std::vector<int64_t> select_per_file(const std::vector<int64_t>& order, const std::vector<int64_t>& file_sizes,
+                                     const std::vector<int64_t>& counts, const std::set<int64_t>& known) {
+  if (counts.size() != file_sizes.size())
+    fail("--num-prompts: ", counts.size(), " counts for ", file_sizes.size(), " --prompts files (one per file)");
+  std::vector<int64_t> begin(file_sizes.size() + 1, 0);  // file f: indices [begin[f], begin[f + 1])
+  for (size_t f = 0; f < file_sizes.size(); ++f) {
+    if (counts[f] < 0) fail("--num-prompts: count ", f + 1, " is ", counts[f], ", must be >= 0");
+    begin[f + 1] = begin[f] + file_sizes[f];
+  }
+  const auto file_of = [&](int64_t i) {
+    if (i < 0 || i >= begin.back()) fail("--num-prompts: prompt index ", i, " outside the ", begin.back(), " prompts");
+    return static_cast<size_t>(std::upper_bound(begin.begin(), begin.end(), i) - begin.begin() - 1);
+  };
+  std::vector<int64_t> left = counts;  // each file's places still open
+  std::set<int64_t> keep;
+  for (int pass = 0; pass < 2; ++pass)  // the known prompts of each file, then the others
+    for (int64_t i : order) {
+      const size_t f = file_of(i);
+      if ((known.count(i) > 0) == (pass == 0) && left[f] > 0) {
+        keep.insert(i);
+        --left[f];
+      }
+    }
+  if (keep.empty()) fail("--num-prompts: every count is 0, nothing to answer");
+  std::vector<int64_t> out;
+  for (int64_t i : order)
+    if (keep.count(i)) out.push_back(i);
+  return out;
+}
+
 int64_t generate_draft_data(Engine& eng, const std::vector<std::vector<int32_t>>& prompts, DraftDataWriter& w,
                             const DatagenOptions& o) {
   const std::set<int64_t> done(w.done().begin(), w.done().end());

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "runtime/engine.h"
@@ -49,6 +50,14 @@ struct DatagenOptions {
   // taps); no new response is generated (--known-only).
   bool known_only = false;
 };
+
+// --num-prompts N1,N2,...: the prompts of `order` (indices into the files' concatenation, file f holding
+// file_sizes[f] of them in turn) kept file by file, at most counts[f] of file f (all of a file with fewer): first
+// those in `known` (the --responses records: a step that grows one file reuses every response it has of it), then
+// the others in `order`'s order. The result keeps `order`'s order. Fails unless there is one count per file, each
+// >= 0, and at least one prompt is kept.
+std::vector<int64_t> select_per_file(const std::vector<int64_t>& order, const std::vector<int64_t>& file_sizes,
+                                     const std::vector<int64_t>& counts, const std::set<int64_t>& known);
 
 // Generates every prompt whose index is not already in w.done(), appending
 // one record each (resumable: a rerun continues where it stopped). eng

@@ -32,6 +32,12 @@ if "$bs" train-drafter "$model" "$out/bad" --prompts "$here/../../data/prompts/g
   echo "train-drafter accepted --num-prompts 0" >&2; exit 1
 fi
 grep -q "error: --num-prompts must be at least 1" "$out/err" || { cat "$out/err" >&2; exit 1; }
+# Per-file counts: one per --prompts file.
+if "$bs" train-drafter "$model" "$out/bad" --prompts "$here/../../data/prompts/gsm8k_train.jsonl" --num-prompts 4,4 \
+     --data-only 2> "$out/err"; then
+  echo "train-drafter accepted --num-prompts 4,4 for one file" >&2; exit 1
+fi
+grep -q "error: --num-prompts: 2 counts for 1 --prompts files" "$out/err" || { cat "$out/err" >&2; exit 1; }
 "$bs" train-drafter "$model" "$out/drafter" --prompts "$here/../../data/prompts/gsm8k_train.jsonl" --num-prompts 64 \
   --max-new-tokens 96 --concurrency 16 --epochs 30 --max-anchors 64 --seq-len 1024 --lr 2e-3 --threads 2 \
   2> "$out/log" || { cat "$out/log" >&2; exit 1; }

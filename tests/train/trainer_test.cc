@@ -383,5 +383,23 @@ TEST(Datagen, KnownOnlyPrefillsTheKnownAndGeneratesNothing) {
   fs::remove_all(root);
 }
 
+// --num-prompts N1,N2,...: three files of 4, 3 and 5 prompts (indices 0-3, 4-6, 7-11) in a shuffled order.
+TEST(Datagen, PerFileCountsKeepEachFilesFirstAndItsKnownPromptsFirst) {
+  const std::vector<int64_t> order = {9, 2, 5, 11, 0, 7, 4, 3, 8, 1, 10, 6};
+  const std::vector<int64_t> sizes = {4, 3, 5};
+  // No known prompts: file 0's first 2 in the order (2, 0), none of file 1, file 2's first 3 (9, 11, 7).
+  EXPECT_EQ(select_per_file(order, sizes, {2, 0, 3}, {}), (std::vector<int64_t>{9, 2, 11, 0, 7}));
+  // Known 1 and 3 (file 0) and 6 (file 1) take their files' places first: file 0 keeps 3 and 1, not 2 and 0;
+  // file 1's one place goes to 6; file 2 has none known. The result keeps the order's order.
+  EXPECT_EQ(select_per_file(order, sizes, {2, 1, 3}, {1, 3, 6}), (std::vector<int64_t>{9, 11, 7, 3, 1, 6}));
+  // More known than places: the first known in the order (3 before 1).
+  EXPECT_EQ(select_per_file(order, sizes, {1, 0, 0}, {1, 3}), (std::vector<int64_t>{3}));
+  // A count above a file's size keeps all of it; the order may hold only some prompts.
+  EXPECT_EQ(select_per_file({5, 0, 4}, sizes, {9, 9, 9}, {}), (std::vector<int64_t>{5, 0, 4}));
+  EXPECT_THROW(select_per_file(order, sizes, {1, 1}, {}), Error);      // one count per file
+  EXPECT_THROW(select_per_file(order, sizes, {1, -1, 1}, {}), Error);  // negative
+  EXPECT_THROW(select_per_file(order, sizes, {0, 0, 0}, {}), Error);   // nothing to answer
+}
+
 }  // namespace
 }  // namespace blockspec

@@ -29,55 +29,47 @@ SKIP_DIRS = {"test", "tests", "idlelib", "lib2to3", "site-packages", "dist-packa
              "ensurepip", "venv", "pydoc_data"}
 
 
-def prompts_of(path: Path, root: Path):
-    src = path.read_text(encoding="utf-8", errors="strict")
-    tree = ast.parse(src)
-    lines = src.splitlines()
-    for node in tree.body:
+PY = f"python{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def documented(body, lines, prefix=""):
+    """(name, prompt text) of each documented public function in body: decorators, signature and docstring as the
+    source spells them, after prefix (a class line for methods)."""
+    for node in body:
         if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
             continue
         doc = ast.get_docstring(node, clean=False)
         if not doc or len(doc.strip()) < 40 or not node.body or not isinstance(node.body[0], ast.Expr):
             continue
         first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
-        text = "\n".join(lines[first - 1: node.body[0].end_lineno]) + "\n"
-        if len(text) > 2000:
-            continue
-        module = ".".join(path.relative_to(root).with_suffix("").parts)
-        yield node.name, {"prompt": text, "source": f"python{sys.version_info.major}.{sys.version_info.minor} "
-                                                    f"stdlib {module}.{node.name}"}
+        text = prefix + "\n".join(lines[first - 1: node.body[0].end_lineno]) + "\n"
+        if len(text) <= 2000:
+            yield node.name, text
 
 
-def methods_of(path: Path, root: Path):
+def prompts_of(path: Path, root: Path, methods: bool):
+    """(entry name, unique name, record): top-level functions, or with methods the methods of public classes."""
     src = path.read_text(encoding="utf-8", errors="strict")
     tree = ast.parse(src)
     lines = src.splitlines()
     module = ".".join(path.relative_to(root).with_suffix("").parts)
+    if not methods:
+        for name, text in documented(tree.body, lines):
+            yield name, name, {"prompt": text, "source": f"{PY} stdlib {module}.{name}"}
+        return
     for cls in tree.body:
         if not isinstance(cls, ast.ClassDef) or cls.name.startswith("_"):
             continue
         header = lines[cls.lineno - 1]
         if not header.rstrip().endswith(":"):  # a class line spread over several lines: skipped
             continue
-        for node in cls.body:
-            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
-                continue
-            doc = ast.get_docstring(node, clean=False)
-            if not doc or len(doc.strip()) < 40 or not node.body or not isinstance(node.body[0], ast.Expr):
-                continue
-            first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
-            text = header + "\n" + "\n".join(lines[first - 1: node.body[0].end_lineno]) + "\n"
-            if len(text) > 2000:
-                continue
-            yield node.name, f"{cls.name}.{node.name}", {
-                "prompt": text, "source": f"python{sys.version_info.major}.{sys.version_info.minor} "
-                                          f"stdlib {module}.{cls.name}.{node.name}"}
+        for name, text in documented(cls.body, lines, header + "\n"):
+            yield name, f"{cls.name}.{name}", {"prompt": text, "source": f"{PY} stdlib {module}.{cls.name}.{name}"}
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--stdlib", type=Path, default=Path(f"/usr/lib/python{sys.version_info.major}."
-                                                        f"{sys.version_info.minor}"))
+    ap.add_argument("--stdlib", type=Path, default=Path(f"/usr/lib/{PY}"))
     ap.add_argument("--out", type=Path)
     ap.add_argument("--methods", action="store_true", help="class methods, to code_train_methods.jsonl by default")
     a = ap.parse_args()
@@ -85,33 +77,20 @@ def main():
     if a.out is None:
         a.out = repo / ("data/prompts/code_train_methods.jsonl" if a.methods else "data/prompts/code_train.jsonl")
     humaneval = {json.loads(line)["entry_point"] for line in open(repo / "data/prompts/humaneval.jsonl")}
-    seen = set(humaneval)  # decontaminate
+    # Decontaminate: no function or method named like a HumanEval entry point; each unique name once (functions:
+    # the name, so no function is named like a HumanEval task or an earlier function; methods: Class.method).
+    seen = set(humaneval)
     out = []
-    if a.methods:
-        for path in sorted(a.stdlib.rglob("*.py")):
-            if SKIP_DIRS & set(path.relative_to(a.stdlib).parts[:-1]) or path.name.startswith("test_"):
-                continue
-            try:
-                found = list(methods_of(path, a.stdlib))
-            except (SyntaxError, UnicodeDecodeError, ValueError):
-                continue
-            for name, qual, rec in found:
-                if name not in humaneval and qual not in seen:
-                    seen.add(qual)
-                    out.append(rec)
-        a.out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out))
-        print(f"wrote {a.out} ({len(out)} prompts from {a.stdlib})")
-        return
     for path in sorted(a.stdlib.rglob("*.py")):
         if SKIP_DIRS & set(path.relative_to(a.stdlib).parts[:-1]) or path.name.startswith("test_"):
             continue
         try:
-            found = list(prompts_of(path, a.stdlib))
+            found = list(prompts_of(path, a.stdlib, a.methods))
         except (SyntaxError, UnicodeDecodeError, ValueError):
             continue
-        for name, rec in found:
-            if name not in seen:
-                seen.add(name)
+        for name, unique, rec in found:
+            if name not in humaneval and unique not in seen:
+                seen.add(unique)
                 out.append(rec)
     a.out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out))
     print(f"wrote {a.out} ({len(out)} prompts from {a.stdlib})")

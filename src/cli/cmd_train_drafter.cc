@@ -98,12 +98,13 @@ std::vector<std::string> split_list(const std::string& s, const std::string& fla
   return out;
 }
 
-std::vector<int64_t> parse_ids(const std::string& s, const std::string& flag) {
+// "a,b,c" -> non-negative integers; what: the error's noun ("a layer id", "a count").
+std::vector<int64_t> parse_ids(const std::string& s, const std::string& flag, const char* what = "a layer id") {
   std::vector<int64_t> out;
   for (const std::string& item : split_list(s, flag)) {
     char* end = nullptr;
     const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (*end != '\0' || v < 0) fail(flag, ": \"", item, "\" is not a layer id");
+    if (*end != '\0' || v < 0) fail(flag, ": \"", item, "\" is not ", what);
     out.push_back(v);
   }
   return out;
@@ -237,16 +238,9 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   if (a.has("--num-prompts")) {
     const std::string v = a.str("--num-prompts");
     if (v.find(',') != std::string::npos) {  // one count per file
-      std::vector<int64_t> counts;
-      for (const std::string& item : split_list(v, "--num-prompts")) {
-        char* end = nullptr;
-        const long long c = std::strtoll(item.c_str(), &end, 10);
-        if (*end != '\0') fail("--num-prompts: \"", item, "\" is not a count");
-        counts.push_back(c);
-      }
       std::set<int64_t> ks;
       for (const auto& kv : known) ks.insert(kv.first);
-      order = select_per_file(order, file_sizes, counts, ks);
+      order = select_per_file(order, file_sizes, parse_ids(v, "--num-prompts", "a count"), ks);
     } else {
       const int64_t n = a.integer("--num-prompts", 0);
       if (n < 1) fail("--num-prompts must be at least 1, found ", n);

@@ -140,6 +140,10 @@ struct EngineMetrics {
   // Adaptive K: the drafter's time per drafting sequence and step as the choice weighs it (DraftCost), 0 before
   // the first draft.
   double draft_cost_ms = 0;
+  // Where the engine thread's time goes (seconds since start-up): every step, the target forwards (ModelRunner),
+  // the drafts, and the drafter's context passes outside drafts (a published page whose drafter context trails
+  // it: the draft length is 0 there, or the request ends).
+  double step_seconds = 0, forward_seconds = 0, draft_seconds = 0, draft_context_seconds = 0;
   // Prefix caching: prompt tokens looked up and found (vLLM's
   // prefix_cache_queries / prefix_cache_hits), pages holding a cached prefix.
   bool prefix_caching = false;

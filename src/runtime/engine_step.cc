@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "base/timer.h"
 #include "runtime/engine_impl.h"
 
 namespace blockspec {
@@ -107,7 +108,11 @@ void Engine::Impl::publish_pages(Sequence& s) {
   // The drafter's context of published pages. It runs a token's taps at its
   // next draft, so it trails the target: when a published page waits for
   // it (the draft length is 0 now, or the request ends) it runs them now.
-  if (s.proposer->context_size() / kPageTokens < s.n_published) s.proposer->commit_context();
+  if (s.proposer->context_size() / kPageTokens < s.n_published) {
+    const Timer t;
+    s.proposer->commit_context();
+    context_seconds += t.seconds();
+  }
   const int64_t ready = std::min(s.n_published, s.proposer->context_size() / kPageTokens);
   for (; s.n_draft_saved < ready; ++s.n_draft_saved) {
     // Into the page published under the hash: this sequence's, or one
@@ -143,6 +148,7 @@ int64_t Engine::Impl::choose_k(int64_t n_decoding) {
 }
 
 void Engine::Impl::step() {
+  const Timer step_timer;
   intake();
   const StepPlan plan = sched->plan([this](int64_t n) { return choose_k(n); });
   for (SeqState* st : plan.admitted) start(*live.at(st->id));
@@ -188,6 +194,10 @@ void Engine::Impl::step() {
   m.generation_tokens += static_cast<uint64_t>(o.new_tokens);
   m.prompt_tokens += static_cast<uint64_t>(o.prompt_tokens);
   m.steps++;
+  m.step_seconds += step_timer.seconds();
+  m.forward_seconds += o.forward_seconds;
+  m.draft_seconds += o.draft_seconds;
+  m.draft_context_seconds = context_seconds;
   m.last_k = plan.k;
   if (spec && any_decode) m.steps_by_k[plan.k]++;
   if (spec && spec->adaptive_k && o.decode_rows > 0)

@@ -92,6 +92,15 @@ std::string render_metrics(const EngineMetrics& m, const ServerCounters& c, cons
            static_cast<double>(m.prompt_tokens));
   w.metric("generation_tokens_total", "counter", "Number of generation tokens processed.",
            static_cast<double>(m.generation_tokens));
+  // blockspec's own: where the engine thread's time goes.
+  w.metric("engine_step_seconds_total", "counter", "Time in engine steps (plan, drafts, forward, reporting).",
+           m.step_seconds);
+  w.metric("engine_forward_seconds_total", "counter", "Time in the target's forwards.", m.forward_seconds);
+  w.metric("spec_decode_draft_seconds_total", "counter", "Time in drafting (drafter and n-gram lookup).",
+           m.draft_seconds);
+  w.metric("spec_decode_draft_context_seconds_total", "counter",
+           "Time in the drafter's context passes outside drafts (published pages whose drafter context trailed).",
+           m.draft_context_seconds);
   w.header("request_success_total", "counter", "Count of finished requests by finish reason.");
   std::map<std::string, uint64_t> fin = c.finished;
   for (const char* r : {"stop", "length", "abort", "error"}) fin.emplace(r, 0);  // every series from the start

@@ -399,6 +399,13 @@ TEST(Engine, DFlashPrefixCachingKeepsTheDrafterContext) {
           log.clear();
           hits[cached].push_back(cached_tokens);
         }
+        // The drafter's context outside drafts runs only for published pages (the cache on) that it trails: at
+        // K = 0 all of it; without the cache none, the drafts run it.
+        const EngineMetrics m = eng->metrics();
+        if (cached == 0) EXPECT_EQ(m.draft_context_seconds, 0.0);
+        if (cached == 2) EXPECT_GT(m.draft_context_seconds, 0.0);
+        EXPECT_GE(m.step_seconds, m.forward_seconds + m.draft_seconds + m.draft_context_seconds);
+        EXPECT_GT(m.forward_seconds, 0.0);
       }
       EXPECT_EQ(got[1], got[0]);
       if (temp == 0) EXPECT_EQ(got[2], got[0]);  // sampled: drafts change the draws, not the distribution

@@ -354,6 +354,16 @@ TEST_F(ServerSpec, WithoutKTheDraftLengthAdapts) {
   EXPECT_EQ(metrics(s->port)["blockspec:spec_decode_num_accepted_tokens_total"], 0);
   // The drafter's measured cost, decayed by the steps since its last draft but not to 0.
   EXPECT_GT(metrics(s->port)["blockspec:spec_decode_draft_cost_ms"], 0.0);
+  // Where the time went: the forwards and the drafts inside the steps (this proposer keeps no drafter context).
+  {
+    auto t = metrics(s->port);
+    const double step = t["blockspec:engine_step_seconds_total"], fwd = t["blockspec:engine_forward_seconds_total"];
+    const double draft = t["blockspec:spec_decode_draft_seconds_total"];
+    EXPECT_GT(fwd, 0.0);
+    EXPECT_GT(draft, 0.0);
+    EXPECT_EQ(t["blockspec:spec_decode_draft_context_seconds_total"], 0.0);
+    EXPECT_GE(step, fwd + draft);
+  }
   // The cost model as served: the given table (100 ms at any rows) times what this machine's forwards measured
   // (far less than 100 ms for the tiny model), for the row counts served.
   int costs = 0;

@@ -142,7 +142,8 @@ struct EngineMetrics {
   double draft_cost_ms = 0;
   // Where the engine thread's time goes (seconds since start-up): every step, the target forwards (ModelRunner),
   // the drafts, and the drafter's context passes outside drafts (a published page whose drafter context trails
-  // it: the draft length is 0 there, or the request ends).
+  // it: the draft length is 0 there, or the request ends; a draft after more than 16 tokens without one runs
+  // their context first, apart).
   double step_seconds = 0, forward_seconds = 0, draft_seconds = 0, draft_context_seconds = 0;
   // Prefix caching: prompt tokens looked up and found (vLLM's
   // prefix_cache_queries / prefix_cache_hits), pages holding a cached prefix.

@@ -197,6 +197,7 @@ void Engine::Impl::step() {
   m.step_seconds += step_timer.seconds();
   m.forward_seconds += o.forward_seconds;
   m.draft_seconds += o.draft_seconds;
+  context_seconds += o.context_seconds;
   m.draft_context_seconds = context_seconds;
   m.last_k = plan.k;
   if (spec && any_decode) m.steps_by_k[plan.k]++;

@@ -256,6 +256,11 @@ void AdaptiveK::forwarded(const KSelector& ks, int64_t rows, double seconds) {
 void DraftCost::drafted(double ms) {
   ms_ = n_ < 2 ? ms : 0.8 * ms_ + 0.2 * ms;  // measurements 1 and 2 are taken as they are
   ++n_;
+  idle_ = 0;
+}
+
+double DraftCost::ms() const {
+  return idle_ <= kGrace ? ms_ : ms_ * std::pow(0.9, static_cast<double>(idle_ - kGrace));
 }
 
 }  // namespace blockspec

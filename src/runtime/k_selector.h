@@ -70,21 +70,29 @@ class AcceptanceWindow {
 
 // The drafter's cost per drafting sequence for KSelector::choose, from the
 // measured draft time of the steps that drafted: an EMA (weight 0.2 for each
-// new step). The first measurement carries cold caches and the prompt's
-// context features, so the second replaces it instead of blending in. Each
-// step that drafted nothing decays the estimate by 0.9: one slow draft that
-// turned drafting off cannot keep it off for good (nothing would ever
-// measure it again); drafting resumes once the estimate says it pays, and
-// the next measurement decides.
+// new step). The first measurement carries cold caches, so the second
+// replaces it instead of blending in (a drafter's context of more than 16
+// waiting tokens, a prompt's, runs apart and is not counted: ModelRunner). After
+// kGrace steps in a row that drafted nothing, each further one decays the
+// estimate by 0.9: one slow draft that turned drafting off cannot keep it
+// off for good (nothing would ever measure it again); drafting resumes once
+// the estimate says it pays, and the next measurement decides. The decay is
+// of the estimate read, not of the EMA, and only after the grace: decaying
+// the EMA itself on every idle step (before session 33) settles at a third to half the
+// drafts' cost when k alternates between 0 (three steps) and 1, as it does on
+// chat prompts at 0.2 acceptance, and kept drafting on at a loss. (A longer
+// grace, 32, spaced the retries of a drafter that costs as much as a step so
+// far apart that its acceptance window forgot the drafts between them.)
 class DraftCost {
  public:
+  static constexpr int64_t kGrace = 16;
   void drafted(double ms_per_seq);
-  void idle() { ms_ *= 0.9; }
-  double ms() const { return ms_; }
+  void idle() { ++idle_; }
+  double ms() const;
 
  private:
   double ms_ = 0;
-  int64_t n_ = 0;
+  int64_t n_ = 0, idle_ = 0;  // drafts measured; steps without a draft since the last
 };
 
 // The target's cost as served, per row count, as a factor on the start-up

@@ -27,7 +27,8 @@ class ModelRunner {
     int64_t n_drafted = 0;           // sequences that drafted (with a drafter: that ran it)
     int64_t n_lookup = 0;            // sequences n-gram lookup drafted for in front of a drafter
     SpecStats drafted, looked_up;    // this step's verified drafts: the proposer's (drafter's), n-gram lookup's
-    double draft_seconds = 0;        // time spent in proposers
+    double draft_seconds = 0;        // time spent in proposers' drafts
+    double context_seconds = 0;      // time in drafters' context catch-ups apart from the drafts
     double forward_seconds = 0;      // the target's forward over every row
     int64_t decode_rows = 0;         // its rows when all were decoding sequences' (tokens and drafts), else 0
   };

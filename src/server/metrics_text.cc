@@ -99,7 +99,7 @@ std::string render_metrics(const EngineMetrics& m, const ServerCounters& c, cons
   w.metric("spec_decode_draft_seconds_total", "counter", "Time in drafting (drafter and n-gram lookup).",
            m.draft_seconds);
   w.metric("spec_decode_draft_context_seconds_total", "counter",
-           "Time in the drafter's context passes outside drafts (published pages whose drafter context trailed).",
+           "Time in the drafter's context passes outside drafts (catch-ups after steps without drafts, published pages).",
            m.draft_context_seconds);
   w.header("request_success_total", "counter", "Count of finished requests by finish reason.");
   std::map<std::string, uint64_t> fin = c.finished;

@@ -142,9 +142,10 @@ namespace blockspec {
 namespace {
 
 // The draft cost estimate: the first (cold) measurement is replaced by the
-// second, then an EMA; steps without drafts decay it, so one slow draft
-// cannot turn drafting off for good.
-TEST(DraftCost, ColdFirstDraftIsReplacedAndIdleStepsForget) {
+// second, then an EMA; a long stretch of steps without drafts decays it, so
+// one slow draft cannot turn drafting off for good, but a short one (k
+// alternating between 0 and 1) leaves it as measured.
+TEST(DraftCost, ColdFirstDraftIsReplacedAndLongIdleStretchesForget) {
   DraftCost c;
   EXPECT_EQ(c.ms(), 0.0);
   c.drafted(50.0);  // cold caches, the prompt's context
@@ -153,16 +154,32 @@ TEST(DraftCost, ColdFirstDraftIsReplacedAndIdleStepsForget) {
   EXPECT_EQ(c.ms(), 2.0);
   c.drafted(4.0);
   EXPECT_DOUBLE_EQ(c.ms(), 0.8 * 2.0 + 0.2 * 4.0);
+  // Alternating: a few idle steps between drafts of 4 ms keep the estimate at the drafts' cost.
+  DraftCost alt;
+  alt.drafted(4.0), alt.drafted(4.0);
+  for (int i = 0; i < 50; ++i) {
+    for (int j = 0; j < 3; ++j) alt.idle();
+    EXPECT_DOUBLE_EQ(alt.ms(), 4.0);
+    alt.drafted(4.0);
+  }
+  EXPECT_DOUBLE_EQ(alt.ms(), 4.0);
+  // Within the grace the estimate holds, past it it decays, and a draft measures again from the EMA.
+  for (int j = 0; j < DraftCost::kGrace; ++j) alt.idle();
+  EXPECT_DOUBLE_EQ(alt.ms(), 4.0);
+  alt.idle();
+  EXPECT_DOUBLE_EQ(alt.ms(), 4.0 * 0.9);
+  alt.drafted(4.0);
+  EXPECT_DOUBLE_EQ(alt.ms(), 4.0);
   // A spike that makes drafting look unprofitable (KSelector: 20 ms turns a
-  // 4-token draft off at 10 ms per pass) is forgotten within a few dozen idle steps.
+  // 4-token draft off at 10 ms per pass) is forgotten within a few steps past the grace.
   DraftCost spike;
   spike.drafted(5.0), spike.drafted(1.0), spike.drafted(100.0);
   const KSelector ks({{1, 10.0}, {8, 10.0}}, 4);
   EXPECT_EQ(ks.choose(1, {}, spike.ms()), 0);
   int idle = 0;
   while (ks.choose(1, {}, spike.ms()) == 0 && idle < 1000) spike.idle(), ++idle;
-  EXPECT_GT(idle, 0);
-  EXPECT_LT(idle, 40);
+  EXPECT_GT(idle, DraftCost::kGrace);
+  EXPECT_LT(idle, DraftCost::kGrace + 10);
 }
 
 }  // namespace

@@ -12,7 +12,7 @@ NAME="${BLOCKSPEC_RUN_MODEL:-qwen2.5-coder-1.5b}"
 scripts/fetch_models.sh "$NAME"
 MODEL="${BLOCKSPEC_MODEL:-${BLOCKSPEC_CACHE:-$HOME/.cache/blockspec}/models/$NAME.gguf}"
 SPEC='{"method":"ngram","prompt_lookup_max":3}'
-[ "$NAME" = qwen2.5-coder-1.5b ] && SPEC='{"method":"dflash","model":"qwen2.5-coder-1.5b-dflash-w8a16","prompt_lookup_max":3}'
+[ "$NAME" = qwen2.5-coder-1.5b ] && SPEC='{"method":"dflash","model":"qwen2.5-coder-1.5b-dflash-w8a8","prompt_lookup_max":3}'
 echo "speculative config: ${BLOCKSPEC_SPEC:-$SPEC}" >&2
 echo "serving $MODEL on http://127.0.0.1:8000 (model name \"$NAME\"); Ctrl-C stops it" >&2
 exec build/blockspec serve "$MODEL" --served-model-name "$NAME" --host 127.0.0.1 --port 8000 \

@@ -53,7 +53,7 @@ struct Engine::Impl {
   std::unique_ptr<uint8_t[]> draft_pages;  // [pages_total, draft_page_bytes], touched as pages are saved
   std::vector<uint64_t> draft_page_hash;   // [pages_total] the page hash whose context a slot holds (0: none)
   EngineMetrics m;                                // guarded by mu
-  double context_seconds = 0;  // drafter context passes of publish_pages, summed into m at each step's end
+  double context_seconds = 0;  // drafter context passes (publish_pages and the runner's catch-ups), into m at each step's end
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> live;  // queued or running; engine thread only
   std::thread thread;
   std::atomic<bool>* dead = nullptr;

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
 
@@ -24,6 +25,7 @@
 #include "cli/model_files.h"
 #include "formats/dflash_config.h"
 #include "model/chat_files.h"
+#include "model/dflash.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 #include "train/datagen.h"
@@ -80,6 +82,7 @@ std::vector<FlagSpec> flags() {
     {"--matmul", "", true, "f32 (default) or bf16: precision of the drafter's linear products in training, forward and backward (bf16: both operands rounded, f32 sums, as bf16 autocast; ~1.4x the tokens/s where the CPU has AVX-512 BF16)"},
     {"--target-weights", "", true, "alias of --weights: the target's compute format for data generation"},
     {"--resume", "", false, "continue from OUT/train_state.safetensors when it exists"},
+    {"--init", "", true, "start from the parameters of drafter DIR (bf16, f32 or quantized by `blockspec quantize`: its exact dequantization; its shape, taps, mask token and draft vocabulary are the defaults, a flag that disagrees fails); a fresh schedule and optimizer (--resume: OUT's state wins)"},
     {"--help", "-h", false, "show this help"},
   };
   f.insert(f.begin(), own.begin(), own.end());
@@ -148,14 +151,34 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
                  static_cast<long long>(n_tok), ef.c_str());
     return 0;
   }
-  const std::string method = a.str("--method", "dflash");
+  // --init DIR: its config gives the architecture flags' defaults, and a flag given otherwise fails.
+  std::optional<DraftConfig> init;
+  if (a.has("--init")) {
+    if (!is_draft_checkpoint(a.str("--init")))
+      fail("--init: ", a.str("--init"), " is not a drafter checkpoint (no config.json naming a DFlash architecture)");
+    init = load_draft_config(a.str("--init"));
+  }
+  const auto init_int = [&](const char* flag, int64_t init_value, int64_t dflt) {
+    if (!init) return a.integer(flag, dflt);
+    if (a.has(flag) && a.integer(flag, dflt) != init_value)
+      fail("--init: ", a.str("--init"), " has ", flag + 2, " ", init_value, " but ", flag, " is ", a.integer(flag, dflt));
+    return init_value;
+  };
+  const std::string method = a.str("--method", init ? draft_method_name(init->method) : "dflash");
+  if (init && method != draft_method_name(init->method))
+    fail("--init: ", a.str("--init"), " is a ", draft_method_name(init->method), " drafter but --method is ", method);
   if (method != "dflash" && method != "dflash2") fail("train-drafter: --method must be dflash or dflash2, found \"", method, "\"");
-  const std::string block_attention = a.str("--block-attention", "bidirectional");
+  const bool init_causal = init && !init->layer_causal.empty() && init->layer_causal[0];
+  const std::string block_attention = a.str("--block-attention", init_causal ? "causal" : "bidirectional");
+  if (init && method == "dflash" && (block_attention == "causal") != init_causal)
+    fail("--init: ", a.str("--init"), " attends ", init_causal ? "causally" : "bidirectionally",
+         " inside the block but --block-attention is ", block_attention);
   if (block_attention != "bidirectional" && block_attention != "causal")
     fail("train-drafter: --block-attention must be bidirectional or causal, found \"", block_attention, "\"");
   if (method == "dflash2" && a.has("--block-attention"))
     fail("train-drafter: --block-attention is a dflash option (DFlash2 is bidirectional in the block)");
-  const int64_t B = a.integer("--block-size", 8), n_layers = a.integer("--layers", 1);
+  const int64_t B = init_int("--block-size", init ? init->block_size : 0, 8);
+  const int64_t n_layers = init_int("--layers", init ? init->base.n_layers : 0, 1);
   if (B < 2 || B > 32) fail("train-drafter: --block-size must be in [2, 32], found ", B);
   if (n_layers < 1 || n_layers > 16) fail("train-drafter: --layers must be in [1, 16], found ", n_layers);
   TrainOptions to;
@@ -251,10 +274,21 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   auto model = Transformer::load(target_path, mo);
   const ModelConfig mc = model->config();
   const std::vector<int64_t> taps =
-      a.has("--taps") ? parse_ids(a.str("--taps"), "--taps") : default_target_layer_ids(mc.n_layers, 5);
+      a.has("--taps") ? parse_ids(a.str("--taps"), "--taps")
+      : init          ? init->target_layer_ids
+                      : default_target_layer_ids(mc.n_layers, 5);
+  if (init) {
+    const ModelConfig& b = init->base;
+    if (taps != init->target_layer_ids) fail("--init: ", a.str("--init"), " taps other target layers than --taps");
+    if (b.hidden_size != mc.hidden_size || b.n_heads != mc.n_heads || b.n_kv_heads != mc.n_kv_heads ||
+        b.head_dim != mc.head_dim)
+      fail("--init: ", a.str("--init"), " has hidden ", b.hidden_size, ", ", b.n_heads, "/", b.n_kv_heads,
+           " heads of ", b.head_dim, "; the target ", mc.hidden_size, ", ", mc.n_heads, "/", mc.n_kv_heads, " of ",
+           mc.head_dim, " (a drafter of another target)");
+  }
   for (int64_t t : taps)
     if (t >= mc.n_layers) fail("--taps: ", t, " is not a layer of the target (it has ", mc.n_layers, ")");
-  int64_t mask_id = a.integer("--mask-token-id", -1);
+  int64_t mask_id = init_int("--mask-token-id", init ? init->mask_token_id : 0, -1);
   if (mask_id < 0) {
     for (int32_t id = std::min<int32_t>(tok.vocab_size(), static_cast<int32_t>(mc.vocab_size)) - 1; id >= 0; --id) {
       const bool eos = std::find(mc.eos_token_ids.begin(), mc.eos_token_ids.end(), id) != mc.eos_token_ids.end();
@@ -277,6 +311,7 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
     r["num_prompts"] = order.size();
     r["taps"] = taps;
     r["mask_token_id"] = mask_id;
+    if (init) r["init"] = a.str("--init");
     std::ofstream(fs::path(out) / "recipe.json") << r.dump(2) << "\n";
   }
 
@@ -341,16 +376,25 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   DraftData data(data_path);
   DraftShape s;
   s.H = mc.hidden_size, s.n_heads = mc.n_heads, s.n_kv_heads = mc.n_kv_heads, s.head_dim = mc.head_dim;
-  s.F = a.integer("--intermediate-size", mc.intermediate_size);
+  s.F = init_int("--intermediate-size", init ? init->base.intermediate_size : 0, mc.intermediate_size);
   s.n_layers = n_layers;
   s.tap_width = static_cast<int64_t>(taps.size()) * mc.hidden_size;
-  const int64_t Vd = a.integer("--draft-vocab", 0);
+  const int64_t Vd = init_int("--draft-vocab", init ? init->draft_vocab_size : 0, 0);
   std::vector<int32_t> vocab;
   if (Vd < 0 || Vd > mc.vocab_size) fail("--draft-vocab must be in [1, ", mc.vocab_size, "], found ", Vd);
   const fs::path vocab_path = fs::path(out) / "draft_vocab.json";
   if (Vd > 0 && Vd < mc.vocab_size) {
     // Chosen once from the data and kept, so a resumed run trains the same head rows.
-    if (fs::exists(vocab_path)) {
+    if (init) {  // the drafter's own rows: its head was trained on them
+      vocab = read_draft_vocab_ids(a.str("--init"), Vd, mc.vocab_size);
+      if (fs::exists(vocab_path)) {
+        std::ifstream f(vocab_path);
+        if (nlohmann::json::parse(f, nullptr, false).value("ids", std::vector<int32_t>{}) != vocab)
+          fail(vocab_path.string(), ": another draft vocabulary than --init ", a.str("--init"), "'s; use another OUT");
+      } else {
+        std::ofstream(vocab_path) << nlohmann::json{{"ids", vocab}}.dump() << "\n";
+      }
+    } else if (fs::exists(vocab_path)) {
       std::ifstream f(vocab_path);
       vocab = nlohmann::json::parse(f, nullptr, false).value("ids", std::vector<int32_t>{});
       if (static_cast<int64_t>(vocab.size()) != Vd)
@@ -364,10 +408,12 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   DraftArch arch;
   if (method == "dflash2") {
     if (!vocab.empty()) fail("train-drafter: --draft-vocab is for dflash; DFlash2's selector indexes the full vocabulary");
-    s.conv_kernel = a.integer("--conv-kernel", 2), s.conv_group = a.integer("--conv-group", 16);
-    s.selector_rank = a.integer("--selector-rank", 64), s.selector_top_k = a.integer("--selector-top-k", 16);
+    s.conv_kernel = init_int("--conv-kernel", init ? init->conv_kernel_size : 0, 2);
+    s.conv_group = init_int("--conv-group", init ? init->conv_group_size : 0, 16);
+    s.selector_rank = init_int("--selector-rank", init ? init->selector_rank : 0, 64);
+    s.selector_top_k = init_int("--selector-top-k", init ? init->selector_top_k : 0, 16);
     s.selector_alpha = a.number("--selector-alpha", 1.0);
-    arch.sliding_window = a.integer("--sliding-window", 2048);
+    arch.sliding_window = init_int("--sliding-window", init && !init->layer_window.empty() ? init->layer_window[0] : 0, 2048);
     if (s.conv_kernel < 1 || s.conv_kernel > B) fail("--conv-kernel must be in [1, --block-size], found ", s.conv_kernel);
     if (s.conv_group < 1 || s.H % s.conv_group != 0)
       fail("--conv-group must divide the hidden size ", s.H, ", found ", s.conv_group);
@@ -396,6 +442,10 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   arch.max_position_embeddings = mc.max_position_embeddings;
   arch.target_model_type = mc.model_type;
   DraftParams p = DraftParams::init(s, to.seed, 0.02f);
+  if (init) {
+    read_draft_params(a.str("--init"), s, p);
+    std::fprintf(stderr, "init: the parameters of %s\n", a.str("--init").c_str());
+  }
   ThreadPool& pool = *model->op_context().pool;
   const std::string head_dtype = a.str("--head-dtype", "bf16");
   if (head_dtype != "bf16" && head_dtype != "f32") fail("--head-dtype must be bf16 or f32, found \"", head_dtype, "\"");

@@ -109,6 +109,10 @@ class DraftCache {
 using DraftObserver =
     std::function<void(const std::vector<std::string>& modules, const float* rows, int64_t n, int64_t cols)>;
 
+// The target id of each draft id of DIR's reduced vocabulary (its d2t offsets, target id = i + d2t[i]), validated:
+// int64 [Vd], ids ascending inside [0, target_vocab). Throws naming DIR and the entry.
+std::vector<int32_t> read_draft_vocab_ids(const std::string& dir, int64_t Vd, int64_t target_vocab);
+
 struct DraftOptions {
   std::optional<WeightFormat> weights;  // nullopt: each tensor's stored precision class
   bool progress = false;

@@ -181,17 +181,7 @@ DraftModel::DraftModel(const std::string& dir, DraftConfig cfg, Transformer& tar
   }
   if (const int64_t Vd = cfg_.draft_vocab_size; Vd > 0) {  // training.md §5
     w_.lm_head = L.matrix("lm_head.weight", {Vd, H});
-    if (!src->has("d2t")) fail(src->path(), ": draft_vocab_size is set but the tensor d2t is missing");
-    const Tensor d2t = SafetensorsCheckpoint(dir).tensor("d2t");  // int64: read as stored
-    if (d2t.dtype() != DType::kI64 || d2t.ndim() != 1 || d2t.dim(0) != Vd)
-      fail(src->path(), ": d2t must be int64 [", Vd, "], found ", dtype_name(d2t.dtype()), " ", shape_str(d2t.shape()));
-    w_.d2t_ids.resize(Vd);
-    for (int64_t i = 0; i < Vd; ++i) {
-      const int64_t t = i + d2t.ptr<int64_t>()[i];  // d2t holds offsets
-      if (t < 0 || t >= tc.vocab_size || (i > 0 && t <= w_.d2t_ids[i - 1]))
-        fail(src->path(), ": d2t[", i, "] maps to target id ", t, " (ids must ascend inside the target vocabulary)");
-      w_.d2t_ids[i] = static_cast<int32_t>(t);
-    }
+    w_.d2t_ids = read_draft_vocab_ids(dir, Vd, tc.vocab_size);
   } else if (src->has("lm_head.weight")) {
     fail(src->path(), ": the drafter carries lm_head.weight but its config has no draft_vocab_size");
   }
@@ -217,6 +207,22 @@ uint64_t DraftModel::weight_bytes() const {
          l.mlp_conv_base.nbytes();
   }
   return n;
+}
+
+std::vector<int32_t> read_draft_vocab_ids(const std::string& dir, int64_t Vd, int64_t target_vocab) {
+  SafetensorsCheckpoint ck(dir);
+  if (!ck.has("d2t")) fail(dir, ": draft_vocab_size is set but the tensor d2t is missing");
+  const Tensor d2t = ck.tensor("d2t");  // int64: read as stored
+  if (d2t.dtype() != DType::kI64 || d2t.ndim() != 1 || d2t.dim(0) != Vd)
+    fail(dir, ": d2t must be int64 [", Vd, "], found ", dtype_name(d2t.dtype()), " ", shape_str(d2t.shape()));
+  std::vector<int32_t> ids(Vd);
+  for (int64_t i = 0; i < Vd; ++i) {
+    const int64_t t = i + d2t.ptr<int64_t>()[i];  // d2t holds offsets
+    if (t < 0 || t >= target_vocab || (i > 0 && t <= ids[i - 1]))
+      fail(dir, ": d2t[", i, "] maps to target id ", t, " (ids must ascend inside the target vocabulary)");
+    ids[i] = static_cast<int32_t>(t);
+  }
+  return ids;
 }
 
 }  // namespace blockspec

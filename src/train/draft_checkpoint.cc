@@ -3,11 +3,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "formats/safetensors.h"
+#include "model/weight_source.h"
 #include "tensor/tensor.h"
 
 namespace blockspec {
@@ -44,7 +46,9 @@ void copy_from(const Tensor& t, const std::string& what, float* out, int64_t n) 
   if (t.dtype() == DType::kF32) std::copy(t.ptr<float>(), t.ptr<float>() + n, out);
   else if (t.dtype() == DType::kBF16)
     for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(t.ptr<uint16_t>()[i]);
-  else fail(what, ": dtype ", dtype_name(t.dtype()), " (expected f32 or bf16)");
+  else if (t.dtype() == DType::kF16)
+    for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(t.ptr<uint16_t>()[i]);
+  else fail(what, ": dtype ", dtype_name(t.dtype()), " (expected f32, bf16 or f16)");
 }
 
 }  // namespace
@@ -131,16 +135,21 @@ void write_draft_checkpoint(const std::string& dir, const DraftShape& s, DraftPa
 
 void read_draft_params(const std::string& dir, const DraftShape& s, DraftParams& p) {
   (void)s;
-  SafetensorsCheckpoint ck(dir);
+  // Through the loader's weight source, so a quantized drafter (`blockspec quantize`: W8A8, W8A16, W4A16, FP8 ...)
+  // starts training from its exact dequantization as well as a bf16 / f32 one.
+  const std::unique_ptr<WeightSource> src = open_weight_source(dir);
+  const auto load = [&](const std::string& name, float* out, int64_t n) {
+    if (!src->has(name)) fail(dir, ": the drafter has no ", name, " (another architecture?)");
+    copy_from(src->load(name), dir + ": " + name, out, n);
+  };
   p.each([&](const std::string& n, std::vector<float>& v) {
     const int64_t numel = static_cast<int64_t>(v.size());
     if (const size_t at = n.find("gate_up_proj"); at != std::string::npos) {
       const std::string pre = n.substr(0, at);
-      copy_from(ck.tensor(pre + "gate_proj.weight"), dir + ": " + pre + "gate_proj.weight", v.data(), numel / 2);
-      copy_from(ck.tensor(pre + "up_proj.weight"), dir + ": " + pre + "up_proj.weight", v.data() + numel / 2,
-                numel / 2);
+      load(pre + "gate_proj.weight", v.data(), numel / 2);
+      load(pre + "up_proj.weight", v.data() + numel / 2, numel / 2);
     } else {
-      copy_from(ck.tensor(n), dir + ": " + n, v.data(), numel);
+      load(n, v.data(), numel);
     }
   });
 }

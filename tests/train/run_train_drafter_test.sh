@@ -63,6 +63,34 @@ spec=$("$bs" generate -m "$model" -p "$prompt" -n 48 --threads 2 \
   --speculative-config "{\"method\":\"dflash\",\"model\":\"$out/drafter\"}")
 [[ "$plain" == "$spec" ]] || { echo "DFlash output differs from plain decoding:"; echo "$plain"; echo "---"; echo "$spec"; exit 1; }
 
+# --init: a run started from the trained drafter (as saved, bf16, and quantized W8A8 by `blockspec quantize`)
+# begins at its held-out eal, not the untrained drafter's; shape flags that disagree with it fail.
+"$bs" quantize "$out/drafter" "$out/drafter_w8a8" --scheme w8a8 --group -1 --target "$model" 2> "$out/qlog" \
+  || { cat "$out/qlog" >&2; exit 1; }
+trained=$(sed -nE 's/^done:.*held-out eal [0-9.]+ -> ([0-9.]+).*/\1/p' "$out/log")
+for from in drafter drafter_w8a8; do
+  mkdir -p "$out/init_$from"
+  ln -s "$out/drafter/data" "$out/init_$from/data"
+  "$bs" train-drafter "$model" "$out/init_$from" --init "$out/$from" --train-only \
+    --prompts "$here/../../data/prompts/gsm8k_train.jsonl" --num-prompts 64 --epochs 1 --max-steps 1 --lr 1e-6 \
+    --max-anchors 64 --seq-len 1024 --threads 2 2> "$out/log_init" || { cat "$out/log_init" >&2; exit 1; }
+  grep -q "^init: the parameters of $out/$from" "$out/log_init" || { cat "$out/log_init" >&2; exit 1; }
+  start=$(sed -nE 's/^done:.*held-out eal ([0-9.]+) -> .*/\1/p' "$out/log_init")
+  python3 -c "import sys; s, t = map(float, sys.argv[1:]); print(f'--init $from: held-out eal at start {s:.3f}, trained {t:.3f}'); \
+assert abs(s - t) <= 0.1, 'a run from --init must start where its drafter ended'" "$start" "$trained"
+done
+for bad in "--layers 2" "--block-size 4" "--method dflash2" "--block-attention causal" "--taps 1,2,3"; do
+  # shellcheck disable=SC2086
+  if "$bs" train-drafter "$model" "$out/bad_init" --init "$out/drafter" --train-only \
+       --prompts "$here/../../data/prompts/gsm8k_train.jsonl" $bad 2> "$out/err"; then
+    echo "train-drafter --init accepted $bad" >&2; exit 1
+  fi
+  grep -q "error: --init: " "$out/err" || { echo "no --init error line for $bad:" >&2; cat "$out/err" >&2; exit 1; }
+done
+if "$bs" train-drafter "$model" "$out/bad_init" --init "$out/nothing" --prompts "$here/../../data/prompts/gsm8k_train.jsonl" \
+     2> "$out/err"; then echo "train-drafter accepted --init of a missing folder" >&2; exit 1; fi
+grep -q "error: --init: .*is not a drafter checkpoint" "$out/err" || { cat "$out/err" >&2; exit 1; }
+
 mkdir -p "$out/drafter2"
 ln -s "$out/drafter/data" "$out/drafter2/data"
 "$bs" train-drafter "$model" "$out/drafter2" --method dflash2 --train-only --prompts "$here/../../data/prompts/gsm8k_train.jsonl" \

@@ -384,23 +384,19 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   if (Vd < 0 || Vd > mc.vocab_size) fail("--draft-vocab must be in [1, ", mc.vocab_size, "], found ", Vd);
   const fs::path vocab_path = fs::path(out) / "draft_vocab.json";
   if (Vd > 0 && Vd < mc.vocab_size) {
-    // Chosen once from the data and kept, so a resumed run trains the same head rows.
-    if (init) {  // the drafter's own rows: its head was trained on them
-      vocab = read_draft_vocab_ids(a.str("--init"), Vd, mc.vocab_size);
-      if (fs::exists(vocab_path)) {
-        std::ifstream f(vocab_path);
-        if (nlohmann::json::parse(f, nullptr, false).value("ids", std::vector<int32_t>{}) != vocab)
-          fail(vocab_path.string(), ": another draft vocabulary than --init ", a.str("--init"), "'s; use another OUT");
-      } else {
-        std::ofstream(vocab_path) << nlohmann::json{{"ids", vocab}}.dump() << "\n";
-      }
-    } else if (fs::exists(vocab_path)) {
+    // Chosen once (from --init's d2t, whose rows its head was trained on, or from the data) and kept, so a
+    // resumed run trains the same head rows.
+    const std::vector<int32_t> from_init =
+        init ? read_draft_vocab_ids(a.str("--init"), Vd, mc.vocab_size) : std::vector<int32_t>{};
+    if (fs::exists(vocab_path)) {
       std::ifstream f(vocab_path);
       vocab = nlohmann::json::parse(f, nullptr, false).value("ids", std::vector<int32_t>{});
       if (static_cast<int64_t>(vocab.size()) != Vd)
         fail(vocab_path.string(), ": holds ", vocab.size(), " ids but --draft-vocab is ", Vd, "; use another OUT");
+      if (init && vocab != from_init)
+        fail(vocab_path.string(), ": another draft vocabulary than --init ", a.str("--init"), "'s; use another OUT");
     } else {
-      vocab = choose_draft_vocab(data, Vd, mc.vocab_size);
+      vocab = init ? from_init : choose_draft_vocab(data, Vd, mc.vocab_size);
       std::ofstream(vocab_path) << nlohmann::json{{"ids", vocab}}.dump() << "\n";
     }
   }

@@ -249,7 +249,7 @@ int main(int argc, char** argv) {
                          "_N" + std::to_string(s.N);
       benchmark::RegisterBenchmark(name.c_str(), bench_linear, &cache, fmt, s)
           ->ArgNames({"M", "threads"})
-          ->ArgsProduct({{1, 2, 3, 4, 5, 6, 8, 16, 64, 512}, {1, 2}})
+          ->ArgsProduct({{1, 2, 3, 4, 5, 6, 7, 8, 16, 64, 512}, {1, 2}})
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
     }

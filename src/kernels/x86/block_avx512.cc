@@ -86,10 +86,15 @@ inline constexpr bool kSplitNibbles = F::BITS <= 4 && MB == 1;
 // M = 3 q4_k 360 -> 228 / 356 -> 251, q4_1 456 -> 251 / 568 -> 271, q5_k 433 -> 352 / 413 -> 341, q8_0 475 -> 412
 // / 462 -> 430; M = 4 q4_k 325 -> 242 / 370 -> 274, q6_k 562 -> 391 / 528 -> 406, q4_0 285 -> 237 / 314 -> 260,
 // q8_0 558 -> 424 / 654 -> 461, q5_k level. (Two tiles a pass from 5 rows on, spilling likewise, was 1.1-1.3x
-// slower at M = 8 and 64.)
+// slower at M = 8 and 64.) The 32-blocks (no sub-block scales, no block sums across sub-blocks) keep one pass up
+// to 7 rows (verification of up to 6 drafts): the same bench, 2 rounds, us, up / down, several passes -> one:
+// M = 5 q4_0 387-480 -> 258-273 / 428-447 -> 276-288, q4_1 378-552 -> 263-378 / 375-384 -> 294-306, q8_0 506-540 ->
+// 381-405 / 604-619 -> 416-456; M = 6 q4_0 497-499 -> 323-336, q4_1 427-442 -> 338-345, q8_0 541-592 -> 394-405 (up);
+// M = 7 q4_0 418-419 -> 359-393, q4_1 408-430 -> 361-369, q8_0 551-590 -> 433-441 (up). At 8 rows it measured
+// level to slower (q4_0 up 474-489 -> 473-587), at 64 1.2-1.3x slower; q4_k at 5 rows 1.1x slower, q6_k level.
 template <class F, int MB>
 inline constexpr int kTilesPerPass =
-    MB <= 4 ? kMaxT
+    MB <= 4 || (F::B == 32 && MB <= 7) ? kMaxT
             : std::max(1, std::min(kMaxT, 24 / (MB * ((F::MIN ? 3 : 2) + (kSplitNibbles<F, MB> ? 1 : 0)))));
 
 // Tiles t0 .. t0 + T - 1 of the panel starting at tile `tile` (Tp tiles) times activation rows m0 .. m0 + MB - 1.

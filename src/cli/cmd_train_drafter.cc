@@ -83,6 +83,7 @@ std::vector<FlagSpec> flags() {
     {"--target-weights", "", true, "alias of --weights: the target's compute format for data generation"},
     {"--resume", "", false, "continue from OUT/train_state.safetensors when it exists"},
     {"--init", "", true, "start from the parameters of drafter DIR (bf16, f32 or quantized by `blockspec quantize`: its exact dequantization; its shape, taps, mask token and draft vocabulary are the defaults, a flag that disagrees fails); a fresh schedule and optimizer (--resume: OUT's state wins)"},
+    {"--vocab-from-data", "", false, "with --init: choose the draft vocabulary (--draft-vocab N, default the checkpoint's size) from this run's data instead of keeping the checkpoint's ids (the head is the target's frozen rows, so only the ids change; the trained layers are kept)"},
     {"--help", "-h", false, "show this help"},
   };
   f.insert(f.begin(), own.begin(), own.end());
@@ -158,12 +159,18 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
       fail("--init: ", a.str("--init"), " is not a drafter checkpoint (no config.json naming a DFlash architecture)");
     init = load_draft_config(a.str("--init"));
   }
+  const bool vocab_from_data = a.has("--vocab-from-data");
+  if (vocab_from_data && !init) fail("--vocab-from-data is for --init (without it the vocabulary comes from the data anyway)");
+  if (vocab_from_data && init->draft_vocab_size == 0 && !a.has("--draft-vocab"))
+    fail("--vocab-from-data: ", a.str("--init"), " has the full vocabulary; give --draft-vocab N");
   const auto init_int = [&](const char* flag, int64_t init_value, int64_t dflt) {
     if (!init) return a.integer(flag, dflt);
     if (a.has(flag) && a.integer(flag, dflt) != init_value)
       fail("--init: ", a.str("--init"), " has ", flag + 2, " ", init_value, " but ", flag, " is ", a.integer(flag, dflt));
     return init_value;
   };
+  // Checked here, before anything loads (the value is read again where the vocabulary is chosen).
+  if (!vocab_from_data) init_int("--draft-vocab", init ? init->draft_vocab_size : 0, 0);
   const std::string method = a.str("--method", init ? draft_method_name(init->method) : "dflash");
   if (init && method != draft_method_name(init->method))
     fail("--init: ", a.str("--init"), " is a ", draft_method_name(init->method), " drafter but --method is ", method);
@@ -379,24 +386,28 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   s.F = init_int("--intermediate-size", init ? init->base.intermediate_size : 0, mc.intermediate_size);
   s.n_layers = n_layers;
   s.tap_width = static_cast<int64_t>(taps.size()) * mc.hidden_size;
-  const int64_t Vd = init_int("--draft-vocab", init ? init->draft_vocab_size : 0, 0);
+  // --vocab-from-data re-chooses the ids, so its size may differ from --init's.
+  const int64_t Vd = vocab_from_data ? a.integer("--draft-vocab", init->draft_vocab_size)
+                                     : init_int("--draft-vocab", init ? init->draft_vocab_size : 0, 0);
   std::vector<int32_t> vocab;
   if (Vd < 0 || Vd > mc.vocab_size) fail("--draft-vocab must be in [1, ", mc.vocab_size, "], found ", Vd);
   const fs::path vocab_path = fs::path(out) / "draft_vocab.json";
   if (Vd > 0 && Vd < mc.vocab_size) {
-    // Chosen once (from --init's d2t, whose rows its head was trained on, or from the data) and kept, so a
-    // resumed run trains the same head rows.
+    // Chosen once (--init's d2t, or from the data: without --init, or with --vocab-from-data) and kept, so a
+    // resumed run trains against the same head rows. The head is the target's frozen rows of these ids, so a
+    // drafter's trained layers carry over to another choice of them.
+    const bool keep_init = init && !vocab_from_data;
     const std::vector<int32_t> from_init =
-        init ? read_draft_vocab_ids(a.str("--init"), Vd, mc.vocab_size) : std::vector<int32_t>{};
+        keep_init ? read_draft_vocab_ids(a.str("--init"), Vd, mc.vocab_size) : std::vector<int32_t>{};
     if (fs::exists(vocab_path)) {
       std::ifstream f(vocab_path);
       vocab = nlohmann::json::parse(f, nullptr, false).value("ids", std::vector<int32_t>{});
       if (static_cast<int64_t>(vocab.size()) != Vd)
         fail(vocab_path.string(), ": holds ", vocab.size(), " ids but --draft-vocab is ", Vd, "; use another OUT");
-      if (init && vocab != from_init)
+      if (keep_init && vocab != from_init)
         fail(vocab_path.string(), ": another draft vocabulary than --init ", a.str("--init"), "'s; use another OUT");
     } else {
-      vocab = init ? from_init : choose_draft_vocab(data, Vd, mc.vocab_size);
+      vocab = keep_init ? from_init : choose_draft_vocab(data, Vd, mc.vocab_size);
       std::ofstream(vocab_path) << nlohmann::json{{"ids", vocab}}.dump() << "\n";
     }
   }

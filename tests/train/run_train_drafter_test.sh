@@ -79,7 +79,7 @@ for from in drafter drafter_w8a8; do
   python3 -c "import sys; s, t = map(float, sys.argv[1:]); print(f'--init $from: held-out eal at start {s:.3f}, trained {t:.3f}'); \
 assert abs(s - t) <= 0.1, 'a run from --init must start where its drafter ended'" "$start" "$trained"
 done
-for bad in "--layers 2" "--block-size 4" "--method dflash2" "--block-attention causal" "--taps 1,2,3"; do
+for bad in "--layers 2" "--block-size 4" "--method dflash2" "--block-attention causal" "--taps 1,2,3" "--draft-vocab 4096"; do
   # shellcheck disable=SC2086
   if "$bs" train-drafter "$model" "$out/bad_init" --init "$out/drafter" --train-only \
        --prompts "$here/../../data/prompts/gsm8k_train.jsonl" $bad 2> "$out/err"; then
@@ -87,6 +87,39 @@ for bad in "--layers 2" "--block-size 4" "--method dflash2" "--block-attention c
   fi
   grep -q "error: --init: " "$out/err" || { echo "no --init error line for $bad:" >&2; cat "$out/err" >&2; exit 1; }
 done
+# --vocab-from-data: the full-vocabulary drafter's layers under the 4096 most frequent response tokens of the data
+# (the head is the target's frozen rows): it starts where the drafter ended (those tokens cover the responses),
+# writes a 4096-row head with its d2t map, and serves exactly.
+mkdir -p "$out/revocab"
+ln -s "$out/drafter/data" "$out/revocab/data"
+"$bs" train-drafter "$model" "$out/revocab" --init "$out/drafter" --vocab-from-data --draft-vocab 4096 --train-only \
+  --prompts "$here/../../data/prompts/gsm8k_train.jsonl" --num-prompts 64 --epochs 1 --max-steps 1 --lr 1e-6 \
+  --max-anchors 64 --seq-len 1024 --threads 2 2> "$out/log_rv" || { cat "$out/log_rv" >&2; exit 1; }
+start=$(sed -nE 's/^done:.*held-out eal ([0-9.]+) -> .*/\1/p' "$out/log_rv")
+python3 - "$out/revocab" "$start" "$trained" <<'PY'
+import json, sys
+d, s, t = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+ids = json.load(open(d + "/draft_vocab.json"))["ids"]
+cfg = json.load(open(d + "/config.json"))
+print(f"--vocab-from-data: {len(ids)} ids, held-out eal at start {s:.3f}, trained {t:.3f}")
+assert len(ids) == 4096 and ids == sorted(set(ids)), "4096 distinct ids, ascending"
+assert cfg.get("draft_vocab_size") == 4096, cfg
+assert abs(s - t) <= 0.1, "the trained layers must carry over to the re-chosen vocabulary"
+PY
+"$bs" check "$out/revocab" --target "$model"
+spec=$("$bs" generate -m "$model" -p "$prompt" -n 48 --threads 2 \
+  --speculative-config "{\"method\":\"dflash\",\"model\":\"$out/revocab\"}")
+[[ "$plain" == "$spec" ]] || { echo "--vocab-from-data drafter output differs from plain decoding"; exit 1; }
+if "$bs" train-drafter "$model" "$out/bad_rv" --vocab-from-data --train-only \
+     --prompts "$here/../../data/prompts/gsm8k_train.jsonl" 2> "$out/err"; then
+  echo "train-drafter accepted --vocab-from-data without --init" >&2; exit 1
+fi
+grep -q "error: --vocab-from-data is for --init" "$out/err" || { cat "$out/err" >&2; exit 1; }
+if "$bs" train-drafter "$model" "$out/bad_rv" --init "$out/drafter" --vocab-from-data --train-only \
+     --prompts "$here/../../data/prompts/gsm8k_train.jsonl" 2> "$out/err"; then
+  echo "train-drafter accepted --vocab-from-data of a full-vocabulary drafter without --draft-vocab" >&2; exit 1
+fi
+grep -q "error: --vocab-from-data: .*has the full vocabulary; give --draft-vocab N" "$out/err" || { cat "$out/err" >&2; exit 1; }
 if "$bs" train-drafter "$model" "$out/bad_init" --init "$out/nothing" --prompts "$here/../../data/prompts/gsm8k_train.jsonl" \
      2> "$out/err"; then echo "train-drafter accepted --init of a missing folder" >&2; exit 1; fi
 grep -q "error: --init: .*is not a drafter checkpoint" "$out/err" || { cat "$out/err" >&2; exit 1; }

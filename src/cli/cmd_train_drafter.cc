@@ -169,8 +169,9 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
       fail("--init: ", a.str("--init"), " has ", flag + 2, " ", init_value, " but ", flag, " is ", a.integer(flag, dflt));
     return init_value;
   };
-  // Checked here, before anything loads (the value is read again where the vocabulary is chosen).
-  if (!vocab_from_data) init_int("--draft-vocab", init ? init->draft_vocab_size : 0, 0);
+  // Settled here, before anything loads. --vocab-from-data re-chooses the ids, so its size may differ from --init's.
+  const int64_t Vd = vocab_from_data ? a.integer("--draft-vocab", init->draft_vocab_size)
+                                     : init_int("--draft-vocab", init ? init->draft_vocab_size : 0, 0);
   const std::string method = a.str("--method", init ? draft_method_name(init->method) : "dflash");
   if (init && method != draft_method_name(init->method))
     fail("--init: ", a.str("--init"), " is a ", draft_method_name(init->method), " drafter but --method is ", method);
@@ -386,9 +387,6 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   s.F = init_int("--intermediate-size", init ? init->base.intermediate_size : 0, mc.intermediate_size);
   s.n_layers = n_layers;
   s.tap_width = static_cast<int64_t>(taps.size()) * mc.hidden_size;
-  // --vocab-from-data re-chooses the ids, so its size may differ from --init's.
-  const int64_t Vd = vocab_from_data ? a.integer("--draft-vocab", init->draft_vocab_size)
-                                     : init_int("--draft-vocab", init ? init->draft_vocab_size : 0, 0);
   std::vector<int32_t> vocab;
   if (Vd < 0 || Vd > mc.vocab_size) fail("--draft-vocab must be in [1, ", mc.vocab_size, "], found ", Vd);
   const fs::path vocab_path = fs::path(out) / "draft_vocab.json";

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/kernel_table.h"
 #include "kernels/ops.h"
 #include "tensor/dtype.h"
 
@@ -16,16 +17,15 @@ inline float attention_score(float d, const AttentionShape& s) {
   return s.round_bf16 ? bf16_to_f32(f32_to_bf16(bf16_to_f32(f32_to_bf16(d)) * s.scale)) : d * s.scale;
 }
 
-// scores: [n_h, n_ctx] -> probabilities in place, each row i stabilised by
-// its max mx[i] and summed in double; bf16 emulation rounds the result.
-inline void softmax_rows(float* scores, const float* mx, int64_t n_h, int64_t n_ctx, bool round_bf16) {
+// scores: [n_h, n_ctx] -> probabilities in place, each row i stabilised by its max mx[i]: the exponentials and
+// their double sum are KernelTable::exp_sub_sum's (exp_fixed, 16 partial sums: the same bits on every ISA; until
+// session 36 std::exp and one running sum, a library call per score that cost SmolLM2-135M's 8-row verification
+// more than its K rows' dot products); bf16 emulation rounds the result.
+inline void softmax_rows(const KernelTable& k, float* scores, const float* mx, int64_t n_h, int64_t n_ctx,
+                         bool round_bf16) {
   for (int64_t i = 0; i < n_h; ++i) {
     float* sc = scores + i * n_ctx;
-    double sum = 0;
-    for (int64_t j = 0; j < n_ctx; ++j) {
-      sc[j] = std::exp(sc[j] - mx[i]);
-      sum += sc[j];
-    }
+    const double sum = k.exp_sub_sum(sc, mx[i], n_ctx);
     const float inv = static_cast<float>(1.0 / sum);
     for (int64_t j = 0; j < n_ctx; ++j) {
       sc[j] *= inv;

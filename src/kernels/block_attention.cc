@@ -38,7 +38,7 @@ void attend_block_query(const OpContext& ctx, const float* q, const float* const
   float* o = out + (i * s.n_heads + h) * D;
   std::memset(o, 0, D * sizeof(float));
   const int64_t n = static_cast<int64_t>(sc.size());  // >= 1: slot i always sees itself
-  softmax_rows(sc.data(), &mx, 1, n, false);
+  softmax_rows(*ctx.k, sc.data(), &mx, 1, n, false);
   for (int64_t j = 0; j < n; ++j) ctx.k->axpy(sc[j], vrows[j], o, D);
 }
 

@@ -42,6 +42,7 @@ KernelTable select_kernels(const std::string& name) {
   t.read_stream = read_stream_ref;
   t.axpy = axpy_ref;
   t.swiglu = swiglu_ref;
+  t.exp_sub_sum = exp_sub_sum_ref;
   t.quantize_acts = quantize_acts_ref;
   t.quantize_acts_token = quantize_acts_token_ref;
   t.gemm_q8g128 = gemm_q8g128_ref;
@@ -61,6 +62,7 @@ KernelTable select_kernels(const std::string& name) {
     t.read_stream = read_stream_avx2;
     t.axpy = axpy_avx2;
     t.swiglu = swiglu_avx2;
+    t.exp_sub_sum = exp_sub_sum_avx2;
     t.quantize_acts = quantize_acts_avx2;
     t.gemm_q8g128 = gemm_q8g128_avx2;
     t.gemm_q4g128 = gemm_q4g128_avx2;
@@ -76,6 +78,7 @@ KernelTable select_kernels(const std::string& name) {
     t.dot = dot_avx512;
     t.read_stream = read_stream_avx512;
     t.swiglu = swiglu_avx512;
+    t.exp_sub_sum = exp_sub_sum_avx512;
     t.gemm_fp = gemm_fp_avx512;
     t.gdn_recurrent = gdn_recurrent_avx512;
     t.gdn_chunked = gdn_chunked_avx512;

@@ -39,6 +39,10 @@ struct KernelTable {
   // the quotient and the product are each rounded to bf16. exp_fixed (kernels/silu_exp.h) makes
   // every ISA bitwise equal to the scalar twin. out may alias gate. up == nullptr: out[i] = silu(gate[i]).
   void (*swiglu)(const float* gate, const float* up, float* out, int64_t n, bool round_bf16) = nullptr;
+  // Softmax's exponentials: x[i] = exp_fixed(x[i] - m) for i < n, and their sum in double as 16 partial sums
+  // (element i into partial i % 16, in order of i) added partial 0 to 15 in turn. Every ISA bitwise equal to the
+  // scalar twin (kernels/silu_exp.h).
+  double (*exp_sub_sum)(float* x, float m, int64_t n) = nullptr;
 
   // Integer formats (layouts and exact arithmetic in kernels/quant_layout.h).
   // Quantizes activation rows: x [M, K] f32 -> q [M, Kp] u8, scales [M, G] f32.
@@ -92,6 +96,7 @@ float dot_ref(const float* a, const float* b, int64_t n);
 uint64_t read_stream_ref(const uint8_t* p, int64_t n);
 void axpy_ref(float a, const float* x, float* y, int64_t n);
 void swiglu_ref(const float* gate, const float* up, float* out, int64_t n, bool round_bf16);
+double exp_sub_sum_ref(float* x, float m, int64_t n);
 void quantize_acts_ref(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales);
 void quantize_acts_token_ref(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales);
 void gemm_q8g128_ref(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
@@ -112,11 +117,13 @@ float dot_avx2(const float* a, const float* b, int64_t n);
 uint64_t read_stream_avx2(const uint8_t* p, int64_t n);
 void axpy_avx2(float a, const float* x, float* y, int64_t n);
 void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n, bool round_bf16);
+double exp_sub_sum_avx2(float* x, float m, int64_t n);
 void matmul_f32_avx512(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
 void matmul_bf16_avx512(const float* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N, int64_t n0, int64_t n1);
 float dot_avx512(const float* a, const float* b, int64_t n);
 uint64_t read_stream_avx512(const uint8_t* p, int64_t n);
 void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n, bool round_bf16);
+double exp_sub_sum_avx512(float* x, float m, int64_t n);
 void quantize_acts_avx2(const float* x, int64_t M, int64_t K, uint8_t* q, float* scales);
 void gemm_q8g128_avx2(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q4g128_avx2(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);

@@ -59,15 +59,21 @@ void attend_heads_kv(const OpContext& ctx, const float* q, const KvView& k, cons
     const int64_t r0 = (j0 - ka.first) * s.n_kv_heads + kvh;
     kk.dot_rows(qh, n_h, ka.code(r0), ka.code_stride * s.n_kv_heads, ka.scale(r0),
                 ka.per_row_scales ? ka.scale_stride * s.n_kv_heads : 0, ka.j1 - j0, D, scores.data() + j0, n_ctx);
-    for (int64_t i = 0; i < n_h; ++i)
+    // The running max in a register: through mx[i] (which may alias scores) each element waited for the last
+    // one's store, the larger part of attention's time outside the row kernels in 8-row verification.
+    for (int64_t i = 0; i < n_h; ++i) {
+      float* sc = scores.data() + i * n_ctx;
+      float m = mx[i];
       for (int64_t j = j0; j < ka.j1; ++j) {
-        const float d = attention_score(scores[i * n_ctx + j], s);
-        scores[i * n_ctx + j] = d;
-        mx[i] = std::max(mx[i], d);
+        const float d = attention_score(sc[j], s);
+        sc[j] = d;
+        m = std::max(m, d);
       }
+      mx[i] = m;
+    }
     j0 = ka.j1;
   }
-  softmax_rows(scores.data(), mx.data(), n_h, n_ctx, s.round_bf16);
+  softmax_rows(*ctx.k, scores.data(), mx.data(), n_h, n_ctx, s.round_bf16);
   std::memset(oh, 0, n_h * D * sizeof(float));
   for (int64_t j0 = 0; j0 < n_ctx;) {
     const RowAddr va = rows_at(v, D, j0, n_ctx);

@@ -121,7 +121,7 @@ void attend_heads(const OpContext& ctx, const float* q, const float* k, const fl
       mx[i] = std::max(mx[i], d);
     }
   }
-  softmax_rows(scores.data(), mx.data(), n_h, n_ctx, s.round_bf16);
+  softmax_rows(*ctx.k, scores.data(), mx.data(), n_h, n_ctx, s.round_bf16);
   for (int64_t i = 0; i < n_h; ++i) std::memset(out + (t * s.n_heads + h0 + i) * D, 0, D * sizeof(float));
   for (int64_t j = 0; j < n_ctx; ++j) {
     const float* vr = v + j * kv_stride + kvh * D;

@@ -34,4 +34,19 @@ inline float exp_fixed(float x) {
   return out;
 }
 
+// The scalar steps of KernelTable::exp_sub_sum from element i on: x[j] = exp_fixed(x[j] - m), added to the
+// partial sum s[j % 16]; then the 16 partial sums in turn. The vector kernels run the whole 16-element chunks in
+// lanes (lane l adds into s[l]) and finish the tail and the total here, so every ISA gives the same bits.
+inline void exp_sub_sum_tail(float* x, float m, int64_t i, int64_t n, double* s) {
+  for (; i < n; ++i) {
+    x[i] = exp_fixed(x[i] - m);
+    s[i % 16] += x[i];
+  }
+}
+inline double sum16(const double* s) {
+  double t = 0;
+  for (int l = 0; l < 16; ++l) t += s[l];
+  return t;
+}
+
 }  // namespace blockspec

@@ -2,6 +2,7 @@
 // ISA this machine has.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -150,6 +151,28 @@ TEST_P(IsaTest, SwigluMatchesRefBitwise) {
         ASSERT_EQ(a, b) << GetParam() << " n=" << n << " i=" << i << " g=" << g[i] << " bf16=" << bf;
       }
     }
+  }
+}
+
+// Softmax's exponentials and their sum: every ISA bit for bit the scalar twin (16 partial sums), lengths around
+// the 16-element chunks, and close to the libm exponentials summed in double.
+TEST_P(IsaTest, ExpSubSumMatchesRefBitwise) {
+  KernelTable kt = select_kernels(GetParam());
+  for (int64_t n : {1, 7, 15, 16, 17, 31, 33, 100, 1029}) {
+    auto x = randv(n, 50 + static_cast<uint32_t>(n));
+    for (auto& v : x) v *= 20.f;
+    const float m = *std::max_element(x.begin(), x.end());
+    std::vector<float> y = x, yr = x;
+    const double s = kt.exp_sub_sum(y.data(), m, n), sr = exp_sub_sum_ref(yr.data(), m, n);
+    ASSERT_EQ(s, sr) << GetParam() << " n=" << n;
+    double want = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(y[i], yr[i]) << GetParam() << " n=" << n << " i=" << i;
+      const double e = std::exp(static_cast<double>(x[i] - m));
+      ASSERT_NEAR(y[i], e, 2.4e-7 * e + 1e-37) << "n=" << n << " i=" << i;
+      want += e;
+    }
+    ASSERT_NEAR(s, want, 2.4e-7 * want) << GetParam() << " n=" << n;
   }
 }
 

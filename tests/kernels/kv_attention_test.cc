@@ -295,9 +295,11 @@ TEST_P(KvIsaTest, MultiRowKernelsEqualSingleRowLoops) {
   const KernelTable kt = select_kernels(GetParam());
   for (KvDType t : kAll) {
     const auto& kr = kt.kv.row[static_cast<int>(t)];
-    for (int64_t d : {17, 64, 128, 130}) {
-      for (int64_t n_h : {1, 3, 6, 8, 9, 16}) {
-        for (int64_t n_rows : {1, 5, 16}) {
+    // d over the kernels' chunk groups (4, 2, 1 chunks of 16 and a masked tail), rows over the 16-row blocks
+    // of dot_rows and their tail.
+    for (int64_t d : {1, 17, 48, 64, 80, 128, 130}) {
+      for (int64_t n_h : {1, 3, 6, 7, 8, 9, 16}) {
+        for (int64_t n_rows : {1, 5, 16, 21, 35}) {
           const int64_t nkv = 3;  // rows of one kv head are nkv rows apart
           const float ls = t == KvDType::kFP8E4M3 ? 0.5f : 1.0f;
           const Row r = quantize(t, randv(n_rows * nkv * d, 61, 2.f), n_rows * nkv, d, ls);

@@ -45,6 +45,12 @@ uint64_t read_stream_ref(const uint8_t* p, int64_t n) {
   return acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
 }
 
+double exp_sub_sum_ref(float* x, float m, int64_t n) {
+  double s[16] = {};
+  exp_sub_sum_tail(x, m, 0, n, s);
+  return sum16(s);
+}
+
 void swiglu_ref(const float* gate, const float* up, float* out, int64_t n, bool round_bf16) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];

@@ -147,6 +147,25 @@ BS_AVX2 inline __m256 round_bf16_8(__m256 v) {
 
 }  // namespace
 
+// exp_sub_sum_ref on 8 lanes, two vectors per 16-element chunk, into four vectors of double partial sums.
+BS_AVX2 double exp_sub_sum_avx2(float* x, float m, int64_t n) {
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+  const int64_t n16 = n / 16 * 16;
+  for (int64_t i = 0; i < n16; i += 16) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * h), mv));
+      _mm256_storeu_ps(x + i + 8 * h, e);
+      acc[2 * h] = _mm256_add_pd(acc[2 * h], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+      acc[2 * h + 1] = _mm256_add_pd(acc[2 * h + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+  }
+  alignas(32) double s[16];
+  for (int j = 0; j < 4; ++j) _mm256_store_pd(s + 4 * j, acc[j]);
+  exp_sub_sum_tail(x, m, n16, n, s);
+  return sum16(s);
+}
+
 // swiglu_ref's operations on 8 lanes (exp8 mirrors exp_fixed); the last n % 8 go through swiglu_ref itself.
 BS_AVX2 void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n, bool round_bf16) {
   const __m256 one = _mm256_set1_ps(1.0f);

@@ -139,6 +139,24 @@ BS_AVX512 inline __m512 round_bf16_16(__m512 v) {
 
 }  // namespace
 
+// exp_sub_sum_ref on 16 lanes: lanes 0-7 and 8-15 of each chunk into two vectors of double partial sums.
+BS_AVX512 double exp_sub_sum_avx512(float* x, float m, int64_t n) {
+  const __m512 mv = _mm512_set1_ps(m);
+  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+  const int64_t n16 = n / 16 * 16;
+  for (int64_t i = 0; i < n16; i += 16) {
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), mv));
+    _mm512_storeu_ps(x + i, e);
+    lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+    hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+  }
+  alignas(64) double s[16];
+  _mm512_store_pd(s, lo);
+  _mm512_store_pd(s + 8, hi);
+  exp_sub_sum_tail(x, m, n16, n, s);
+  return sum16(s);
+}
+
 BS_AVX512 void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n, bool round_bf16) {
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i < n; i += 16) {

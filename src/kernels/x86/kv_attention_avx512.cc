@@ -99,26 +99,100 @@ BS_AVX512 void dot_heads(const float* q, int64_t d, const void* c, const float* 
   for (int i = 0; i < NB; ++i) out[i * os] = _mm512_reduce_add_ps(acc[i]);
 }
 
-// NB heads' outputs y [NB, d] over n_rows rows: per 16-value chunk the NB
-// accumulators stay in registers across all rows (the FMA chain of axpy_t,
-// row by row, without the load / store of y around every row).
+// The horizontal sums of 16 vectors at once, lane r = the sum of a[r]: the pairs GCC's _mm512_reduce_add_ps
+// adds (lane i + lane i + 8, then i + i + 4 of those, then i + i + 2, then i + i + 1), each level over all 16
+// vectors with shuffles. IEEE addition commutes, so every lane is the bits of its vector's reduce_add.
+BS_AVX512 inline __m512 reduce_add16(const __m512* a) {
+  __m512 w[8], z[4], u[2];
+  #pragma GCC unroll 8
+  for (int p = 0; p < 8; ++p)  // [a_2p: lanes i + i+8 (8), a_2p+1: the same (8)]
+    w[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  #pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p)  // quarter j: vector 4p + j's 4 sums i + i+4
+    z[p] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * p], w[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(w[2 * p], w[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  #pragma GCC unroll 2
+  for (int p = 0; p < 2; ++p)  // quarter j: vector 8p + j's 2 sums i + i+2, then vector 8p + 4 + j's
+    u[p] = _mm512_add_ps(_mm512_shuffle_ps(z[2 * p], z[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(z[2 * p], z[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // Quarter j: the sums of vectors j, j + 4, j + 8, j + 12; lane 4j + k -> lane j + 4k.
+  const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(idx, r);
+}
+
+// One head against 16 rows (row r at codes + r * cs): 16 independent accumulators, each the exact chain of
+// dot_t, reduced together (reduce_add16) and stored as 16 consecutive outputs. Per row the scalar tail of
+// dot_heads (a horizontal sum per row and head) was the kernel's cost: SmolLM2-135M decode at 900 tokens of
+// context spent more time in attention than in its weights.
+template <class Deq>
+BS_AVX512 void dot_16rows(const float* q, int64_t d, const uint8_t* codes, int64_t cs, const float* scales,
+                          int64_t ss, float* out) {
+  const Deq deq;
+  __m512 acc[16];
+  #pragma GCC unroll 16
+  for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
+  const int64_t d16 = d / 16 * 16;
+  for (int64_t k = 0; k < d16; k += 16) {
+    const __m512 qv = _mm512_loadu_ps(q + k);
+    #pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) acc[r] = _mm512_fmadd_ps(qv, deq(codes + r * cs, scales + r * ss, k, 0xffff), acc[r]);
+  }
+  if (d16 < d) {
+    const __mmask16 mk = tail_mask(d - d16);
+    const __m512 qv = _mm512_maskz_loadu_ps(mk, q + d16);
+    #pragma GCC unroll 16
+    for (int r = 0; r < 16; ++r) acc[r] = _mm512_fmadd_ps(qv, deq(codes + r * cs, scales + r * ss, d16, mk), acc[r]);
+  }
+  _mm512_storeu_ps(out, reduce_add16(acc));
+}
+
+// NB heads' outputs y [NB, d], chunks k0 .. k0 + CG - 1 of 16 values, over n_rows rows: the NB x CG
+// accumulators stay in registers across all rows (the FMA chain of axpy_t per value, row by row), CG chunks
+// side by side so that NB x CG independent chains hide the FMA latency (one chunk at a time with NB = 3 ran
+// three chains).
+template <class Deq, int NB, int CG>
+BS_AVX512 void axpy_chunks(const float* p, int64_t ps, const uint8_t* codes, int64_t cs, const float* scales,
+                           int64_t ss, int64_t n_rows, float* y, int64_t d, int64_t k0) {
+  const Deq deq;
+  __mmask16 mk[CG];
+  __m512 acc[NB][CG];
+  #pragma GCC unroll 8
+  for (int c = 0; c < CG; ++c) {
+    const int64_t k = k0 + 16 * c;
+    mk[c] = k + 16 <= d ? static_cast<__mmask16>(0xffff) : tail_mask(d - k);
+    #pragma GCC unroll 8
+    for (int i = 0; i < NB; ++i) acc[i][c] = _mm512_maskz_loadu_ps(mk[c], y + i * d + k);
+  }
+  for (int64_t r = 0; r < n_rows; ++r) {
+    __m512 v[CG];
+    #pragma GCC unroll 8
+    for (int c = 0; c < CG; ++c) v[c] = deq(codes + r * cs, scales + r * ss, k0 + 16 * c, mk[c]);
+    #pragma GCC unroll 8
+    for (int i = 0; i < NB; ++i) {
+      const __m512 pb = _mm512_set1_ps(p[i * ps + r]);
+      #pragma GCC unroll 8
+      for (int c = 0; c < CG; ++c) acc[i][c] = _mm512_fmadd_ps(pb, v[c], acc[i][c]);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int c = 0; c < CG; ++c)
+    #pragma GCC unroll 8
+    for (int i = 0; i < NB; ++i) _mm512_mask_storeu_ps(y + i * d + k0 + 16 * c, mk[c], acc[i][c]);
+}
+
+// NB heads' outputs over n_rows rows: chunks in groups of 4 (NB <= 6: at most 24 accumulators), then 2, then 1.
 template <class Deq, int NB>
 BS_AVX512 void axpy_heads(const float* p, int64_t ps, const uint8_t* codes, int64_t cs, const float* scales,
                           int64_t ss, int64_t n_rows, float* y, int64_t d) {
-  const Deq deq;
-  for (int64_t k = 0; k < d; k += 16) {
-    const __mmask16 mk = k + 16 <= d ? static_cast<__mmask16>(0xffff) : tail_mask(d - k);
-    __m512 acc[NB];
-    #pragma GCC unroll 8
-    for (int i = 0; i < NB; ++i) acc[i] = _mm512_maskz_loadu_ps(mk, y + i * d + k);
-    for (int64_t r = 0; r < n_rows; ++r) {
-      const __m512 v = deq(codes + r * cs, scales + r * ss, k, mk);
-      #pragma GCC unroll 8
-      for (int i = 0; i < NB; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * ps + r]), v, acc[i]);
-    }
-    #pragma GCC unroll 8
-    for (int i = 0; i < NB; ++i) _mm512_mask_storeu_ps(y + i * d + k, mk, acc[i]);
-  }
+  const int64_t chunks = (d + 15) / 16;
+  int64_t c = 0;
+  if constexpr (NB <= 6)
+    for (; c + 4 <= chunks; c += 4) axpy_chunks<Deq, NB, 4>(p, ps, codes, cs, scales, ss, n_rows, y, d, 16 * c);
+  for (; c + 2 <= chunks; c += 2) axpy_chunks<Deq, NB, 2>(p, ps, codes, cs, scales, ss, n_rows, y, d, 16 * c);
+  for (; c < chunks; ++c) axpy_chunks<Deq, NB, 1>(p, ps, codes, cs, scales, ss, n_rows, y, d, 16 * c);
 }
 
 constexpr int kMaxHeads = 8;  // heads per register pass
@@ -130,8 +204,13 @@ BS_AVX512 void dot_rows_t(const float* q, int64_t n_h, const void* codes, int64_
   static constexpr Fn kFns[kMaxHeads] = {dot_heads<Deq, 1>, dot_heads<Deq, 2>, dot_heads<Deq, 3>,
                                          dot_heads<Deq, 4>, dot_heads<Deq, 5>, dot_heads<Deq, 6>,
                                          dot_heads<Deq, 7>, dot_heads<Deq, 8>};
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const void* c = static_cast<const uint8_t*>(codes) + r * cs;
+  const uint8_t* c8 = static_cast<const uint8_t*>(codes);
+  int64_t r = 0;
+  for (; r + 16 <= n_rows; r += 16)
+    for (int64_t i = 0; i < n_h; ++i)
+      dot_16rows<Deq>(q + i * d, d, c8 + r * cs, cs, scales + r * ss, ss, out + i * os + r);
+  for (; r < n_rows; ++r) {
+    const void* c = c8 + r * cs;
     for (int64_t i0 = 0; i0 < n_h; i0 += kMaxHeads)
       kFns[std::min<int64_t>(kMaxHeads, n_h - i0) - 1](q + i0 * d, d, c, scales + r * ss, out + i0 * os + r, os);
   }

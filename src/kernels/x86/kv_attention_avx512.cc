@@ -20,17 +20,20 @@ namespace {
 BS_AVX512 inline __mmask16 tail_mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
 
 struct DeqF32 {
+  static constexpr int64_t kBytes = 4;  // per code
   BS_AVX512 __m512 operator()(const void* c, const float*, int64_t i, __mmask16 m) const {
     return _mm512_maskz_loadu_ps(m, static_cast<const float*>(c) + i);
   }
 };
 struct DeqBf16 {
+  static constexpr int64_t kBytes = 2;  // per code
   BS_AVX512 __m512 operator()(const void* c, const float*, int64_t i, __mmask16 m) const {
     __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(c) + i);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
 };
 struct DeqFp8 {
+  static constexpr int64_t kBytes = 1;  // per code
   BS_AVX512 __m512 operator()(const void* c, const float* s, int64_t i, __mmask16 m) const {
     __m128i b = _mm_maskz_loadu_epi8(m, static_cast<const uint8_t*>(c) + i);
     __m512 v = _mm512_i32gather_ps(_mm512_cvtepu8_epi32(b), kFp8E4M3Table.data(), 4);
@@ -39,6 +42,7 @@ struct DeqFp8 {
 };
 template <bool kGrouped>
 struct DeqI8 {
+  static constexpr int64_t kBytes = 1;  // per code
   BS_AVX512 __m512 operator()(const void* c, const float* s, int64_t i, __mmask16 m) const {
     __m128i b = _mm_maskz_loadu_epi8(m, static_cast<const int8_t*>(c) + i);
     // 16 | 128, so a chunk of 16 never straddles two groups.
@@ -183,16 +187,35 @@ BS_AVX512 void axpy_chunks(const float* p, int64_t ps, const uint8_t* codes, int
     for (int i = 0; i < NB; ++i) _mm512_mask_storeu_ps(y + i * d + k0 + 16 * c, mk[c], acc[i][c]);
 }
 
-// NB heads' outputs over n_rows rows: chunks in groups of 4 (NB <= 6: at most 24 accumulators), then 2, then 1.
+// Software prefetch of rows [r0, r1) (row r at codes + r * cs, bytes_per_row of codes each): rows of one KV head
+// are pieces n_kv_heads rows apart, which the hardware prefetchers follow poorly.
+inline void prefetch_rows(const uint8_t* codes, int64_t cs, int64_t r0, int64_t r1, int64_t bytes_per_row) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t off = 0; off < bytes_per_row; off += 64) __builtin_prefetch(codes + r * cs + off, 0, 3);
+}
+
+constexpr int64_t kRowBlock = 32;  // rows of one axpy pass: their codes stay in L1 across the chunk groups
+
+// NB heads' outputs over n_rows rows, in blocks of kRowBlock rows (the chunk groups of a block read it from L1;
+// one group over all rows after another re-read each row from beyond L2 at long contexts), each block's chunks
+// in groups of 4 (NB <= 6: at most 24 accumulators), then 2, then 1. y holds the sums between blocks: the same
+// chain per value.
 template <class Deq, int NB>
 BS_AVX512 void axpy_heads(const float* p, int64_t ps, const uint8_t* codes, int64_t cs, const float* scales,
-                          int64_t ss, int64_t n_rows, float* y, int64_t d) {
+                          int64_t ss, int64_t n_rows, float* y, int64_t d, int64_t row_bytes) {
   const int64_t chunks = (d + 15) / 16;
-  int64_t c = 0;
-  if constexpr (NB <= 6)
-    for (; c + 4 <= chunks; c += 4) axpy_chunks<Deq, NB, 4>(p, ps, codes, cs, scales, ss, n_rows, y, d, 16 * c);
-  for (; c + 2 <= chunks; c += 2) axpy_chunks<Deq, NB, 2>(p, ps, codes, cs, scales, ss, n_rows, y, d, 16 * c);
-  for (; c < chunks; ++c) axpy_chunks<Deq, NB, 1>(p, ps, codes, cs, scales, ss, n_rows, y, d, 16 * c);
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kRowBlock) {
+    const int64_t n = std::min(kRowBlock, n_rows - r0);
+    prefetch_rows(codes, cs, r0 + kRowBlock, std::min(n_rows, r0 + 2 * kRowBlock), row_bytes);
+    const float* pr = p + r0;
+    const uint8_t* cr = codes + r0 * cs;
+    const float* sr = scales + r0 * ss;
+    int64_t c = 0;
+    if constexpr (NB <= 6)
+      for (; c + 4 <= chunks; c += 4) axpy_chunks<Deq, NB, 4>(pr, ps, cr, cs, sr, ss, n, y, d, 16 * c);
+    for (; c + 2 <= chunks; c += 2) axpy_chunks<Deq, NB, 2>(pr, ps, cr, cs, sr, ss, n, y, d, 16 * c);
+    for (; c < chunks; ++c) axpy_chunks<Deq, NB, 1>(pr, ps, cr, cs, sr, ss, n, y, d, 16 * c);
+  }
 }
 
 constexpr int kMaxHeads = 8;  // heads per register pass
@@ -206,9 +229,11 @@ BS_AVX512 void dot_rows_t(const float* q, int64_t n_h, const void* codes, int64_
                                          dot_heads<Deq, 7>, dot_heads<Deq, 8>};
   const uint8_t* c8 = static_cast<const uint8_t*>(codes);
   int64_t r = 0;
-  for (; r + 16 <= n_rows; r += 16)
+  for (; r + 16 <= n_rows; r += 16) {
+    prefetch_rows(c8, cs, r + 32, std::min(n_rows, r + 48), d * Deq::kBytes);  // two blocks ahead
     for (int64_t i = 0; i < n_h; ++i)
       dot_16rows<Deq>(q + i * d, d, c8 + r * cs, cs, scales + r * ss, ss, out + i * os + r);
+  }
   for (; r < n_rows; ++r) {
     const void* c = c8 + r * cs;
     for (int64_t i0 = 0; i0 < n_h; i0 += kMaxHeads)
@@ -220,13 +245,13 @@ template <class Deq>
 BS_AVX512 void axpy_rows_t(const float* p, int64_t ps, int64_t n_h, const void* codes, int64_t cs,
                            const float* scales, int64_t ss, int64_t n_rows, float* y, int64_t d) {
   using Fn = void (*)(const float*, int64_t, const uint8_t*, int64_t, const float*, int64_t, int64_t, float*,
-                      int64_t);
+                      int64_t, int64_t);
   static constexpr Fn kFns[kMaxHeads] = {axpy_heads<Deq, 1>, axpy_heads<Deq, 2>, axpy_heads<Deq, 3>,
                                          axpy_heads<Deq, 4>, axpy_heads<Deq, 5>, axpy_heads<Deq, 6>,
                                          axpy_heads<Deq, 7>, axpy_heads<Deq, 8>};
   for (int64_t i0 = 0; i0 < n_h; i0 += kMaxHeads)
     kFns[std::min<int64_t>(kMaxHeads, n_h - i0) - 1](p + i0 * ps, ps, static_cast<const uint8_t*>(codes), cs,
-                                                      scales, ss, n_rows, y + i0 * d, d);
+                                                      scales, ss, n_rows, y + i0 * d, d, d * Deq::kBytes);
 }
 
 }  // namespace

@@ -92,7 +92,7 @@ BS_KV_ROW_DECL(fp8_avx512)
 BS_KV_ROW_DECL(i8pth_avx512)
 BS_KV_ROW_DECL(i8g128_avx512)
 #undef BS_KV_ROW_DECL
-// Multi-head, multi-row AVX-512 kernels (KvRowKernels::dot_rows / axpy_rows).
+// Multi-head, multi-row AVX2 and AVX-512 kernels (KvRowKernels::dot_rows / axpy_rows).
 #define BS_KV_ROWS_DECL(name)                                                                              \
   void kv_dot_rows_##name(const float* q, int64_t n_h, const void* codes, int64_t code_stride,             \
                           const float* scales, int64_t scale_stride, int64_t n_rows, int64_t d, float* out, \
@@ -100,6 +100,11 @@ BS_KV_ROW_DECL(i8g128_avx512)
   void kv_axpy_rows_##name(const float* p, int64_t p_stride, int64_t n_h, const void* codes,               \
                            int64_t code_stride, const float* scales, int64_t scale_stride, int64_t n_rows, \
                            float* y, int64_t d);
+BS_KV_ROWS_DECL(f32_avx2)
+BS_KV_ROWS_DECL(bf16_avx2)
+BS_KV_ROWS_DECL(fp8_avx2)
+BS_KV_ROWS_DECL(i8pth_avx2)
+BS_KV_ROWS_DECL(i8g128_avx2)
 BS_KV_ROWS_DECL(f32_avx512)
 BS_KV_ROWS_DECL(bf16_avx512)
 BS_KV_ROWS_DECL(fp8_avx512)

@@ -122,8 +122,8 @@ void kv_dequantize_row(KvDType t, const void* codes, const float* scales, int64_
 
 namespace {
 
-// dot_rows / axpy_rows as loops over one ISA's single-row kernels (ref and
-// AVX2): the definition the optimised AVX-512 versions must reproduce.
+// dot_rows / axpy_rows as loops over one ISA's single-row kernels (ref): the
+// definition the optimised AVX2 and AVX-512 versions must reproduce.
 template <float (*Dot)(const float*, const void*, const float*, int64_t)>
 void dot_rows_loop(const float* q, int64_t n_h, const void* codes, int64_t code_stride, const float* scales,
                    int64_t scale_stride, int64_t n_rows, int64_t d, float* out, int64_t out_stride) {
@@ -157,11 +157,11 @@ KvKernelTable select_kv_kernels(const std::string& isa) {
   t.row[static_cast<int>(KvDType::kInt8PerTokenHead)] = BS_KV_ROW_LOOP(i8pth_ref);
   t.row[static_cast<int>(KvDType::kInt8BlockG128)] = BS_KV_ROW_LOOP(i8g128_ref);
   if (isa == "avx2") {
-    t.row[static_cast<int>(KvDType::kF32)] = BS_KV_ROW_LOOP(f32_avx2);
-    t.row[static_cast<int>(KvDType::kBF16)] = BS_KV_ROW_LOOP(bf16_avx2);
-    t.row[static_cast<int>(KvDType::kFP8E4M3)] = BS_KV_ROW_LOOP(fp8_avx2);
-    t.row[static_cast<int>(KvDType::kInt8PerTokenHead)] = BS_KV_ROW_LOOP(i8pth_avx2);
-    t.row[static_cast<int>(KvDType::kInt8BlockG128)] = BS_KV_ROW_LOOP(i8g128_avx2);
+    t.row[static_cast<int>(KvDType::kF32)] = BS_KV_ROW_FAST(f32_avx2);
+    t.row[static_cast<int>(KvDType::kBF16)] = BS_KV_ROW_FAST(bf16_avx2);
+    t.row[static_cast<int>(KvDType::kFP8E4M3)] = BS_KV_ROW_FAST(fp8_avx2);
+    t.row[static_cast<int>(KvDType::kInt8PerTokenHead)] = BS_KV_ROW_FAST(i8pth_avx2);
+    t.row[static_cast<int>(KvDType::kInt8BlockG128)] = BS_KV_ROW_FAST(i8g128_avx2);
   }
   if (isa == "avx512") {
     t.row[static_cast<int>(KvDType::kF32)] = BS_KV_ROW_FAST(f32_avx512);

@@ -4,6 +4,8 @@
 // axpy_avx2 (FMA per 8, scalar tail); hsum as dot_avx2's.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "kernels/x86/avx2_util.h"
 
 #include "kernels/kv_attention.h"
@@ -75,6 +77,101 @@ BS_AVX2 void axpy_t(float a, const void* c, const float* s, float* y, int64_t n)
   for (; i < n; ++i) y[i] += a * deq.one(c, s, i);
 }
 
+// 4 rows' dot products (d a multiple of 8, one head): each row's two accumulators as in dot_t, their sums
+// a0 + a1 reduced together by shuffles that add the pairs hsum256 adds (lane i + i+4, then i + i+2, then i + i+1),
+// so each output keeps dot_t's bits.
+template <class Deq>
+BS_AVX2 void dot_4rows(const float* q, int64_t d, const uint8_t* codes, int64_t cs, const float* scales, int64_t ss,
+                       float* out) {
+  const Deq deq;
+  __m256 a0[4], a1[4];
+  for (int r = 0; r < 4; ++r) a0[r] = _mm256_setzero_ps(), a1[r] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= d; i += 16) {
+    const __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
+    for (int r = 0; r < 4; ++r) {
+      a0[r] = _mm256_fmadd_ps(q0, deq(codes + r * cs, scales + r * ss, i), a0[r]);
+      a1[r] = _mm256_fmadd_ps(q1, deq(codes + r * cs, scales + r * ss, i + 8), a1[r]);
+    }
+  }
+  if (i < d) {  // d % 16 == 8
+    const __m256 q0 = _mm256_loadu_ps(q + i);
+    for (int r = 0; r < 4; ++r) a0[r] = _mm256_fmadd_ps(q0, deq(codes + r * cs, scales + r * ss, i), a0[r]);
+  }
+  __m256 v[4];
+  for (int r = 0; r < 4; ++r) v[r] = _mm256_add_ps(a0[r], a1[r]);
+  // [row 0 | row 1] and [row 2 | row 3], each 128-bit half lo + hi of its row.
+  const __m256 x01 = _mm256_add_ps(_mm256_permute2f128_ps(v[0], v[1], 0x20), _mm256_permute2f128_ps(v[0], v[1], 0x31));
+  const __m256 x23 = _mm256_add_ps(_mm256_permute2f128_ps(v[2], v[3], 0x20), _mm256_permute2f128_ps(v[2], v[3], 0x31));
+  // Half 0: row 0's l0 + l2, l1 + l3, then row 2's; half 1: rows 1 and 3.
+  const __m256 y = _mm256_add_ps(_mm256_shuffle_ps(x01, x23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm256_shuffle_ps(x01, x23, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 z = _mm256_add_ps(_mm256_shuffle_ps(y, y, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm256_shuffle_ps(y, y, _MM_SHUFFLE(3, 1, 3, 1)));
+  alignas(32) float t[8];
+  _mm256_store_ps(t, z);  // rows 0, 2 in lanes 0, 1; rows 1, 3 in lanes 4, 5
+  out[0] = t[0], out[1] = t[4], out[2] = t[1], out[3] = t[5];
+}
+
+template <class Deq>
+BS_AVX2 void dot_rows_t(const float* q, int64_t n_h, const void* codes, int64_t cs, const float* scales, int64_t ss,
+                        int64_t n_rows, int64_t d, float* out, int64_t os) {
+  const uint8_t* c8 = static_cast<const uint8_t*>(codes);
+  int64_t r = 0;
+  if (d % 8 == 0)
+    for (; r + 4 <= n_rows; r += 4)
+      for (int64_t i = 0; i < n_h; ++i) {
+        alignas(16) float o[4];
+        dot_4rows<Deq>(q + i * d, d, c8 + r * cs, cs, scales + r * ss, ss, o);
+        for (int k = 0; k < 4; ++k) out[i * os + r + k] = o[k];
+      }
+  for (; r < n_rows; ++r)
+    for (int64_t i = 0; i < n_h; ++i) out[i * os + r] = dot_t<Deq>(q + i * d, c8 + r * cs, scales + r * ss, d);
+}
+
+// y [n_h, d] (d a multiple of 8) += p[i * ps + r] * row r for r in order: chunks of 8 in groups of CG with the NB
+// heads' sums in registers across all rows (axpy_t's FMA per value, row by row).
+template <class Deq, int NB, int CG>
+BS_AVX2 void axpy_chunks(const float* p, int64_t ps, const uint8_t* codes, int64_t cs, const float* scales,
+                         int64_t ss, int64_t n_rows, float* y, int64_t d, int64_t k0) {
+  const Deq deq;
+  __m256 acc[NB][CG];
+  for (int i = 0; i < NB; ++i)
+    for (int c = 0; c < CG; ++c) acc[i][c] = _mm256_loadu_ps(y + i * d + k0 + 8 * c);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    __m256 v[CG];
+    for (int c = 0; c < CG; ++c) v[c] = deq(codes + r * cs, scales + r * ss, k0 + 8 * c);
+    for (int i = 0; i < NB; ++i) {
+      const __m256 pb = _mm256_set1_ps(p[i * ps + r]);
+      for (int c = 0; c < CG; ++c) acc[i][c] = _mm256_fmadd_ps(pb, v[c], acc[i][c]);
+    }
+  }
+  for (int i = 0; i < NB; ++i)
+    for (int c = 0; c < CG; ++c) _mm256_storeu_ps(y + i * d + k0 + 8 * c, acc[i][c]);
+}
+
+// One head at a time (NB = 1) with 4 chunks side by side, in blocks of 32 rows as the AVX-512 kernel.
+template <class Deq>
+BS_AVX2 void axpy_rows_t(const float* p, int64_t ps, int64_t n_h, const void* codes, int64_t cs,
+                         const float* scales, int64_t ss, int64_t n_rows, float* y, int64_t d) {
+  const uint8_t* c8 = static_cast<const uint8_t*>(codes);
+  if (d % 8 != 0) {
+    for (int64_t r = 0; r < n_rows; ++r)
+      for (int64_t i = 0; i < n_h; ++i) axpy_t<Deq>(p[i * ps + r], c8 + r * cs, scales + r * ss, y + i * d, d);
+    return;
+  }
+  for (int64_t r0 = 0; r0 < n_rows; r0 += 32) {
+    const int64_t n = std::min<int64_t>(32, n_rows - r0);
+    for (int64_t i = 0; i < n_h; ++i) {
+      int64_t k = 0;
+      for (; k + 32 <= d; k += 32)
+        axpy_chunks<Deq, 1, 4>(p + i * ps + r0, ps, c8 + r0 * cs, cs, scales + r0 * ss, ss, n, y + i * d, d, k);
+      for (; k < d; k += 8)
+        axpy_chunks<Deq, 1, 1>(p + i * ps + r0, ps, c8 + r0 * cs, cs, scales + r0 * ss, ss, n, y + i * d, d, k);
+    }
+  }
+}
+
 }  // namespace
 
 #define BS_KV_ROW_AVX2(name, DEQ)                                                                   \
@@ -83,6 +180,16 @@ BS_AVX2 void axpy_t(float a, const void* c, const float* s, float* y, int64_t n)
   }                                                                                                 \
   BS_AVX2 void kv_axpy_##name##_avx2(float a, const void* c, const float* s, float* y, int64_t d) { \
     axpy_t<DEQ>(a, c, s, y, d);                                                                     \
+  }                                                                                                 \
+  BS_AVX2 void kv_dot_rows_##name##_avx2(const float* q, int64_t n_h, const void* c, int64_t cs,    \
+                                         const float* s, int64_t ss, int64_t n_rows, int64_t d,     \
+                                         float* out, int64_t os) {                                  \
+    dot_rows_t<DEQ>(q, n_h, c, cs, s, ss, n_rows, d, out, os);                                      \
+  }                                                                                                 \
+  BS_AVX2 void kv_axpy_rows_##name##_avx2(const float* p, int64_t ps, int64_t n_h, const void* c,   \
+                                          int64_t cs, const float* s, int64_t ss, int64_t n_rows,   \
+                                          float* y, int64_t d) {                                    \
+    axpy_rows_t<DEQ>(p, ps, n_h, c, cs, s, ss, n_rows, y, d);                                       \
   }
 BS_KV_ROW_AVX2(f32, DeqF32)
 BS_KV_ROW_AVX2(bf16, DeqBf16)

@@ -129,28 +129,23 @@ BS_AVX2 void dot_rows_t(const float* q, int64_t n_h, const void* codes, int64_t 
     for (int64_t i = 0; i < n_h; ++i) out[i * os + r] = dot_t<Deq>(q + i * d, c8 + r * cs, scales + r * ss, d);
 }
 
-// y [n_h, d] (d a multiple of 8) += p[i * ps + r] * row r for r in order: chunks of 8 in groups of CG with the NB
-// heads' sums in registers across all rows (axpy_t's FMA per value, row by row).
-template <class Deq, int NB, int CG>
-BS_AVX2 void axpy_chunks(const float* p, int64_t ps, const uint8_t* codes, int64_t cs, const float* scales,
-                         int64_t ss, int64_t n_rows, float* y, int64_t d, int64_t k0) {
+// y [d] (d a multiple of 8) += p[r] * row r for r in order, chunks k0 .. k0 + CG - 1 of 8 values: CG
+// sums in registers across all rows (axpy_t's FMA per value, row by row), CG independent chains.
+template <class Deq, int CG>
+BS_AVX2 void axpy_chunks(const float* p, const uint8_t* codes, int64_t cs, const float* scales,
+                         int64_t ss, int64_t n_rows, float* y, int64_t k0) {
   const Deq deq;
-  __m256 acc[NB][CG];
-  for (int i = 0; i < NB; ++i)
-    for (int c = 0; c < CG; ++c) acc[i][c] = _mm256_loadu_ps(y + i * d + k0 + 8 * c);
+  __m256 acc[CG];
+  for (int c = 0; c < CG; ++c) acc[c] = _mm256_loadu_ps(y + k0 + 8 * c);
   for (int64_t r = 0; r < n_rows; ++r) {
-    __m256 v[CG];
-    for (int c = 0; c < CG; ++c) v[c] = deq(codes + r * cs, scales + r * ss, k0 + 8 * c);
-    for (int i = 0; i < NB; ++i) {
-      const __m256 pb = _mm256_set1_ps(p[i * ps + r]);
-      for (int c = 0; c < CG; ++c) acc[i][c] = _mm256_fmadd_ps(pb, v[c], acc[i][c]);
-    }
+    const __m256 pb = _mm256_set1_ps(p[r]);
+    for (int c = 0; c < CG; ++c)
+      acc[c] = _mm256_fmadd_ps(pb, deq(codes + r * cs, scales + r * ss, k0 + 8 * c), acc[c]);
   }
-  for (int i = 0; i < NB; ++i)
-    for (int c = 0; c < CG; ++c) _mm256_storeu_ps(y + i * d + k0 + 8 * c, acc[i][c]);
+  for (int c = 0; c < CG; ++c) _mm256_storeu_ps(y + k0 + 8 * c, acc[c]);
 }
 
-// One head at a time (NB = 1) with 4 chunks side by side, in blocks of 32 rows as the AVX-512 kernel.
+// One head at a time with 4 chunks side by side, in blocks of 32 rows as the AVX-512 kernel.
 template <class Deq>
 BS_AVX2 void axpy_rows_t(const float* p, int64_t ps, int64_t n_h, const void* codes, int64_t cs,
                          const float* scales, int64_t ss, int64_t n_rows, float* y, int64_t d) {
@@ -165,9 +160,9 @@ BS_AVX2 void axpy_rows_t(const float* p, int64_t ps, int64_t n_h, const void* co
     for (int64_t i = 0; i < n_h; ++i) {
       int64_t k = 0;
       for (; k + 32 <= d; k += 32)
-        axpy_chunks<Deq, 1, 4>(p + i * ps + r0, ps, c8 + r0 * cs, cs, scales + r0 * ss, ss, n, y + i * d, d, k);
+        axpy_chunks<Deq, 4>(p + i * ps + r0, c8 + r0 * cs, cs, scales + r0 * ss, ss, n, y + i * d, k);
       for (; k < d; k += 8)
-        axpy_chunks<Deq, 1, 1>(p + i * ps + r0, ps, c8 + r0 * cs, cs, scales + r0 * ss, ss, n, y + i * d, d, k);
+        axpy_chunks<Deq, 1>(p + i * ps + r0, c8 + r0 * cs, cs, scales + r0 * ss, ss, n, y + i * d, k);
     }
   }
 }

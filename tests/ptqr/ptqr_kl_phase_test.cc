@@ -189,21 +189,23 @@ TEST(PtqrKlPhase, HoldoutWindowsNeverTrainAndTheBestScalesAreKept) {
   EXPECT_EQ(rc.e2e_kept_step, 0);
   EXPECT_EQ(rc.e2e_kl_after, rc.e2e_kl_before);
   for (const auto& [m, qw] : rd.codes) EXPECT_EQ(rc.codes.at(m).scale, qw.scale) << m;
-  // Scored every 2 steps, stopped at step 5 and resumed: the same scales as uninterrupted (measured: step 4 is kept,
-  // so its multipliers cross the stop in the checkpoint).
+  // Scored every 2 steps, stopped one step after the step the uninterrupted run keeps and resumed: the same scales
+  // as uninterrupted, so the kept step's multipliers crossed the stop in the checkpoint. (Which step is best depends
+  // on the kernels' rounding: measured step 4 with AVX-512, step 8 on an AVX2-only Zen 3; a fixed stop at 5 made the
+  // AVX2 run keep a step after it, which tests nothing about the checkpoint.)
   PtqrOptions oe = oa;
   oe.val_every = 2;
   const PtqrReport re = run_ptqr(oe);
+  ASSERT_GT(re.e2e_kept_step, 0);
+  ASSERT_LT(re.e2e_kept_step, oe.e2e_steps - 1) << "no step left after the kept one to stop at";
   fs::remove_all(b);
   PtqrOptions of = oe;
-  of.out = b, of.e2e_stop_after = 5;
+  of.out = b, of.e2e_stop_after = re.e2e_kept_step + 1;
   EXPECT_TRUE(run_ptqr(of).stopped);
   of.e2e_stop_after = -1, of.resume = true;
   const PtqrReport rf = run_ptqr(of);
   std::printf("[ measured ] every 2 steps: kept step %lld (resumed run: %lld)\n",
               static_cast<long long>(re.e2e_kept_step), static_cast<long long>(rf.e2e_kept_step));
-  EXPECT_GT(re.e2e_kept_step, 0);
-  EXPECT_LT(re.e2e_kept_step, 5) << "the kept scales must come from before the stop, through the checkpoint";
   EXPECT_EQ(re.e2e_kl_after, re.e2e_kept_kl) << "the served scales are the kept step's";
   EXPECT_EQ(rf.e2e_kept_step, re.e2e_kept_step);
   EXPECT_EQ(rf.e2e_kl_after, re.e2e_kl_after);

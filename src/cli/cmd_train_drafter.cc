@@ -84,6 +84,7 @@ std::vector<FlagSpec> flags() {
     {"--resume", "", false, "continue from OUT/train_state.safetensors when it exists"},
     {"--init", "", true, "start from the parameters of drafter DIR (bf16, f32 or quantized by `blockspec quantize`: its exact dequantization; its shape, taps, mask token and draft vocabulary are the defaults, a flag that disagrees fails); a fresh schedule and optimizer (--resume: OUT's state wins)"},
     {"--vocab-from-data", "", false, "with --init: choose the draft vocabulary (--draft-vocab N, default the checkpoint's size) from this run's data instead of keeping the checkpoint's ids (the head is the target's frozen rows, so only the ids change; the trained layers are kept)"},
+    {"--vocab-from", "", true, "count the draft vocabulary (--draft-vocab N) over the responses of FILE (a data or --export-responses file of this target, e.g. every answer generated so far) instead of this run's records; wherever the ids come from data (no --init, or --vocab-from-data)"},
     {"--help", "-h", false, "show this help"},
   };
   f.insert(f.begin(), own.begin(), own.end());
@@ -119,6 +120,16 @@ std::string hms(double s) {
   const long t = static_cast<long>(s);
   std::snprintf(b, sizeof b, "%ldh%02ldm%02lds", t / 3600, t / 60 % 60, t % 60);
   return b;
+}
+
+// A file whose ids the target's vocabulary cannot hold was made for another target: fail instead of counting a
+// vocabulary from it.
+void check_token_ids(const DraftData& d, int64_t V, const std::string& path) {
+  for (const DraftRecordView& r : d.records())
+    for (int64_t i = 0; i < r.n_tokens; ++i)
+      if (r.tokens[i] < 0 || r.tokens[i] >= V)
+        fail(path, ": record ", r.index, " holds token id ", r.tokens[i], ", outside the target's vocabulary of ", V,
+             " (a file of another target?)");
 }
 
 }  // namespace
@@ -163,6 +174,10 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   if (vocab_from_data && !init) fail("--vocab-from-data is for --init (without it the vocabulary comes from the data anyway)");
   if (vocab_from_data && init->draft_vocab_size == 0 && !a.has("--draft-vocab"))
     fail("--vocab-from-data: ", a.str("--init"), " has the full vocabulary; give --draft-vocab N");
+  if (a.has("--vocab-from") && init && !vocab_from_data)
+    fail("--vocab-from: --init ", a.str("--init"), " keeps its own draft ids; add --vocab-from-data to re-choose them");
+  if (a.has("--vocab-from") && !fs::is_regular_file(a.str("--vocab-from")))
+    fail("--vocab-from: ", a.str("--vocab-from"), " is not a file");
   const auto init_int = [&](const char* flag, int64_t init_value, int64_t dflt) {
     if (!init) return a.integer(flag, dflt);
     if (a.has(flag) && a.integer(flag, dflt) != init_value)
@@ -389,6 +404,8 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
   s.tap_width = static_cast<int64_t>(taps.size()) * mc.hidden_size;
   std::vector<int32_t> vocab;
   if (Vd < 0 || Vd > mc.vocab_size) fail("--draft-vocab must be in [1, ", mc.vocab_size, "], found ", Vd);
+  if (a.has("--vocab-from") && !(Vd > 0 && Vd < mc.vocab_size))
+    fail("--vocab-from: the draft vocabulary is the full vocabulary here; give --draft-vocab N below ", mc.vocab_size);
   const fs::path vocab_path = fs::path(out) / "draft_vocab.json";
   if (Vd > 0 && Vd < mc.vocab_size) {
     // Chosen once (--init's d2t, or from the data: without --init, or with --vocab-from-data) and kept, so a
@@ -405,7 +422,15 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
       if (keep_init && vocab != from_init)
         fail(vocab_path.string(), ": another draft vocabulary than --init ", a.str("--init"), "'s; use another OUT");
     } else {
-      vocab = keep_init ? from_init : choose_draft_vocab(data, Vd, mc.vocab_size);
+      if (keep_init) {
+        vocab = from_init;
+      } else if (a.has("--vocab-from")) {
+        const DraftData counted(a.str("--vocab-from"));
+        check_token_ids(counted, mc.vocab_size, a.str("--vocab-from"));
+        vocab = choose_draft_vocab(counted, Vd, mc.vocab_size);
+      } else {
+        vocab = choose_draft_vocab(data, Vd, mc.vocab_size);
+      }
       std::ofstream(vocab_path) << nlohmann::json{{"ids", vocab}}.dump() << "\n";
     }
   }

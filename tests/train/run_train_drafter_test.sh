@@ -110,6 +110,45 @@ PY
 spec=$("$bs" generate -m "$model" -p "$prompt" -n 48 --threads 2 \
   --speculative-config "{\"method\":\"dflash\",\"model\":\"$out/revocab\"}")
 [[ "$plain" == "$spec" ]] || { echo "--vocab-from-data drafter output differs from plain decoding"; exit 1; }
+# --vocab-from FILE: the ids counted over another file's responses (the committed SmolLM2 answers, 4,976 records)
+# instead of this run's 64: exactly the 4096 most frequent response tokens of that file (ties by id), which differ
+# from the run's own choice above.
+resp="$here/../../data/train/smollm2-135m/responses.bin"
+mkdir -p "$out/revocab2"
+ln -s "$out/drafter/data" "$out/revocab2/data"
+"$bs" train-drafter "$model" "$out/revocab2" --init "$out/drafter" --vocab-from-data --vocab-from "$resp" \
+  --draft-vocab 4096 --train-only --prompts "$here/../../data/prompts/gsm8k_train.jsonl" --num-prompts 64 --epochs 1 \
+  --max-steps 1 --lr 1e-6 --max-anchors 64 --seq-len 1024 --threads 2 2> "$out/log_rv2" || { cat "$out/log_rv2" >&2; exit 1; }
+python3 - "$resp" "$out/revocab2" "$out/revocab" <<'PY'
+import collections, json, struct, sys
+f = open(sys.argv[1], "rb").read()
+assert f[:8] == b"BSDRDAT1"
+n_taps, hidden, tap_bytes = struct.unpack_from("<qqq", f, 8)
+off, count = 64, collections.Counter()
+while off < len(f):
+    _, _, nt, npr, rows = struct.unpack_from("<qqqqq", f, off); off += 40
+    count.update(struct.unpack_from("<%di" % nt, f, off)[npr:]); off += 4 * nt
+    off += rows * n_taps * hidden * (tap_bytes or 4)
+want = sorted(sorted(count, key=lambda t: (-count[t], t))[:4096])
+got = json.load(open(sys.argv[2] + "/draft_vocab.json"))["ids"]
+run = json.load(open(sys.argv[3] + "/draft_vocab.json"))["ids"]
+print(f"--vocab-from: 4096 ids counted over {sum(count.values())} response tokens; {len(set(got) - set(run))} not in the run's own choice")
+assert got == want, "the ids must be the file's 4096 most frequent response tokens"
+assert got != run, "a file of other answers must give other ids than the run's data"
+PY
+"$bs" check "$out/revocab2" --target "$model"
+for bad in "--vocab-from $here/../../data/train/qwen2.5-coder-1.5b/responses.bin|outside the target's vocabulary" \
+           "--vocab-from $out/nothing|is not a file" "--no-rv --vocab-from $resp|keeps its own draft ids"; do
+  flags=${bad%%|*}; want=${bad#*|}
+  rv=(--vocab-from-data); [[ $flags == --no-rv* ]] && { rv=(); flags=${flags#--no-rv }; }
+  rm -rf "$out/bad_vf"; mkdir -p "$out/bad_vf"; ln -s "$out/drafter/data" "$out/bad_vf/data"
+  # shellcheck disable=SC2086
+  if "$bs" train-drafter "$model" "$out/bad_vf" --init "$out/drafter" "${rv[@]}" $flags --draft-vocab 4096 --train-only \
+       --prompts "$here/../../data/prompts/gsm8k_train.jsonl" --num-prompts 64 --max-steps 1 2> "$out/err"; then
+    echo "train-drafter accepted $flags" >&2; exit 1
+  fi
+  grep -q "error: .*$want" "$out/err" || { echo "no error line for $flags:" >&2; cat "$out/err" >&2; exit 1; }
+done
 if "$bs" train-drafter "$model" "$out/bad_rv" --vocab-from-data --train-only \
      --prompts "$here/../../data/prompts/gsm8k_train.jsonl" 2> "$out/err"; then
   echo "train-drafter accepted --vocab-from-data without --init" >&2; exit 1

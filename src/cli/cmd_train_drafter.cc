@@ -122,16 +122,6 @@ std::string hms(double s) {
   return b;
 }
 
-// A file whose ids the target's vocabulary cannot hold was made for another target: fail instead of counting a
-// vocabulary from it.
-void check_token_ids(const DraftData& d, int64_t V, const std::string& path) {
-  for (const DraftRecordView& r : d.records())
-    for (int64_t i = 0; i < r.n_tokens; ++i)
-      if (r.tokens[i] < 0 || r.tokens[i] >= V)
-        fail(path, ": record ", r.index, " holds token id ", r.tokens[i], ", outside the target's vocabulary of ", V,
-             " (a file of another target?)");
-}
-
 }  // namespace
 
 int cmd_train_drafter(const std::vector<std::string>& argv) {
@@ -422,15 +412,12 @@ int cmd_train_drafter(const std::vector<std::string>& argv) {
       if (keep_init && vocab != from_init)
         fail(vocab_path.string(), ": another draft vocabulary than --init ", a.str("--init"), "'s; use another OUT");
     } else {
-      if (keep_init) {
+      if (keep_init)
         vocab = from_init;
-      } else if (a.has("--vocab-from")) {
-        const DraftData counted(a.str("--vocab-from"));
-        check_token_ids(counted, mc.vocab_size, a.str("--vocab-from"));
-        vocab = choose_draft_vocab(counted, Vd, mc.vocab_size);
-      } else {
-        vocab = choose_draft_vocab(data, Vd, mc.vocab_size);
-      }
+      else if (a.has("--vocab-from"))
+        vocab = choose_draft_vocab(DraftData(a.str("--vocab-from")), Vd, mc.vocab_size, a.str("--vocab-from"));
+      else
+        vocab = choose_draft_vocab(data, Vd, mc.vocab_size, data_path);
       std::ofstream(vocab_path) << nlohmann::json{{"ids", vocab}}.dump() << "\n";
     }
   }

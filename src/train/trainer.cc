@@ -13,12 +13,17 @@ namespace blockspec {
 
 namespace fs = std::filesystem;
 
-std::vector<int32_t> choose_draft_vocab(const DraftData& data, int64_t n, int64_t V) {
+std::vector<int32_t> choose_draft_vocab(const DraftData& data, int64_t n, int64_t V, const std::string& source) {
   if (n < 1 || n > V) fail("--draft-vocab must be in [1, ", V, "], found ", n);
   std::vector<int64_t> count(V, 0);
   for (const DraftRecordView& r : data.records())
-    for (int64_t i = r.n_prompt; i < r.n_tokens; ++i)
-      if (r.tokens[i] >= 0 && r.tokens[i] < V) ++count[r.tokens[i]];
+    for (int64_t i = r.n_prompt; i < r.n_tokens; ++i) {
+      // An id the target cannot hold: data made for another target, never counted silently.
+      if (r.tokens[i] < 0 || r.tokens[i] >= V)
+        fail(source, ": record ", r.index, " holds token id ", r.tokens[i], ", outside the target's vocabulary of ", V,
+             " (a file of another target?)");
+      ++count[r.tokens[i]];
+    }
   std::vector<int32_t> ids(V);
   for (int32_t i = 0; i < V; ++i) ids[i] = i;
   // Most frequent first, ties (and the never-seen padding) by ascending id.

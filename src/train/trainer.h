@@ -63,7 +63,8 @@ EvalResult evaluate_drafter(const DraftData& data, const std::vector<int64_t>& r
 
 // A reduced draft vocabulary (training.md §5): the n target ids most
 // frequent among the data's response tokens (ties: lower id first), padded
-// with the lowest unused ids, ascending. n must be in [1, V].
-std::vector<int32_t> choose_draft_vocab(const DraftData& data, int64_t n, int64_t V);
+// with the lowest unused ids, ascending. n must be in [1, V]; a response id
+// outside [0, V) fails, naming `source` (the data's file).
+std::vector<int32_t> choose_draft_vocab(const DraftData& data, int64_t n, int64_t V, const std::string& source);
 
 }  // namespace blockspec

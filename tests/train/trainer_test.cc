@@ -122,7 +122,7 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRun) {
   const DraftArch arch_full = arch;
   // A reduced draft vocabulary: the head is the target's rows of the 100
   // most frequent response tokens; serving drafts nothing outside them.
-  arch.draft_vocab = choose_draft_vocab(data, 100, 256);
+  arch.draft_vocab = choose_draft_vocab(data, 100, 256, "test data");
   ASSERT_EQ(arch.draft_vocab.size(), 100u);
   ASSERT_TRUE(std::is_sorted(arch.draft_vocab.begin(), arch.draft_vocab.end()));
   auto reduced = freeze_target(*model, pool, false, arch.draft_vocab);

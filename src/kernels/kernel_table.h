@@ -141,6 +141,9 @@ void gemm_q8g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y
 // Rows per micro-kernel of gemm_block_avx512vnni: the BlockActs interleave it reads.
 inline constexpr int kBlockVnniRows = 8;
 void gemm_block_avx512vnni(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1);
+// The same with the steps prefetched in software at every M up to 16 (the one above: from 5 rows on), for Intel.
+void gemm_block_avx512vnni_prefetch(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0,
+                                    int64_t tile1);
 void gemm_q4g128_avx512vnni(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 // AVX-512 BF16 (vdpbf16ps).
 void matmul_bf16_dp_avx512bf16(const uint16_t* x, const uint16_t* w, float* y, int64_t M, int64_t K, int64_t N,

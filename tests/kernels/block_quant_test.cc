@@ -95,11 +95,27 @@ TEST(BlockQuant, PackingKeepsEveryValue) {
   }
 }
 
+// Every ISA's kernel table, and for AVX-512 VNNI both GEMM variants (dispatch picks one by CPU vendor: the
+// software prefetch at small M or not) whichever this CPU gets.
+std::vector<std::pair<std::string, KernelTable>> block_tables() {
+  std::vector<std::pair<std::string, KernelTable>> v;
+  for (const std::string& isa : available_isas()) {
+    const KernelTable kt = select_kernels(isa);
+    v.emplace_back(isa, kt);
+    if (kt.gemm_block == &gemm_block_avx512vnni || kt.gemm_block == &gemm_block_avx512vnni_prefetch) {
+      KernelTable other = kt;
+      const bool pf = kt.gemm_block == &gemm_block_avx512vnni_prefetch;
+      other.gemm_block = pf ? &gemm_block_avx512vnni : &gemm_block_avx512vnni_prefetch;
+      v.emplace_back(isa + (pf ? " (no prefetch)" : " (prefetch)"), other);
+    }
+  }
+  return v;
+}
+
 TEST(BlockQuant, EveryIsaMatchesTheScalarTwinBitwise) {
   Fixture fx;
-  for (const std::string& isa : available_isas()) {
+  for (const auto& [isa, kt] : block_tables()) {
     if (isa == "ref") continue;
-    KernelTable kt = select_kernels(isa);
     ASSERT_NE(kt.gemm_block, nullptr) << isa;  // AVX-512 VNNI: vpdpbusd; AVX2 (and AVX-512 without VNNI): vpmaddubsw
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
@@ -129,8 +145,7 @@ TEST(BlockQuant, EveryIsaMatchesTheScalarTwinBitwise) {
 TEST(BlockQuant, KernelTakesRowMajorOrInterleavedActivations) {
   Fixture fx;
   int checked = 0;
-  for (const std::string& isa : available_isas()) {
-    const KernelTable kt = select_kernels(isa);
+  for (const auto& [isa, kt] : block_tables()) {
     const int mb = kt.block_acts_interleave;
     if (mb <= 1) continue;
     ++checked;

@@ -98,8 +98,10 @@ inline constexpr int kTilesPerPass =
             : std::max(1, std::min(kMaxT, 24 / (MB * ((F::MIN ? 3 : 2) + (kSplitNibbles<F, MB> ? 1 : 0)))));
 
 // Tiles t0 .. t0 + T - 1 of the panel starting at tile `tile` (Tp tiles) times activation rows m0 .. m0 + MB - 1.
+// prefetch_small: prefetch the steps up to 4 rows too (gemm_block_avx512vnni_prefetch).
 template <class F, int T, int MB, int Tp>
-BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t t0, int64_t m0) {
+BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t t0, int64_t m0,
+                   bool prefetch_small) {
   constexpr int NS = F::B / F::S, QPS = F::S / 4;  // sub-blocks per block, quads per sub-block
   constexpr bool split = kSplitNibbles<F, MB>;
   const int64_t K = w.K, nb = w.n_blocks, KS = K / F::S, KA = K / kBlockActs;
@@ -134,8 +136,10 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
     // / 10-13 -> 5.3-6.2 / 9.5-13, q5_k 5.6-6.8 / 10-13 -> 3.8-3.9 / 7, q6_k 2 threads 13-14 -> 11-14; M = 512
     // GMAC/s (2 threads, the layout before this one) q4_k 262-266 -> 285-288, q6_k 217-236 -> 255-258. The
     // 32-blocks (q4_0, q8_0) ran faster without at M = 1 (29-31 / 32-51 against 22 / 31-39 GB/s).
-    if constexpr (F::B == 256)
-      if (t0 == 0 && a.M > 4 && a.M <= 16) prefetch_ahead(rec0, Tp * F::REC);
+    // On Intel Xeons the hardware prefetchers alone leave the small-M stream latency-bound, and the prefetch pays
+    // there at every M up to 16, the 32-blocks included (prefetch_small; dispatch.cc has the measurements).
+    if (F::B == 256 || prefetch_small)
+      if (t0 == 0 && a.M <= 16 && (a.M > 4 || prefetch_small)) prefetch_ahead(rec0, Tp * F::REC);
     __m512 blk[T][MB], mblk[T][MB];
     #pragma GCC unroll 16
     for (int t = 0; t < T; ++t)
@@ -230,13 +234,13 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
 // (kernels_bench, 1 thread, cache-resident weights, up M = 512: one tile at a time with 8 rows measured no faster
 // for q4_k / q6_k and slower for q4_1 / q8_0 under the earlier per-sub-block fold.)
 template <class F, int T, int MB, int T0 = 0>
-BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0) {
+BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0, bool pf) {
   constexpr int n = std::min(kTilesPerPass<F, MB>, T - T0);
-  tiles<F, n, MB, T>(a, w, y, tile, T0, m0);
-  if constexpr (T0 + n < T) micro<F, T, MB, T0 + n>(a, w, y, tile, m0);
+  tiles<F, n, MB, T>(a, w, y, tile, T0, m0, pf);
+  if constexpr (T0 + n < T) micro<F, T, MB, T0 + n>(a, w, y, tile, m0, pf);
 }
 
-using MicroFn = void (*)(const BlockActs&, const BlockWeights&, float*, int64_t, int64_t);
+using MicroFn = void (*)(const BlockActs&, const BlockWeights&, float*, int64_t, int64_t, bool);
 
 template <class F>
 struct Micro {
@@ -245,24 +249,29 @@ struct Micro {
 };
 
 template <class F>
-BS_VNNI void gemm_impl(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) {
+BS_VNNI void gemm_impl(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1, bool pf) {
   constexpr auto table = panel_table<MicroFn, Micro<F>, kMaxMB>(std::make_integer_sequence<int, kMaxT>());
   BS_ASSERT(F::REC == w.record_bytes(), "record size of ", weight_format_name(w.format));
   // One row is its own interleave; block_linear hands over several rows interleaved (block_acts_interleave).
-  if (a.M == 1 || a.interleave == kMaxMB) return run_panels(table, a, w, y, tile0, tile1);
+  if (a.M == 1 || a.interleave == kMaxMB) return run_panels(table, a, w, y, tile0, tile1, pf);
   BS_ASSERT(a.interleave == 0, "activations interleaved by ", a.interleave, " rows, the kernel reads ", kMaxMB);
   const int64_t K = w.K, KS = K / F::S, KA = K / kBlockActs;
   std::vector<int8_t> q(a.M * K);
   std::vector<int32_t> sums(a.M * KS);
   std::vector<float> csums(a.M * KS), d(a.M * KA);
   interleave_block_acts(a, K, F::S, kMaxMB, 0, a.M, q.data(), d.data(), sums.data(), csums.data());
-  run_panels(table, BlockActs{q.data(), d.data(), sums.data(), csums.data(), a.M, kMaxMB}, w, y, tile0, tile1);
+  run_panels(table, BlockActs{q.data(), d.data(), sums.data(), csums.data(), a.M, kMaxMB}, w, y, tile0, tile1, pf);
 }
 
 }  // namespace
 
 BS_VNNI void gemm_block_avx512vnni(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) {
-  with_block_fmt(w.format, [&]<class F>() { gemm_impl<F>(a, w, y, tile0, tile1); });
+  with_block_fmt(w.format, [&]<class F>() { gemm_impl<F>(a, w, y, tile0, tile1, false); });
+}
+
+BS_VNNI void gemm_block_avx512vnni_prefetch(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0,
+                                            int64_t tile1) {
+  with_block_fmt(w.format, [&]<class F>() { gemm_impl<F>(a, w, y, tile0, tile1, true); });
 }
 
 }  // namespace blockspec

@@ -43,17 +43,18 @@ constexpr std::array<std::array<Fn, MaxMB>, sizeof...(T)> panel_table(std::integ
   return {panel_row<Fn, Micro, T + 1>(std::make_integer_sequence<int, MaxMB>())...};
 }
 
-// table[T - 1][MB - 1](a, w, y, tile, m0) for every panel of tiles [tile0, tile1) and every block of rows.
-// tile0 is a multiple of kQPanel; tile1 too, or w.n_tiles.
-template <class Table, class Acts, class W>
-inline void run_panels(const Table& table, const Acts& a, const W& w, float* y, int64_t tile0, int64_t tile1) {
+// table[T - 1][MB - 1](a, w, y, tile, m0, extra...) for every panel of tiles [tile0, tile1) and every block of
+// rows. tile0 is a multiple of kQPanel; tile1 too, or w.n_tiles.
+template <class Table, class Acts, class W, class... Extra>
+inline void run_panels(const Table& table, const Acts& a, const W& w, float* y, int64_t tile0, int64_t tile1,
+                       Extra... extra) {
   const int64_t max_mb = static_cast<int64_t>(table[0].size());
   BS_ASSERT(tile0 % kQPanel == 0 && (tile1 % kQPanel == 0 || tile1 == w.n_tiles), "tiles ", tile0, "..", tile1);
   for (int64_t tile = tile0; tile < tile1; tile += kQPanel) {
     const int64_t T = w.panel_tiles(tile);
     for (int64_t m0 = 0; m0 < a.M; m0 += max_mb) {
       const int64_t MB = std::min<int64_t>(max_mb, a.M - m0);
-      table[T - 1][MB - 1](a, w, y, tile, m0);
+      table[T - 1][MB - 1](a, w, y, tile, m0, extra...);
     }
   }
 }

@@ -3,8 +3,8 @@
 // Micro-kernel: T tiles of one panel (16 rows each, one zmm of int32 lanes: lane r is row r) times MB
 // activation rows. Per input quad it builds each tile's 16 x 4 unsigned codes (one 64-byte lo line, nibble
 // split, plus the hi plane's bits for 5- and 6-bit codes) and issues vpdpbusd against the broadcast 4 int8
-// activation codes of each row: codes unsigned, activations signed, so no offset correction. At each
-// sub-block end the int32 sum is corrected by zero * X, converted, multiplied by float(sc) (the twin's int32
+// activation codes of each row: codes unsigned, activations signed, so no offset correction. Each sub-block's
+// int32 sum starts at -zero * X; at its end the sum is converted, multiplied by float(sc) (the twin's int32
 // product I * sc, bit for bit: both factors and the product, |I * sc| < 2^24, are exact in f32; vmulps is one
 // uop where vpmulld is two on Intel cores) and folded into the block's f32 sum with dx, and the min term into
 // its own with float(mc) and c; at the block end both go into the output with d and dm. Every lane visits its
@@ -158,7 +158,12 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
       #pragma GCC unroll 16
       for (int t = 0; t < T; ++t)
         #pragma GCC unroll 16
-        for (int m = 0; m < MB; ++m) acc[t][m] = _mm512_setzero_si512(), acc16[t][m] = _mm512_setzero_si512();
+        for (int m = 0; m < MB; ++m) {
+          // The zero-point term -zero * X starts the sum (the same int32 as subtracting it at the end, one
+          // vector op fewer per tile, row and sub-block).
+          acc[t][m] = F::Z != 0 ? _mm512_set1_epi32(-F::Z * xs[j * MB + m]) : _mm512_setzero_si512();
+          acc16[t][m] = _mm512_setzero_si512();
+        }
       #pragma GCC unroll 8
       for (int qq = 0; qq < QPS; ++qq) {
         const int q = j * QPS + qq;
@@ -194,7 +199,6 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
         for (int m = 0; m < MB; ++m) {
           __m512i I = acc[t][m];
           if constexpr (split) I = _mm512_add_epi32(I, _mm512_srai_epi32(acc16[t][m], 4));
-          if constexpr (F::Z != 0) I = _mm512_sub_epi32(I, _mm512_set1_epi32(F::Z * xs[j * MB + m]));
           __m512 P = _mm512_cvtepi32_ps(I);
           if constexpr (F::SC) P = _mm512_mul_ps(P, scf);  // == float(I * sc): both exact, |I * sc| < 2^24
           blk[t][m] = _mm512_fmadd_ps(P, _mm512_set1_ps(xd[ja * MB + m]), blk[t][m]);

@@ -161,7 +161,8 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
         #pragma GCC unroll 16
         for (int h = 0; h < 2; ++h)
           #pragma GCC unroll 16
-          for (int m = 0; m < MB; ++m) acc[h][m] = _mm256_setzero_si256();
+          for (int m = 0; m < MB; ++m)  // the zero-point term -zero * X starts the sum (block_avx512.cc)
+            acc[h][m] = F::ZC != 0 ? _mm256_set1_epi32(-F::ZC * xs[m][j]) : _mm256_setzero_si256();
         #pragma GCC unroll 8
         for (int g0 = 0; g0 < QPS; g0 += G) {
           __m256i p16[2][MB];  // int16 pair sums of quads g0 .. g0 + G - 1
@@ -227,8 +228,7 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
             const auto [d, dm] = block_scales<F, T>(rec0, t, h);
             #pragma GCC unroll 16
             for (int m = 0; m < MB; ++m) {
-              __m256i I = acc[h][m];
-              if constexpr (F::ZC != 0) I = _mm256_sub_epi32(I, _mm256_set1_epi32(F::ZC * xs[m][j]));
+              const __m256i I = acc[h][m];
               const __m256 b = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_set1_ps(xd[m][ja]), _mm256_setzero_ps());
               float* f = facc[t][h][m];
               __m256 v = _mm256_fmadd_ps(b, d, _mm256_load_ps(f));
@@ -240,7 +240,6 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
           #pragma GCC unroll 16
           for (int m = 0; m < MB; ++m) {
             __m256i I = acc[h][m];
-            if constexpr (F::ZC != 0) I = _mm256_sub_epi32(I, _mm256_set1_epi32(F::ZC * xs[m][j]));
             if constexpr (F::SC && !kScInMadd) I = _mm256_mullo_epi32(I, sw);
             float* b = blk[t][h][m];
             _mm256_store_ps(b, _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_set1_ps(xd[m][ja]), _mm256_load_ps(b)));

@@ -128,6 +128,8 @@ void quantize_acts_avx2(const float* x, int64_t M, int64_t K, uint8_t* q, float*
 void gemm_q8g128_avx2(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_q4g128_avx2(const QuantActs& a, const PackedWeights& w, float* y, int64_t tile0, int64_t tile1);
 void gemm_block_avx2(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1);
+// The same with the 256-blocks' steps prefetched at up to 4 rows too, for Intel (kernels/dispatch.cc).
+void gemm_block_avx2_prefetch(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1);
 void quantize_acts_block_avx2(const float* x, int64_t M, int64_t K, int S, int8_t* q, float* d, int32_t* sums,
                               float* csums);
 void quantize_acts_block_avx512(const float* x, int64_t M, int64_t K, int S, int8_t* q, float* d, int32_t* sums,

@@ -95,17 +95,21 @@ TEST(BlockQuant, PackingKeepsEveryValue) {
   }
 }
 
-// Every ISA's kernel table, and for AVX-512 VNNI both GEMM variants (dispatch picks one by CPU vendor: the
-// software prefetch at small M or not) whichever this CPU gets.
+// Every ISA's kernel table, and for each both block GEMM variants (dispatch picks one by CPU vendor: the software
+// prefetch at small M or not) whichever this CPU gets.
 std::vector<std::pair<std::string, KernelTable>> block_tables() {
   std::vector<std::pair<std::string, KernelTable>> v;
   for (const std::string& isa : available_isas()) {
     const KernelTable kt = select_kernels(isa);
     v.emplace_back(isa, kt);
-    if (kt.gemm_block == &gemm_block_avx512vnni || kt.gemm_block == &gemm_block_avx512vnni_prefetch) {
+    // Each kernel with its prefetch twin: {without, with}.
+    using Gemm = decltype(kt.gemm_block);
+    for (const auto& [plain, pref] : {std::pair<Gemm, Gemm>{&gemm_block_avx512vnni, &gemm_block_avx512vnni_prefetch},
+                                      std::pair<Gemm, Gemm>{&gemm_block_avx2, &gemm_block_avx2_prefetch}}) {
+      if (kt.gemm_block != plain && kt.gemm_block != pref) continue;
       KernelTable other = kt;
-      const bool pf = kt.gemm_block == &gemm_block_avx512vnni_prefetch;
-      other.gemm_block = pf ? &gemm_block_avx512vnni : &gemm_block_avx512vnni_prefetch;
+      const bool pf = kt.gemm_block == pref;
+      other.gemm_block = pf ? plain : pref;
       v.emplace_back(isa + (pf ? " (no prefetch)" : " (prefetch)"), other);
     }
   }
@@ -217,7 +221,7 @@ TEST(BlockQuant, Avx2SumsDoNotSaturate) {
   if (std::find(isas.begin(), isas.end(), "avx2") == isas.end()) GTEST_SKIP() << "no AVX2 on this CPU";
   Fixture fx;
   KernelTable kt = select_kernels("avx2");
-  ASSERT_EQ(kt.gemm_block, &gemm_block_avx2);
+  ASSERT_TRUE(kt.gemm_block == &gemm_block_avx2 || kt.gemm_block == &gemm_block_avx2_prefetch);
   ThreadPool pool(1);
   OpContext ctx{&kt, &pool};
   for (WeightFormat f : kFormats) {

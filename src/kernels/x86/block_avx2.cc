@@ -105,7 +105,9 @@ BS_AVX2 inline BlockScales block_scales(const uint8_t* rec0, int t, int h) {
 }
 
 template <class F, int T, int MB>
-BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0) {
+// prefetch_small: prefetch the 256-blocks' steps at up to 4 rows too (gemm_block_avx2_prefetch).
+BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0,
+                   bool prefetch_small) {
   constexpr int NS = F::B / F::S, QPS = F::QPS, G = F::G;
   const int64_t K = w.K, nb = w.n_blocks, KS = K / F::S, KA = K / kBlockActs;
   constexpr int64_t LS = T * 64;  // line stride of a step of T tiles (block_layout.h)
@@ -128,8 +130,11 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
     // Software prefetch of the step, except for the 256-blocks at up to 4 rows, which read it faster with the
     // hardware prefetchers alone: kernels_bench avx2, up 1536 x 8960, 2 threads, weights from DRAM, Zen 4 EPYC,
     // 2 rounds, GB/s with -> without: M = 1 q4_k 19.6-19.7 -> 24-29, q6_k 15-16 -> 27-30, q4_0 27-30 -> 24-26;
-    // M = 4 q4_k 12.5-12.9 -> 12.5-14.8, q6_k 10.8-10.9 -> 14-17, q4_0 17-18 -> 14-16.
-    if (F::B == 32 || a.M > 4) prefetch_ahead(rec0, T * F::REC);
+    // M = 4 q4_k 12.5-12.9 -> 12.5-14.8, q6_k 10.8-10.9 -> 14-17, q4_0 17-18 -> 14-16. On an Intel Xeon the
+    // opposite (prefetch_small; kernels/dispatch.cc): `BLOCKSPEC_ISA=avx2 kernels_bench`, family 6 model 207, 2
+    // rounds, us, without -> with: M = 1 q4_k up 971-973 -> 646-649 (1 thread), 501-513 -> 331-332 (2), q6_k up
+    // 1479-1482 -> 1041-1090 / 750-769 -> 521-529; M = 4 q4_k up 1253 -> 1096-1104, q6_k 1938-1953 -> 1771-1778.
+    if (F::B == 32 || a.M > 4 || prefetch_small) prefetch_ahead(rec0, T * F::REC);
     // The block's f32 sums of every tile (block_layout.h: blk, mblk), in L1 like facc.
     alignas(32) float blk[T][2][MB][8], mblk[T][2][MB][8];  // unused by the 32-blocks (NS == 1)
     // Zeroed by vector stores: a memset here compiled to `rep stos` (4% of the Q4_K kernel's decode samples, Zen 3).
@@ -280,7 +285,7 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
   }
 }
 
-using MicroFn = void (*)(const BlockActs&, const BlockWeights&, float*, int64_t, int64_t);
+using MicroFn = void (*)(const BlockActs&, const BlockWeights&, float*, int64_t, int64_t, bool);
 
 template <class F>
 struct Micro {
@@ -289,16 +294,21 @@ struct Micro {
 };
 
 template <class F>
-BS_AVX2 void gemm_impl(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) {
+BS_AVX2 void gemm_impl(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1, bool pf) {
   constexpr auto table = panel_table<MicroFn, Micro<F>, kMaxMB>(std::make_integer_sequence<int, kMaxT>());
   BS_ASSERT(F::REC == w.record_bytes(), "record size of ", weight_format_name(w.format));
-  run_panels(table, a, w, y, tile0, tile1);
+  run_panels(table, a, w, y, tile0, tile1, pf);
 }
 
 }  // namespace
 
 BS_AVX2 void gemm_block_avx2(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) {
-  with_block_fmt(w.format, [&]<class F>() { gemm_impl<Fmt<F>>(a, w, y, tile0, tile1); });
+  with_block_fmt(w.format, [&]<class F>() { gemm_impl<Fmt<F>>(a, w, y, tile0, tile1, false); });
+}
+
+BS_AVX2 void gemm_block_avx2_prefetch(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0,
+                                      int64_t tile1) {
+  with_block_fmt(w.format, [&]<class F>() { gemm_impl<Fmt<F>>(a, w, y, tile0, tile1, true); });
 }
 
 }  // namespace blockspec

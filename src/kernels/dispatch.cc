@@ -16,6 +16,9 @@ bool cpu_has_avx512() {
 }
 bool cpu_has_avx512vnni() { return cpu_has_avx512() && __builtin_cpu_supports("avx512vnni"); }
 bool cpu_has_avx512bf16() { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
+// The block GEMMs' software prefetch at small M pays on Intel and not on AMD (kernels/x86/block_avx512.cc,
+// block_avx2.cc; measurements below and there).
+bool cpu_is_intel() { return __builtin_cpu_is("intel"); }
 }  // namespace
 
 std::vector<std::string> available_isas() {
@@ -68,9 +71,7 @@ KernelTable select_kernels(const std::string& name) {
     t.gemm_q4g128 = gemm_q4g128_avx2;
     t.gemm_q8g128_wo = gemm_q8g128_wo_avx2;
     t.gemm_q4g128_wo = gemm_q4g128_wo_avx2;
-    // vpmaddubsw; VNNI overrides it below. The software prefetch at small M pays on Intel, not on AMD (as for VNNI
-    // below; block_avx2.cc has the measurements).
-    t.gemm_block = __builtin_cpu_is("intel") ? gemm_block_avx2_prefetch : gemm_block_avx2;
+    t.gemm_block = cpu_is_intel() ? gemm_block_avx2_prefetch : gemm_block_avx2;  // vpmaddubsw; VNNI overrides it below
     // Scalar, it took 11% of SmolLM2 Q4_1 serving (perf, prefill-heavy requests).
     t.quantize_acts_block = quantize_acts_block_avx2;
   }
@@ -100,7 +101,7 @@ KernelTable select_kernels(const std::string& name) {
       // q4_0 up M = 1 600-608 -> 264-486, q4_1 up M = 1 661-673 -> 549-556, q8_0 up M = 8 1919-1939 -> 684-1313.
       // Decode of Qwen2.5-Coder-1.5B Q4_K_M (`bench --prompt-len 64 --gen-len 64 --repeats 2`, 2 rounds) 20.6 /
       // 21.9 -> 26.2 / 26.7 tok/s, bw fraction 0.72-0.77 -> 0.94.
-      t.gemm_block = __builtin_cpu_is("intel") ? gemm_block_avx512vnni_prefetch : gemm_block_avx512vnni;
+      t.gemm_block = cpu_is_intel() ? gemm_block_avx512vnni_prefetch : gemm_block_avx512vnni;
       t.block_acts_interleave = kBlockVnniRows;
     }
   }

@@ -104,8 +104,8 @@ BS_AVX2 inline BlockScales block_scales(const uint8_t* rec0, int t, int h) {
           F::MIN ? _mm256_cvtph_ps(load16(dp + T * 32 + 16 * h)) : _mm256_setzero_ps()};
 }
 
-template <class F, int T, int MB>
 // prefetch_small: prefetch the 256-blocks' steps at up to 4 rows too (gemm_block_avx2_prefetch).
+template <class F, int T, int MB>
 BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0,
                    bool prefetch_small) {
   constexpr int NS = F::B / F::S, QPS = F::QPS, G = F::G;

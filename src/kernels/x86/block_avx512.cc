@@ -138,8 +138,7 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
     // 32-blocks (q4_0, q8_0) ran faster without at M = 1 (29-31 / 32-51 against 22 / 31-39 GB/s).
     // On Intel Xeons the hardware prefetchers alone leave the small-M stream latency-bound, and the prefetch pays
     // there at every M up to 16, the 32-blocks included (prefetch_small; dispatch.cc has the measurements).
-    if (F::B == 256 || prefetch_small)
-      if (t0 == 0 && a.M <= 16 && (a.M > 4 || prefetch_small)) prefetch_ahead(rec0, Tp * F::REC);
+    if (t0 == 0 && a.M <= 16 && (prefetch_small || (F::B == 256 && a.M > 4))) prefetch_ahead(rec0, Tp * F::REC);
     __m512 blk[T][MB], mblk[T][MB];
     #pragma GCC unroll 16
     for (int t = 0; t < T; ++t)

@@ -128,7 +128,7 @@ TEST(BlockQuant, EveryIsaMatchesTheScalarTwinBitwise) {
         for (int64_t N : {5, 16, 40, 70, 131}) {
           const int64_t K = N == 70 ? block_spec(f).block : k_of(f);
           const QuantTensor q = pack(fx.ref_ctx, f, N, K, random_blocks(f, N, K, static_cast<uint32_t>(N)));
-          for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17}) {
+          for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33}) {
             auto x = randv(M * K, static_cast<uint32_t>(M + 100), 1.f);
             if (M > 2) x[K + 3] = 40.f;  // an outlier in row 1
             std::vector<float> bias = randv(N, 3, 0.1f), y(M * N), yr(M * N);

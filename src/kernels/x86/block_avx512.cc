@@ -11,7 +11,10 @@
 // inputs in order, so each output follows the scalar twin's sequence exactly. Rows per micro-kernel: up to 8
 // (kBlockVnniRows), one tile per pass at 8 rows: kernels_bench, 1 thread, 2-core Zen 4
 // EPYC, up 1536 x 8960, against 4 rows by two tiles (b391a58), M = 512: q4_k 49.7 -> 45.7 ms, q5_k 58.3 -> 46.8,
-// q6_k 64.1 -> 56.1, q4_0 42.7 -> 40.6, q4_1 and q8_0 level; M = 8 level or faster.
+// q6_k 64.1 -> 56.1, q4_0 42.7 -> 40.6, q4_1 and q8_0 level; M = 8 level or faster. From 17 rows on (prefill)
+// the sub-byte formats unpack each panel once into bytes and f32 scales (Unpacked, block_fmt.h) and run the same
+// kernel on that copy: kernels_bench, 1 thread, Xeon, up 1536 x 8960, M = 512, 2 rounds: q4_k 39.6-39.9 -> 35.2-36.0
+// ms, q5_k 45.1-45.2 -> 35.8-38.8, q6_k 55.2-55.5 -> 47.4-47.5, q4_0 38.4-38.9 -> 34.5-35.4; M = 64 -11 to -18%.
 //
 // GCC 12 warns falsely inside its own avx512fintrin.h (_mm512_undefined_ps).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -44,6 +47,17 @@ BS_VNNI inline __m512i dpbusd_b(__m512i acc, __m512i a_u8, const int8_t* p) {
   asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a_u8), "m"(*reinterpret_cast<const AliasI32*>(p)));
   return acc;
 }
+
+// Zeroed registers by the zero idiom (vpxord r, r, r; rename only, no execution port). Left to itself GCC
+// zeroes one register and copies it with vmovdqa64 / vmovaps, an ALU uop per sub-block and row: at 8 rows that is
+// 64 copies per Q4_K step beside 512 vpdpbusd and 272 fold and split ops on the same two ports (perf annotate,
+// Xeon, prefill of Qwen2.5-Coder-1.5B Q4_K_M).
+BS_VNNI inline __m512i zero_i() {
+  __m512i z;
+  asm volatile("vpxord %0, %0, %0" : "=v"(z));
+  return z;
+}
+BS_VNNI inline __m512 zero_f() { return _mm512_castsi512_ps(zero_i()); }
 
 // The 16 x 4 unsigned codes of quad q (inputs 4q..4q+3 of a sub-block) of one tile: the sub-block's lo lines at
 // lo + i * LS, its hi line at hi (LS = Tp * 64, the step's line stride, block_layout.h).
@@ -99,9 +113,10 @@ inline constexpr int kTilesPerPass =
 
 // Tiles t0 .. t0 + T - 1 of the panel starting at tile `tile` (Tp tiles) times activation rows m0 .. m0 + MB - 1.
 // prefetch_small: prefetch the steps up to 4 rows too (gemm_block_avx512vnni_prefetch).
+// panel: the panel's steps in F's layout (w.step(tile, 0), or an Unpacked copy).
 template <class F, int T, int MB, int Tp>
-BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t t0, int64_t m0,
-                   bool prefetch_small) {
+BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, const uint8_t* panel, float* y, int64_t tile, int64_t t0,
+                   int64_t m0, bool prefetch_small) {
   constexpr int NS = F::B / F::S, QPS = F::S / 4;  // sub-blocks per block, quads per sub-block
   constexpr bool split = kSplitNibbles<F, MB>;
   const int64_t K = w.K, nb = w.n_blocks, KS = K / F::S, KA = K / kBlockActs;
@@ -109,7 +124,7 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
   // Sub-block j of a step at j * SJ: its lo lines, then hi lines at HO, sc at SC, mc at SC + Tp * 16; d at DD.
   constexpr int64_t SJ = F::SUB * Tp, HO = F::LOL * LS, SC = (F::LOL + F::HIL) * LS;
   constexpr int64_t DD = (F::LO + F::HI + F::SCB + F::MCB) * Tp;
-  const uint8_t* panel = w.step(tile, 0);  // step s at panel + s * Tp * REC
+  constexpr int64_t SCW = F::FSC ? 64 : 16;  // bytes of one tile's sc (and mc)
   __m512 facc[T][MB];
   #pragma GCC unroll 16
   for (int t = 0; t < T; ++t)
@@ -143,7 +158,7 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
     #pragma GCC unroll 16
     for (int t = 0; t < T; ++t)
       #pragma GCC unroll 16
-      for (int m = 0; m < MB; ++m) blk[t][m] = _mm512_setzero_ps(), mblk[t][m] = _mm512_setzero_ps();
+      for (int m = 0; m < MB; ++m) blk[t][m] = zero_f(), mblk[t][m] = zero_f();
     // Sub-blocks fully unrolled, except the 16-input ones (q6_k, q3_k, q2_k) at 4 rows or more, one per
     // iteration: kernels_bench, 1 thread, Zen 4 EPYC, q6_k M = 512 59.5 -> 55.6 ms rolled (M = 8 level); q4_k
     // rolled is slower at M = 8 (1.42 against 1.25-1.30 ms) and level at M = 512, q5_k level.
@@ -160,8 +175,8 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
         for (int m = 0; m < MB; ++m) {
           // The zero-point term -zero * X starts the sum (the same int32 as subtracting it at the end, one
           // vector op fewer per tile, row and sub-block).
-          acc[t][m] = F::Z != 0 ? _mm512_set1_epi32(-F::Z * xs[j * MB + m]) : _mm512_setzero_si512();
-          acc16[t][m] = _mm512_setzero_si512();
+          acc[t][m] = F::Z != 0 ? _mm512_set1_epi32(-F::Z * xs[j * MB + m]) : zero_i();
+          acc16[t][m] = split ? zero_i() : _mm512_setzero_si512();  // unused unless split
         }
       #pragma GCC unroll 8
       for (int qq = 0; qq < QPS; ++qq) {
@@ -185,10 +200,13 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
       const int ja = j * F::S / kBlockActs;  // activation block of sub-block j, within the block
       #pragma GCC unroll 16
       for (int t = 0; t < T; ++t) {
-        const uint8_t* r = sub + SC + (t0 + t) * 16;  // sc; mc Tp * 16 on
+        const uint8_t* r = sub + SC + (t0 + t) * SCW;  // sc; mc Tp * SCW on
         __m512 scf = _mm512_set1_ps(1.f);
         __m512 mcf = _mm512_set1_ps(1.f);
-        if constexpr (F::SC) {
+        if constexpr (F::SC && F::FSC) {
+          scf = _mm512_loadu_ps(r);
+          if constexpr (F::MIN) mcf = _mm512_loadu_ps(r + Tp * SCW);
+        } else if constexpr (F::SC) {
           scf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r))));
           if constexpr (F::MIN)
             mcf = _mm512_cvtepi32_ps(
@@ -236,14 +254,16 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
 // T tiles (one panel) times MB rows: passes of kTilesPerPass tiles, each weight read once per MB rows.
 // (kernels_bench, 1 thread, cache-resident weights, up M = 512: one tile at a time with 8 rows measured no faster
 // for q4_k / q6_k and slower for q4_1 / q8_0 under the earlier per-sub-block fold.)
+// panel: null for w's own steps.
 template <class F, int T, int MB, int T0 = 0>
-BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0, bool pf) {
+BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0, bool pf,
+                   const uint8_t* panel) {
   constexpr int n = std::min(kTilesPerPass<F, MB>, T - T0);
-  tiles<F, n, MB, T>(a, w, y, tile, T0, m0, pf);
-  if constexpr (T0 + n < T) micro<F, T, MB, T0 + n>(a, w, y, tile, m0, pf);
+  tiles<F, n, MB, T>(a, w, panel ? panel : w.step(tile, 0), y, tile, T0, m0, pf);
+  if constexpr (T0 + n < T) micro<F, T, MB, T0 + n>(a, w, y, tile, m0, pf, panel);
 }
 
-using MicroFn = void (*)(const BlockActs&, const BlockWeights&, float*, int64_t, int64_t, bool);
+using MicroFn = void (*)(const BlockActs&, const BlockWeights&, float*, int64_t, int64_t, bool, const uint8_t*);
 
 template <class F>
 struct Micro {
@@ -251,19 +271,87 @@ struct Micro {
   static constexpr MicroFn fn = &micro<F, T, MB>;
 };
 
+// The Tp-tile panel starting at `tile` as Unpacked<F> steps into out (n_blocks * Tp * Unpacked<F>::REC bytes):
+// codes by codes<> (the split and hi-bit merge the kernel would do), scales by the conversion it would do.
+template <class F, int Tp>
+BS_VNNI void unpack_panel(const BlockWeights& w, int64_t tile, uint8_t* out) {
+  using U = Unpacked<F>;
+  constexpr int NS = F::B / F::S, QPS = F::S / 4;
+  constexpr int64_t LS = Tp * 64, HO = F::LOL * LS, SC = (F::LOL + F::HIL) * LS;
+  constexpr int64_t DD = (F::LO + F::HI + F::SCB + F::MCB) * Tp, UDD = (U::LO + U::SCB + U::MCB) * Tp;
+  const uint8_t* panel = w.step(tile, 0);
+  for (int64_t s = 0; s < w.n_blocks; ++s) {
+    const uint8_t* rec = panel + s * Tp * F::REC;
+    uint8_t* o = out + s * Tp * U::REC;
+    for (int j = 0; j < NS; ++j) {
+      const uint8_t* sub = rec + j * F::SUB * Tp;
+      uint8_t* os = o + j * U::SUB * Tp;
+      #pragma GCC unroll 8
+      for (int qq = 0; qq < QPS; ++qq)
+        for (int t = 0; t < Tp; ++t)
+          _mm512_storeu_si512(os + qq * LS + t * 64, codes<F, LS>(sub + t * 64, sub + HO + t * 64, qq));
+      if constexpr (F::SC) {
+        for (int t = 0; t < Tp; ++t) {
+          const __m128i r = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sub + SC + t * 16));
+          _mm512_storeu_ps(os + QPS * LS + t * 64, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(r)));
+          if constexpr (F::MIN) {
+            const __m128i m = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sub + SC + Tp * 16 + t * 16));
+            _mm512_storeu_ps(os + QPS * LS + Tp * 64 + t * 64, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(m)));
+          }
+        }
+      }
+    }
+    std::copy(rec + DD, rec + DD + (F::MIN ? 64 : 32) * Tp, o + UDD);  // d, dm
+  }
+}
+
+using UnpackFn = void (*)(const BlockWeights&, int64_t, uint8_t*);
+template <class F, int... T>
+constexpr std::array<UnpackFn, sizeof...(T)> unpack_table(std::integer_sequence<int, T...>) {
+  return {&unpack_panel<F, T + 1>...};
+}
+
+// From this many activation rows on, the sub-byte formats run each panel from an Unpacked copy (made once per
+// panel, L2-resident: 4 tiles x K bytes of codes plus their scales) rather than from the file's blocks, whose
+// nibble split and hi-bit merge the 8-row kernel otherwise repeats for every 8 rows. At 8 rows the split was 96
+// of the ~370 ops per 512 vpdpbusd of a Q4_K step and the scale conversions 32, on the two ports vpdpbusd issues
+// on (perf annotate, Xeon, prefill of Qwen2.5-Coder-1.5B Q4_K_M).
+constexpr int64_t kUnpackRows = 17;
+
+template <class F>
+BS_VNNI void gemm_rows(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1, bool pf) {
+  constexpr auto table = panel_table<MicroFn, Micro<F>, kMaxMB>(std::make_integer_sequence<int, kMaxT>());
+  if constexpr (F::BITS < 8) {
+    if (a.M >= kUnpackRows) {
+      using U = Unpacked<F>;
+      constexpr auto utable = panel_table<MicroFn, Micro<U>, kMaxMB>(std::make_integer_sequence<int, kMaxT>());
+      constexpr auto unpack = unpack_table<F>(std::make_integer_sequence<int, kMaxT>());
+      std::vector<uint8_t> buf(w.n_blocks * kMaxT * U::REC + 64);
+      uint8_t* panel = buf.data() + (-reinterpret_cast<uintptr_t>(buf.data()) & 63);  // 64-byte aligned
+      for (int64_t tile = tile0; tile < tile1; tile += kQPanel) {
+        const int64_t T = w.panel_tiles(tile);
+        unpack[T - 1](w, tile, panel);
+        for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMB)
+          utable[T - 1][std::min<int64_t>(kMaxMB, a.M - m0) - 1](a, w, y, tile, m0, pf, panel);
+      }
+      return;
+    }
+  }
+  run_panels(table, a, w, y, tile0, tile1, pf, static_cast<const uint8_t*>(nullptr));
+}
+
 template <class F>
 BS_VNNI void gemm_impl(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1, bool pf) {
-  constexpr auto table = panel_table<MicroFn, Micro<F>, kMaxMB>(std::make_integer_sequence<int, kMaxT>());
   BS_ASSERT(F::REC == w.record_bytes(), "record size of ", weight_format_name(w.format));
   // One row is its own interleave; block_linear hands over several rows interleaved (block_acts_interleave).
-  if (a.M == 1 || a.interleave == kMaxMB) return run_panels(table, a, w, y, tile0, tile1, pf);
+  if (a.M == 1 || a.interleave == kMaxMB) return gemm_rows<F>(a, w, y, tile0, tile1, pf);
   BS_ASSERT(a.interleave == 0, "activations interleaved by ", a.interleave, " rows, the kernel reads ", kMaxMB);
   const int64_t K = w.K, KS = K / F::S, KA = K / kBlockActs;
   std::vector<int8_t> q(a.M * K);
   std::vector<int32_t> sums(a.M * KS);
   std::vector<float> csums(a.M * KS), d(a.M * KA);
   interleave_block_acts(a, K, F::S, kMaxMB, 0, a.M, q.data(), d.data(), sums.data(), csums.data());
-  run_panels(table, BlockActs{q.data(), d.data(), sums.data(), csums.data(), a.M, kMaxMB}, w, y, tile0, tile1, pf);
+  gemm_rows<F>(BlockActs{q.data(), d.data(), sums.data(), csums.data(), a.M, kMaxMB}, w, y, tile0, tile1, pf);
 }
 
 }  // namespace

@@ -56,9 +56,9 @@ Tensor random_weight(int64_t N, int64_t K) {
 // Random GGUF blocks (every field within its range) for the block formats.
 QuantTensor random_block_weight(const OpContext& ctx, WeightFormat fmt, int64_t N, int64_t K) {
   const BlockQuantSpec& sp = block_spec(fmt);
-  std::mt19937 g(1);
-  std::uniform_int_distribution<int> code(0, (1 << sp.bits) - 1), small(0, 63);
   return make_block_weight(ctx, fmt, N, K, [&](int64_t r0, int64_t r1, QBlock* out) {
+    std::mt19937 g(static_cast<uint32_t>(r0 + 1));  // per chunk: called from several threads at once
+    std::uniform_int_distribution<int> code(0, (1 << sp.bits) - 1), small(0, 63);
     for (int64_t i = 0; i < (r1 - r0) * (K / sp.block); ++i) {
       QBlock& b = out[i];
       b.d = f32_to_f16(0.001f);

@@ -40,25 +40,43 @@ QBlock bq_block(const BlockWeights& w, int64_t n, int64_t s) {
 
 namespace {
 
-// Writes block s of row n (b) into its step (zero-initialised buffer).
+// Writes block s of row n (b) into its step, line by line (the offsets of block_layout.h with the divisions
+// hoisted: the packer of one weight at a time, bq_lo_offset per code, took 15 of the 19 s that loading
+// Qwen2.5-Coder-1.5B Q4_K_M took on a 2-core Xeon). Every byte of the row's lanes is written once; the padding
+// rows of the last tile stay as the zero-initialised buffer has them.
 void pack_block(const BlockWeights& w, uint8_t* base, int64_t n, int64_t s, const QBlock& b) {
   const BlockQuantSpec& sp = w.spec;
-  const int64_t r = n % kQTile, t = n / kQTile;
-  uint8_t* rec = base + (w.step(t, s) - w.data);
-  for (int64_t k = 0; k < sp.block; ++k) {
-    const int u = b.u[k];
-    if (u >= (1 << sp.bits)) fail("block format ", weight_format_name(w.format), ": code ", u, " of row ", n, " is out of range");
-    uint8_t& lo = rec[bq_lo_offset(w, t, r, k)];
-    if (sp.bits == 8) {
-      lo = static_cast<uint8_t>(u);
-      continue;
-    }
-    lo |= static_cast<uint8_t>((k % 8) < 4 ? (u & 15) : (u & 15) << 4);
-    if (sp.bits == 5 || sp.bits == 6) rec[bq_hi_offset(w, t, r, k)] |= static_cast<uint8_t>((u >> 4) << bq_hi_shift(w, k));
+  const int64_t r = n % kQTile, t = n / kQTile, Tp = w.panel_tiles(t), tt = t % kQPanel;
+  int bad = 0;
+  for (int64_t k = 0; k < sp.block; ++k) bad |= b.u[k] >> sp.bits;
+  if (bad != 0) {
+    for (int64_t k = 0; k < sp.block; ++k)
+      if (b.u[k] >> sp.bits)
+        fail("block format ", weight_format_name(w.format), ": code ", int{b.u[k]}, " of row ", n, " is out of range");
   }
-  for (int64_t j = 0; j < sp.subs() && sp.has_scale; ++j) {
-    rec[bq_sc_offset(w, t, r, j)] = static_cast<uint8_t>(b.sc[j]);
-    if (sp.has_min) rec[bq_mc_offset(w, t, r, j)] = b.mc[j];
+  uint8_t* rec = base + (w.step(t, s) - w.data);
+  const int64_t lol = bq_lo_lines(w), sub_bytes = bq_sub_bytes(w) * Tp;
+  for (int64_t j = 0; j < sp.subs(); ++j) {
+    uint8_t* sj = rec + j * sub_bytes;
+    const uint8_t* u = b.u + j * sp.sub;  // the sub-block's codes
+    for (int64_t l = 0; l < lol; ++l) {
+      uint8_t* line = sj + (l * Tp + tt) * 64 + r * 4;
+      for (int i = 0; i < 4; ++i)
+        line[i] = sp.bits == 8 ? u[4 * l + i] : static_cast<uint8_t>((u[8 * l + i] & 15) | (u[8 * l + 4 + i] & 15) << 4);
+    }
+    if (sp.bits == 5 || sp.bits == 6) {  // the hi line: bit 4 (or bits 4, 5) of u[4q + i] at bit q (or 2q)
+      uint8_t* hi = sj + (lol * Tp + tt) * 64 + r * 4;
+      const int per = sp.bits == 5 ? 1 : 2;
+      for (int i = 0; i < 4; ++i) {
+        int v = 0;
+        for (int q = 0; q < 8 / per; ++q) v |= (u[4 * q + i] >> 4) << (per * q);
+        hi[i] = static_cast<uint8_t>(v);
+      }
+    }
+    if (sp.has_scale) {
+      rec[bq_sc_offset(w, t, r, j)] = static_cast<uint8_t>(b.sc[j]);
+      if (sp.has_min) rec[bq_mc_offset(w, t, r, j)] = b.mc[j];
+    }
   }
   std::memcpy(rec + bq_d_offset(w, t, r), &b.d, 2);
   if (sp.has_min) std::memcpy(rec + bq_dm_offset(w, t, r), &b.dm, 2);
@@ -83,23 +101,26 @@ QuantTensor make_block_weight(const OpContext& ctx, WeightFormat fmt, int64_t N,
   w.K = K;
   w.n_blocks = K / sp.block;
   w.n_tiles = q_tiles(N);
-  q.data = Tensor(DType::kU8, {w.n_tiles, w.tile_bytes()});
+  q.data = Tensor::uninitialized(DType::kU8, {w.n_tiles, w.tile_bytes()});  // zeroed below, panel by panel
   uint8_t* base = q.data.mutable_ptr<uint8_t>();
-  std::memset(base, 0, q.data.nbytes());
   w.data = base;
   const int64_t nb = w.n_blocks;
   chunk_rows = std::max<int64_t>(kQTile, chunk_rows / kQTile * kQTile);
-  std::vector<QBlock> buf;
-  for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
-    const int64_t r1 = std::min(N, r0 + chunk_rows);
-    buf.resize((r1 - r0) * nb);
-    rows(r0, r1, buf.data());
-    // Threads take whole tiles: each byte of a step belongs to one tile, written by one thread only.
-    ctx.pool->parallel_for(q_tiles(r1 - r0), [&](int64_t t0, int64_t t1) {
-      for (int64_t n = r0 + t0 * kQTile; n < std::min(r1, r0 + t1 * kQTile); ++n)
+  // Threads take whole panels, a contiguous byte range each, which they zero (the padding rows of the last tile
+  // stay so) and fill, decoding their own rows chunk by chunk into a buffer that stays in cache. Decoding in the
+  // calling thread into one buffer per weight (2x the packed bytes, fresh pages every time) was a third of the
+  // load time once packing was fast, and the first touch of the pages from one thread a quarter.
+  ctx.pool->parallel_for_grain(w.n_tiles, kQPanel, [&](int64_t t0, int64_t t1) {
+    std::memset(base + t0 * w.tile_bytes(), 0, (t1 - t0) * w.tile_bytes());
+    std::vector<QBlock> buf;
+    for (int64_t r0 = t0 * kQTile; r0 < std::min(N, t1 * kQTile); r0 += chunk_rows) {
+      const int64_t r1 = std::min({N, r0 + chunk_rows, t1 * kQTile});
+      buf.resize((r1 - r0) * nb);
+      rows(r0, r1, buf.data());
+      for (int64_t n = r0; n < r1; ++n)
         for (int64_t s = 0; s < nb; ++s) pack_block(w, base, n, s, buf[(n - r0) * nb + s]);
-    });
-  }
+    }
+  });
   return q;
 }
 

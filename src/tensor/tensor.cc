@@ -34,7 +34,11 @@ size_t dtype_nbytes(DType t, int64_t numel) {
   return static_cast<size_t>((numel * dtype_bits(t) + 7) / 8);
 }
 
-Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+Tensor::Tensor(DType dtype, Shape shape) : Tensor(dtype, std::move(shape), true) {}
+
+Tensor Tensor::uninitialized(DType dtype, Shape shape) { return Tensor(dtype, std::move(shape), false); }
+
+Tensor::Tensor(DType dtype, Shape shape, bool zero) : dtype_(dtype), shape_(std::move(shape)) {
   for (int64_t d : shape_) BS_ASSERT(d >= 0, "negative dimension in ", shape_str(shape_));
   size_t n = dtype_nbytes(dtype_, shape_numel(shape_));
   // Tensors of 4 MiB and more (weights, KV pools) sit on 2 MiB pages where the kernel grants them (THP in
@@ -48,7 +52,7 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   if (p == nullptr) fail("out of memory allocating ", alloc, " bytes for tensor ", shape_str(shape_));
   if (huge) ::madvise(p, alloc, MADV_HUGEPAGE);  // advisory: without THP the pages stay 4 KiB
   // Zero the data and its 64-byte tail only: the rest of the last 2 MiB is touched only if THP backs it anyway.
-  std::memset(p, 0, std::min(alloc, std::max<size_t>((n + 63) / 64 * 64, 64)));
+  if (zero) std::memset(p, 0, std::min(alloc, std::max<size_t>((n + 63) / 64 * 64, 64)));
   keep_ = std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); });
   data_ = p;
   owned_ = true;

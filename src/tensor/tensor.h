@@ -23,6 +23,9 @@ class Tensor {
   Tensor() = default;
   // Allocates zeroed, aligned, owned storage.
   Tensor(DType dtype, Shape shape);
+  // The same storage left unwritten, for a caller that writes every byte itself (from several threads, so that
+  // the first touch of the pages, the kernel's zeroing of them, is shared).
+  static Tensor uninitialized(DType dtype, Shape shape);
   // Non-owning view; `keep` (optional) keeps the backing memory alive.
   static Tensor view(DType dtype, Shape shape, const void* data,
                      std::shared_ptr<const void> keep = nullptr);
@@ -41,6 +44,7 @@ class Tensor {
   template <class T> T* mutable_ptr() { return static_cast<T*>(mutable_data()); }
 
  private:
+  Tensor(DType dtype, Shape shape, bool zero);
   DType dtype_ = DType::kF32;
   Shape shape_;
   const void* data_ = nullptr;

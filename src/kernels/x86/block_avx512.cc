@@ -282,6 +282,7 @@ BS_VNNI void unpack_panel(const BlockWeights& w, int64_t tile, uint8_t* out) {
   const uint8_t* panel = w.step(tile, 0);
   for (int64_t s = 0; s < w.n_blocks; ++s) {
     const uint8_t* rec = panel + s * Tp * F::REC;
+    prefetch_ahead(rec, Tp * F::REC);  // a DRAM stream with little work per byte
     uint8_t* o = out + s * Tp * U::REC;
     for (int j = 0; j < NS; ++j) {
       const uint8_t* sub = rec + j * F::SUB * Tp;
@@ -315,7 +316,10 @@ constexpr std::array<UnpackFn, sizeof...(T)> unpack_table(std::integer_sequence<
 // panel, L2-resident: 4 tiles x K bytes of codes plus their scales) rather than from the file's blocks, whose
 // nibble split and hi-bit merge the 8-row kernel otherwise repeats for every 8 rows. At 8 rows the split was 96
 // of the ~370 ops per 512 vpdpbusd of a Q4_K step and the scale conversions 32, on the two ports vpdpbusd issues
-// on (perf annotate, Xeon, prefill of Qwen2.5-Coder-1.5B Q4_K_M).
+// on (perf annotate, Xeon, prefill of Qwen2.5-Coder-1.5B Q4_K_M). At 9-16 rows (two row blocks) unpacking was
+// slower (kernels_bench, Xeon, 2 threads, M = 16, us: q4_k up 848-876 -> 1199-1212, q6_k up 1249-1348 -> 1410-1472):
+// the unpack streams the panel from DRAM with nothing to overlap it, where the packed kernel's first pass computes
+// as it streams. Its prefetch (unpack_panel) helps from 17 rows: M = 64 q4_k up 2661-3091 -> 2535-2537.
 constexpr int64_t kUnpackRows = 17;
 
 template <class F>

@@ -26,8 +26,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "kernels/kernel_table.h"
@@ -74,6 +76,8 @@ template <class F, int64_t LS>
 BS_AVX2 inline __m256i codes(const uint8_t* lo, const uint8_t* hi, int q, int h) {
   if constexpr (F::BITS == 8) {
     return _mm256_xor_si256(load32(lo + q * LS + h * 32), _mm256_set1_epi8(static_cast<char>(0x80)));
+  } else if constexpr (F::BYTES) {  // Unpacked: quad q is line q
+    return load32(lo + q * LS + h * 32);
   } else {
     const __m256i v = load32(lo + (q / 2) * LS + h * 32), low4 = _mm256_set1_epi8(0x0F);
     __m256i u = (q % 2) == 0 ? _mm256_and_si256(v, low4) : _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
@@ -104,14 +108,15 @@ BS_AVX2 inline BlockScales block_scales(const uint8_t* rec0, int t, int h) {
           F::MIN ? _mm256_cvtph_ps(load16(dp + T * 32 + 16 * h)) : _mm256_setzero_ps()};
 }
 
-// prefetch_small: prefetch the 256-blocks' steps at up to 4 rows too (gemm_block_avx2_prefetch).
+// prefetch_small: prefetch the 256-blocks' steps at up to 4 rows too (gemm_block_avx2_prefetch). panel_in: the
+// panel's steps in F's layout, or null for w's own (w.step(tile, 0)).
 template <class F, int T, int MB>
 BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0,
-                   bool prefetch_small) {
+                   bool prefetch_small, const uint8_t* panel_in) {
   constexpr int NS = F::B / F::S, QPS = F::QPS, G = F::G;
   const int64_t K = w.K, nb = w.n_blocks, KS = K / F::S, KA = K / kBlockActs;
   constexpr int64_t LS = T * 64;  // line stride of a step of T tiles (block_layout.h)
-  const uint8_t* panel = w.step(tile, 0);  // step s at panel + s * T * REC
+  const uint8_t* panel = panel_in ? panel_in : w.step(tile, 0);  // step s at panel + s * T * REC
   const __m256i ones = _mm256_set1_epi16(1);
   // f32 sums in L1, touched once per sub-block; the empty asm stops GCC promoting them to registers.
   alignas(32) float facc[T][2][MB][8] = {};
@@ -285,7 +290,7 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
   }
 }
 
-using MicroFn = void (*)(const BlockActs&, const BlockWeights&, float*, int64_t, int64_t, bool);
+using MicroFn = void (*)(const BlockActs&, const BlockWeights&, float*, int64_t, int64_t, bool, const uint8_t*);
 
 template <class F>
 struct Micro {
@@ -293,11 +298,68 @@ struct Micro {
   static constexpr MicroFn fn = &micro<F, T, MB>;
 };
 
+// The T-tile panel starting at `tile` (F's packed steps) as Unpacked steps (U, bytes for scales) into out:
+// codes by codes<> (the split and hi-bit merge the kernel would do), scales and d / dm copied.
+template <class F, class U, int T>
+BS_AVX2 void unpack_panel(const BlockWeights& w, int64_t tile, uint8_t* out) {
+  constexpr int NS = F::B / F::S, QPS = F::S / 4;
+  constexpr int64_t LS = T * 64, SCO = (F::LOL + F::HIL) * LS, DD = (F::LO + F::HI + F::SCB + F::MCB) * T;
+  constexpr int64_t UDD = (U::LO + U::SCB + U::MCB) * T;
+  const uint8_t* panel = w.step(tile, 0);
+  for (int64_t s = 0; s < w.n_blocks; ++s) {
+    const uint8_t* rec = panel + s * T * F::REC;
+    prefetch_ahead(rec, T * F::REC);  // a DRAM stream with little work per byte
+    uint8_t* o = out + s * T * U::REC;
+    for (int j = 0; j < NS; ++j) {
+      const uint8_t* sub = rec + j * F::SUB * T;
+      uint8_t* os = o + j * U::SUB * T;
+      #pragma GCC unroll 8
+      for (int qq = 0; qq < QPS; ++qq)
+        for (int t = 0; t < T; ++t)
+          for (int h = 0; h < 2; ++h)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(os + qq * LS + t * 64 + h * 32),
+                                codes<F, LS>(sub + t * 64, sub + F::LOL * LS + t * 64, qq, h));
+      if constexpr (F::SC) std::copy(sub + SCO, sub + SCO + (F::MIN ? 32 : 16) * T, os + QPS * LS);  // sc, mc
+    }
+    std::copy(rec + DD, rec + DD + (F::MIN ? 64 : 32) * T, o + UDD);  // d, dm
+  }
+}
+
+template <class F, class U, int... T>
+constexpr std::array<void (*)(const BlockWeights&, int64_t, uint8_t*), sizeof...(T)> unpack_table(
+    std::integer_sequence<int, T...>) {
+  return {&unpack_panel<F, U, T + 1>...};
+}
+
+// From this many activation rows on (prefill) the 5- and 6-bit formats run each panel from an Unpacked copy made
+// once per panel, as the VNNI kernel does (block_avx512.cc), instead of merging the high bits once per 4 rows.
+// `BLOCKSPEC_ISA=avx2 kernels_bench`, up 1536 x 8960, 1 thread, Xeon, 2 rounds, ms, M = 512 / 64: q6_k 168.0-168.2
+// -> 141.9-143.7 / 21.4-21.5 -> 18.4-18.8, q5_k 138.0-138.5 -> 120.8-122.6 / 17.3-17.5 -> 15.6-15.8. The nibble
+// formats read from the copy (2x the bytes from L2 per 4 rows) lost: q4_k 101.2-102.6 -> 108.3, q4_0 94.6-95.1 ->
+// 97.9-99.7 (M = 64 likewise), so they keep the packed steps.
+constexpr int64_t kUnpackRows = 17;
+
 template <class F>
 BS_AVX2 void gemm_impl(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1, bool pf) {
   constexpr auto table = panel_table<MicroFn, Micro<F>, kMaxMB>(std::make_integer_sequence<int, kMaxT>());
   BS_ASSERT(F::REC == w.record_bytes(), "record size of ", weight_format_name(w.format));
-  run_panels(table, a, w, y, tile0, tile1, pf);
+  if constexpr (F::BITS == 5 || F::BITS == 6) {
+    if (a.M >= kUnpackRows) {
+      using U = Fmt<Unpacked<F, false>>;
+      constexpr auto utable = panel_table<MicroFn, Micro<U>, kMaxMB>(std::make_integer_sequence<int, kMaxT>());
+      constexpr auto unpack = unpack_table<F, U>(std::make_integer_sequence<int, kMaxT>());
+      std::vector<uint8_t> buf(w.n_blocks * kMaxT * U::REC + 64);
+      uint8_t* panel = buf.data() + (-reinterpret_cast<uintptr_t>(buf.data()) & 63);  // 64-byte aligned
+      for (int64_t tile = tile0; tile < tile1; tile += kQPanel) {
+        const int64_t T = w.panel_tiles(tile);
+        unpack[T - 1](w, tile, panel);
+        for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMB)
+          utable[T - 1][std::min<int64_t>(kMaxMB, a.M - m0) - 1](a, w, y, tile, m0, pf, panel);
+      }
+      return;
+    }
+  }
+  run_panels(table, a, w, y, tile0, tile1, pf, static_cast<const uint8_t*>(nullptr));
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 // (kBlockVnniRows), one tile per pass at 8 rows: kernels_bench, 1 thread, 2-core Zen 4
 // EPYC, up 1536 x 8960, against 4 rows by two tiles (b391a58), M = 512: q4_k 49.7 -> 45.7 ms, q5_k 58.3 -> 46.8,
 // q6_k 64.1 -> 56.1, q4_0 42.7 -> 40.6, q4_1 and q8_0 level; M = 8 level or faster. From 17 rows on (prefill)
-// the sub-byte formats unpack each panel once into bytes and f32 scales (Unpacked, block_fmt.h) and run the same
+// the sub-byte formats unpack each panel once into bytes and f32 scales (Unpacked<F, true>, block_fmt.h) and run the same
 // kernel on that copy: kernels_bench, 1 thread, Xeon, up 1536 x 8960, M = 512, 2 rounds: q4_k 39.6-39.9 -> 35.2-36.0
 // ms, q5_k 45.1-45.2 -> 35.8-38.8, q6_k 55.2-55.5 -> 47.4-47.5, q4_0 38.4-38.9 -> 34.5-35.4; M = 64 -11 to -18%.
 //
@@ -63,7 +63,7 @@ BS_VNNI inline __m512 zero_f() { return _mm512_castsi512_ps(zero_i()); }
 // lo + i * LS, its hi line at hi (LS = Tp * 64, the step's line stride, block_layout.h).
 template <class F, int64_t LS>
 BS_VNNI inline __m512i codes(const uint8_t* lo, const uint8_t* hi, int q) {
-  if constexpr (F::BITS == 8) {
+  if constexpr (F::BYTES) {
     return _mm512_loadu_si512(lo + q * LS);
   } else {
     const __m512i v = _mm512_loadu_si512(lo + (q / 2) * LS), low4 = _mm512_set1_epi8(0x0F);
@@ -89,7 +89,7 @@ BS_VNNI inline __m512i codes(const uint8_t* lo, const uint8_t* hi, int q) {
 // 16 u x; the sub-block's integer sum is then acc + (acc16 >> 4), exact (a multiple of 16; |acc16| < 2^23). One
 // shift fewer per odd quad for one shift and one add per sub-block, and the registers allow it at MB = 1.
 template <class F, int MB>
-inline constexpr bool kSplitNibbles = F::BITS <= 4 && MB == 1;
+inline constexpr bool kSplitNibbles = F::BITS <= 4 && !F::BYTES && MB == 1;
 
 // Tiles one pass keeps in registers: the int32 sums (two with kSplitNibbles), the block sums blk and mblk of
 // every tile and row, at most 24 of the 32 zmm from 5 rows on. A panel of more tiles runs in several passes over
@@ -271,11 +271,11 @@ struct Micro {
   static constexpr MicroFn fn = &micro<F, T, MB>;
 };
 
-// The Tp-tile panel starting at `tile` as Unpacked<F> steps into out (n_blocks * Tp * Unpacked<F>::REC bytes):
+// The Tp-tile panel starting at `tile` as Unpacked<F, true> steps into out (n_blocks * Tp * its REC bytes):
 // codes by codes<> (the split and hi-bit merge the kernel would do), scales by the conversion it would do.
 template <class F, int Tp>
 BS_VNNI void unpack_panel(const BlockWeights& w, int64_t tile, uint8_t* out) {
-  using U = Unpacked<F>;
+  using U = Unpacked<F, true>;
   constexpr int NS = F::B / F::S, QPS = F::S / 4;
   constexpr int64_t LS = Tp * 64, HO = F::LOL * LS, SC = (F::LOL + F::HIL) * LS;
   constexpr int64_t DD = (F::LO + F::HI + F::SCB + F::MCB) * Tp, UDD = (U::LO + U::SCB + U::MCB) * Tp;
@@ -325,9 +325,9 @@ constexpr int64_t kUnpackRows = 17;
 template <class F>
 BS_VNNI void gemm_rows(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1, bool pf) {
   constexpr auto table = panel_table<MicroFn, Micro<F>, kMaxMB>(std::make_integer_sequence<int, kMaxT>());
-  if constexpr (F::BITS < 8) {
+  if constexpr (!F::BYTES) {
     if (a.M >= kUnpackRows) {
-      using U = Unpacked<F>;
+      using U = Unpacked<F, true>;
       constexpr auto utable = panel_table<MicroFn, Micro<U>, kMaxMB>(std::make_integer_sequence<int, kMaxT>());
       constexpr auto unpack = unpack_table<F>(std::make_integer_sequence<int, kMaxT>());
       std::vector<uint8_t> buf(w.n_blocks * kMaxT * U::REC + 64);

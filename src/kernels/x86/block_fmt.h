@@ -15,7 +15,8 @@ template <int B_, int S_, int BITS_, int Z_, bool SC_, bool MIN_>
 struct BlockFmt {
   static constexpr int B = B_, S = S_, BITS = BITS_, Z = Z_;
   static constexpr bool SC = SC_, MIN = MIN_;
-  static constexpr bool FSC = false;  // sc and mc as bytes (Unpacked: as f32)
+  static constexpr bool BYTES = BITS == 8;  // one code per byte (Unpacked: every format)
+  static constexpr bool FSC = false;        // sc and mc as bytes (Unpacked<F, true>: as f32)
   static constexpr int64_t LO = BITS == 8 ? B * 16 : B * 8;
   static constexpr int64_t HI = BITS == 5 ? B * 2 : BITS == 6 ? B * 4 : 0;
   static constexpr int64_t SCB = SC ? B / S * 16 : 0;
@@ -28,16 +29,18 @@ struct BlockFmt {
 };
 
 // A format F's steps with every code unpacked to a byte (bits == 8's line order of block_layout.h, so quad q of a
-// sub-block is its line q) and the sub-block scales sc and mc converted to f32 (16 lanes, 64 bytes per tile); d and
-// dm as packed. The same values, so a kernel that reads it performs the same arithmetic. Made once per panel for
-// a prefill GEMM (block_avx512.cc), instead of splitting nibbles and merging high bits once per 8 rows.
-template <class F>
+// sub-block is its line q) and, with FloatScales, the sub-block scales sc and mc converted to f32 (16 lanes, 64
+// bytes per tile; else bytes as packed); d and dm as packed. BITS stays F's (the codes' range, which bounds the
+// AVX2 kernel's int16 sums). The same values, so a kernel that reads it performs the same arithmetic. Made once
+// per panel for a prefill GEMM (block_avx512.cc, block_avx2.cc) instead of splitting nibbles and merging high
+// bits once per block of rows.
+template <class F, bool FloatScales>
 struct Unpacked {
-  static constexpr int B = F::B, S = F::S, BITS = 8, Z = F::Z;
-  static constexpr bool SC = F::SC, MIN = F::MIN, FSC = true;
+  static constexpr int B = F::B, S = F::S, BITS = F::BITS, Z = F::Z;
+  static constexpr bool SC = F::SC, MIN = F::MIN, BYTES = true, FSC = FloatScales;
   static constexpr int64_t LO = B * 16, HI = 0;
-  static constexpr int64_t SCB = SC ? B / S * 64 : 0;
-  static constexpr int64_t MCB = SC && MIN ? B / S * 64 : 0;
+  static constexpr int64_t SCB = SC ? B / S * (FSC ? 64 : 16) : 0;
+  static constexpr int64_t MCB = SC && MIN ? B / S * (FSC ? 64 : 16) : 0;
   static constexpr int64_t REC = LO + HI + SCB + MCB + (MIN ? 64 : 32);
   static constexpr int64_t LOL = S / 4, HIL = 0;
   static constexpr int64_t SUB = LOL * 64 + (SCB + MCB) / (B / S);

@@ -62,7 +62,8 @@ void pack_block(const BlockWeights& w, uint8_t* base, int64_t n, int64_t s, cons
     for (int64_t l = 0; l < lol; ++l) {
       uint8_t* line = sj + (l * Tp + tt) * 64 + r * 4;
       for (int i = 0; i < 4; ++i)
-        line[i] = sp.bits == 8 ? u[4 * l + i] : static_cast<uint8_t>((u[8 * l + i] & 15) | (u[8 * l + 4 + i] & 15) << 4);
+        line[i] = sp.bits == 8 ? u[4 * l + i]
+                               : static_cast<uint8_t>((u[8 * l + i] & 15) | (u[8 * l + 4 + i] & 15) << 4);
     }
     if (sp.bits == 5 || sp.bits == 6) {  // the hi line: bit 4 (or bits 4, 5) of u[4q + i] at bit q (or 2q)
       uint8_t* hi = sj + (lol * Tp + tt) * 64 + r * 4;

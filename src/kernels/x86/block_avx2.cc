@@ -348,15 +348,7 @@ BS_AVX2 void gemm_impl(const BlockActs& a, const BlockWeights& w, float* y, int6
       using U = Fmt<Unpacked<F, false>>;
       constexpr auto utable = panel_table<MicroFn, Micro<U>, kMaxMB>(std::make_integer_sequence<int, kMaxT>());
       constexpr auto unpack = unpack_table<F, U>(std::make_integer_sequence<int, kMaxT>());
-      std::vector<uint8_t> buf(w.n_blocks * kMaxT * U::REC + 64);
-      uint8_t* panel = buf.data() + (-reinterpret_cast<uintptr_t>(buf.data()) & 63);  // 64-byte aligned
-      for (int64_t tile = tile0; tile < tile1; tile += kQPanel) {
-        const int64_t T = w.panel_tiles(tile);
-        unpack[T - 1](w, tile, panel);
-        for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMB)
-          utable[T - 1][std::min<int64_t>(kMaxMB, a.M - m0) - 1](a, w, y, tile, m0, pf, panel);
-      }
-      return;
+      return run_unpacked_panels(utable, unpack, U::REC, a, w, y, tile0, tile1, pf);
     }
   }
   run_panels(table, a, w, y, tile0, tile1, pf, static_cast<const uint8_t*>(nullptr));

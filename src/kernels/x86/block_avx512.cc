@@ -12,8 +12,8 @@
 // (kBlockVnniRows), one tile per pass at 8 rows: kernels_bench, 1 thread, 2-core Zen 4
 // EPYC, up 1536 x 8960, against 4 rows by two tiles (b391a58), M = 512: q4_k 49.7 -> 45.7 ms, q5_k 58.3 -> 46.8,
 // q6_k 64.1 -> 56.1, q4_0 42.7 -> 40.6, q4_1 and q8_0 level; M = 8 level or faster. From 17 rows on (prefill)
-// the sub-byte formats unpack each panel once into bytes and f32 scales (Unpacked<F, true>, block_fmt.h) and run the same
-// kernel on that copy: kernels_bench, 1 thread, Xeon, up 1536 x 8960, M = 512, 2 rounds: q4_k 39.6-39.9 -> 35.2-36.0
+// the sub-byte formats unpack each panel once into bytes and f32 scales (Unpacked<F, true>, block_fmt.h) and run
+// the same kernel on that copy: kernels_bench, 1 thread, Xeon, up 1536 x 8960, M = 512, 2 rounds: q4_k 39.6-39.9 -> 35.2-36.0
 // ms, q5_k 45.1-45.2 -> 35.8-38.8, q6_k 55.2-55.5 -> 47.4-47.5, q4_0 38.4-38.9 -> 34.5-35.4; M = 64 -11 to -18%.
 //
 // GCC 12 warns falsely inside its own avx512fintrin.h (_mm512_undefined_ps).
@@ -330,15 +330,7 @@ BS_VNNI void gemm_rows(const BlockActs& a, const BlockWeights& w, float* y, int6
       using U = Unpacked<F, true>;
       constexpr auto utable = panel_table<MicroFn, Micro<U>, kMaxMB>(std::make_integer_sequence<int, kMaxT>());
       constexpr auto unpack = unpack_table<F>(std::make_integer_sequence<int, kMaxT>());
-      std::vector<uint8_t> buf(w.n_blocks * kMaxT * U::REC + 64);
-      uint8_t* panel = buf.data() + (-reinterpret_cast<uintptr_t>(buf.data()) & 63);  // 64-byte aligned
-      for (int64_t tile = tile0; tile < tile1; tile += kQPanel) {
-        const int64_t T = w.panel_tiles(tile);
-        unpack[T - 1](w, tile, panel);
-        for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMB)
-          utable[T - 1][std::min<int64_t>(kMaxMB, a.M - m0) - 1](a, w, y, tile, m0, pf, panel);
-      }
-      return;
+      return run_unpacked_panels(utable, unpack, U::REC, a, w, y, tile0, tile1, pf);
     }
   }
   run_panels(table, a, w, y, tile0, tile1, pf, static_cast<const uint8_t*>(nullptr));

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "kernels/quant_layout.h"
@@ -56,6 +57,22 @@ inline void run_panels(const Table& table, const Acts& a, const W& w, float* y, 
       const int64_t MB = std::min<int64_t>(max_mb, a.M - m0);
       table[T - 1][MB - 1](a, w, y, tile, m0, extra...);
     }
+  }
+}
+
+// run_panels over a copy of each panel: unpack[T - 1](w, tile, copy) writes it (w.n_blocks * T * rec_bytes bytes,
+// 64-byte aligned), then table[T - 1][MB - 1](a, w, y, tile, m0, extra..., copy) runs the blocks of rows on it.
+template <class Table, class Unpack, class Acts, class W, class... Extra>
+inline void run_unpacked_panels(const Table& table, const Unpack& unpack, int64_t rec_bytes, const Acts& a,
+                                const W& w, float* y, int64_t tile0, int64_t tile1, Extra... extra) {
+  const int64_t max_mb = static_cast<int64_t>(table[0].size());
+  std::vector<uint8_t> buf(w.n_blocks * kQPanel * rec_bytes + 64);
+  uint8_t* copy = buf.data() + (-reinterpret_cast<uintptr_t>(buf.data()) & 63);
+  for (int64_t tile = tile0; tile < tile1; tile += kQPanel) {
+    const int64_t T = w.panel_tiles(tile);
+    unpack[T - 1](w, tile, copy);
+    for (int64_t m0 = 0; m0 < a.M; m0 += max_mb)
+      table[T - 1][std::min<int64_t>(max_mb, a.M - m0) - 1](a, w, y, tile, m0, extra..., copy);
   }
 }
 

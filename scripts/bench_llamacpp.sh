@@ -14,7 +14,9 @@
 #       `blockspec bench --url` at concurrency 1 and 8 with the same prompts.
 # Extra blockspec flags (e.g. --weights q4) go in BS_FLAGS. Needs a Release build in build/.
 # LLAMACPP_ISA=avx2 builds and runs a llama.cpp without AVX-512 (build-avx2/), to set beside
-# `BLOCKSPEC_ISA=avx2 scripts/bench_llamacpp.sh ...`: both engines as on a CPU with AVX2 only.
+# `BLOCKSPEC_ISA=avx2 scripts/bench_llamacpp.sh ...`: both engines as on a CPU with AVX2 only. LLAMACPP_ISA=avxvnni
+# (build-avxvnni/) adds AVX-VNNI (vpdpbusd on ymm, Intel client cores from Alder Lake), which blockspec's AVX2 table
+# uses where the CPU has it: both engines as on such a CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION=0.3.36
@@ -22,6 +24,7 @@ CACHE=${BLOCKSPEC_CACHE:-$HOME/.cache/blockspec}/llamacpp
 LISA=${LLAMACPP_ISA:-native}
 BDIR=$CACHE/build
 [ "$LISA" = avx2 ] && BDIR=$CACHE/build-avx2
+[ "$LISA" = avxvnni ] && BDIR=$CACHE/build-avxvnni
 BIN=$BDIR/bin
 B=build/blockspec
 WHAT=${1:?usage: scripts/bench_llamacpp.sh build|engine|kld|serve ...}
@@ -37,7 +40,8 @@ build_llamacpp() {
   # VMs (SIGSEGV in ggml_backend_amx_mul_mat; the hypervisor does not grant the tile state) and which blockspec
   # does not use. AVX-512 (with VNNI/BF16 where this CPU has them) or AVX2.
   local isa=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
-  if [ "$LISA" != avx2 ]; then
+  [ "$LISA" = avxvnni ] && isa+=(-DGGML_AVX_VNNI=ON)
+  if [ "$LISA" = native ]; then
     if grep -q avx512_vnni /proc/cpuinfo; then isa+=(-DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON); fi
     if grep -q avx512_bf16 /proc/cpuinfo; then isa+=(-DGGML_AVX512_BF16=ON); fi
     if grep -q avx512vbmi /proc/cpuinfo; then isa+=(-DGGML_AVX512_VBMI=ON); fi

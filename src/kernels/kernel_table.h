@@ -130,6 +130,9 @@ void gemm_q4g128_avx2(const QuantActs& a, const PackedWeights& w, float* y, int6
 void gemm_block_avx2(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1);
 // The same with the 256-blocks' steps prefetched at up to 4 rows too, for Intel (kernels/dispatch.cc).
 void gemm_block_avx2_prefetch(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1);
+// Both with AVX-VNNI's vpdpbusd on ymm for the products (kernels/x86/block_avxvnni.cc): CPUs with AVX-VNNI.
+void gemm_block_avxvnni(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1);
+void gemm_block_avxvnni_prefetch(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1);
 void quantize_acts_block_avx2(const float* x, int64_t M, int64_t K, int S, int8_t* q, float* d, int32_t* sums,
                               float* csums);
 void quantize_acts_block_avx512(const float* x, int64_t M, int64_t K, int S, int8_t* q, float* d, int32_t* sums,

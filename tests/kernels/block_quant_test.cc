@@ -95,22 +95,28 @@ TEST(BlockQuant, PackingKeepsEveryValue) {
   }
 }
 
-// Every ISA's kernel table, and for each both block GEMM variants (dispatch picks one by CPU vendor: the software
-// prefetch at small M or not) whichever this CPU gets.
+// Every ISA's kernel table, and for each every block GEMM variant this CPU can run (dispatch picks one by CPU vendor,
+// the software prefetch at small M or not, and for the AVX2 table by AVX-VNNI).
 std::vector<std::pair<std::string, KernelTable>> block_tables() {
+  using Gemm = decltype(KernelTable::gemm_block);
+  const bool avxvnni = __builtin_cpu_supports("avxvnni");
   std::vector<std::pair<std::string, KernelTable>> v;
   for (const std::string& isa : available_isas()) {
     const KernelTable kt = select_kernels(isa);
     v.emplace_back(isa, kt);
-    // Each kernel with its prefetch twin: {without, with}.
-    using Gemm = decltype(kt.gemm_block);
-    for (const auto& [plain, pref] : {std::pair<Gemm, Gemm>{&gemm_block_avx512vnni, &gemm_block_avx512vnni_prefetch},
-                                      std::pair<Gemm, Gemm>{&gemm_block_avx2, &gemm_block_avx2_prefetch}}) {
-      if (kt.gemm_block != plain && kt.gemm_block != pref) continue;
+    std::vector<std::pair<std::string, Gemm>> variants;
+    if (kt.gemm_block == &gemm_block_avx512vnni || kt.gemm_block == &gemm_block_avx512vnni_prefetch)
+      variants = {{"vnni", &gemm_block_avx512vnni}, {"vnni prefetch", &gemm_block_avx512vnni_prefetch}};
+    if (isa == "avx2") {
+      variants = {{"avx2", &gemm_block_avx2}, {"avx2 prefetch", &gemm_block_avx2_prefetch}};
+      if (avxvnni)
+        variants.insert(variants.end(), {{"avxvnni", &gemm_block_avxvnni}, {"avxvnni prefetch", &gemm_block_avxvnni_prefetch}});
+    }
+    for (const auto& [name, g] : variants) {
+      if (g == kt.gemm_block) continue;
       KernelTable other = kt;
-      const bool pf = kt.gemm_block == pref;
-      other.gemm_block = pf ? plain : pref;
-      v.emplace_back(isa + (pf ? " (no prefetch)" : " (prefetch)"), other);
+      other.gemm_block = g;
+      v.emplace_back(isa + " (" + name + ")", other);
     }
   }
   return v;
@@ -221,10 +227,14 @@ TEST(BlockQuant, Avx2SumsDoNotSaturate) {
   if (std::find(isas.begin(), isas.end(), "avx2") == isas.end()) GTEST_SKIP() << "no AVX2 on this CPU";
   Fixture fx;
   KernelTable kt = select_kernels("avx2");
-  ASSERT_TRUE(kt.gemm_block == &gemm_block_avx2 || kt.gemm_block == &gemm_block_avx2_prefetch);
   ThreadPool pool(1);
   OpContext ctx{&kt, &pool};
+  // The vpmaddubsw kernel, and the AVX-VNNI one (int32 sums; the same extremes) where the CPU has it.
+  std::vector<decltype(kt.gemm_block)> gemms = {&gemm_block_avx2};
+  if (__builtin_cpu_supports("avxvnni")) gemms.push_back(&gemm_block_avxvnni);
+  for (auto gemm : gemms)
   for (WeightFormat f : kFormats) {
+    kt.gemm_block = gemm;
     const BlockQuantSpec& s = block_spec(f);
     const int umax = (1 << s.bits) - 1;
     for (int64_t N : {7, 37}) {
@@ -242,7 +252,7 @@ TEST(BlockQuant, Avx2SumsDoNotSaturate) {
             if (pattern == 3 && k % 10 == 0) u = static_cast<uint8_t>(k % 20 ? umax : 0);
           }
       const QuantTensor q = pack(fx.ref_ctx, f, N, K, blocks);
-      for (int64_t M = 1; M <= 9; ++M) {
+      for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17}) {
         // Row m: codes all +127, all -127, alternating +-127, or random with +-127 at every seventh input.
         auto x = randv(M * K, static_cast<uint32_t>(M), 1.f);
         for (int64_t m = 0; m < M; ++m)
@@ -258,7 +268,8 @@ TEST(BlockQuant, Avx2SumsDoNotSaturate) {
         linear(ctx, x.data(), q, nullptr, y.data(), M);
         linear(fx.ref_ctx, x.data(), q, nullptr, yr.data(), M);
         ASSERT_EQ(std::memcmp(y.data(), yr.data(), y.size() * 4), 0)
-            << weight_format_name(f) << " N=" << N << " K=" << K << " M=" << M;
+            << weight_format_name(f) << " N=" << N << " K=" << K << " M=" << M << " avxvnni "
+            << (gemm == &gemm_block_avxvnni);
       }
     }
   }

@@ -36,11 +36,23 @@
 #include "kernels/x86/block_fmt.h"
 #include "kernels/x86/panel_gemm.h"
 
+// block_avxvnni.cc compiles this file a second time with BS_BLOCK_AVXVNNI 1: the same kernel with AVX-VNNI's
+// vpdpbusd on ymm (u8 x s8 quads summed straight into int32, Intel client cores from Alder Lake) in place of
+// vpmaddubsw + vpaddw + vpmaddwd, exported as gemm_block_avxvnni(_prefetch).
+#ifndef BS_BLOCK_AVXVNNI
+#define BS_BLOCK_AVXVNNI 0
+#endif
+#if BS_BLOCK_AVXVNNI
+#define BS_AVX2 __attribute__((target("avx2,fma,f16c,avxvnni")))
+#else
 #define BS_AVX2 __attribute__((target("avx2,fma,f16c")))
+#endif
 
 namespace blockspec {
 
 namespace {
+
+constexpr bool kVnni = BS_BLOCK_AVXVNNI;
 
 constexpr int kMaxT = kQPanel;
 // Activation rows per micro-kernel. Q5 / Q6_K hold int16 and int32 sums (4 ymm per row) and spill some at 4, yet
@@ -63,20 +75,22 @@ template <class Base>
 struct Fmt : Base {
   using Base::B, Base::BITS, Base::S, Base::Z;
   static constexpr int QPS = S / 4;  // quads per sub-block
-  // Quads summed in int16 before widening (see the top): G * 2 * 127 * umax <= 32767.
-  static constexpr int G = BITS == 8 ? 1 : std::min(QPS, 32767 / (2 * 127 * ((1 << BITS) - 1)));
-  static constexpr int ZC = BITS == 8 ? 0 : Z;  // zero correction left after the sum (Q8_0's is inside it)
+  // Quads summed in int16 before widening (see the top): G * 2 * 127 * umax <= 32767. AVX-VNNI sums each quad
+  // into int32 at once (G = 1, nothing to widen).
+  static constexpr int G = BITS == 8 || kVnni ? 1 : std::min(QPS, 32767 / (2 * 127 * ((1 << BITS) - 1)));
+  // Zero correction left after the sum (Q8_0's is inside it, except with AVX-VNNI, which multiplies u itself).
+  static constexpr int ZC = BITS == 8 && !kVnni ? 0 : Z;
   static_assert(QPS % G == 0 && G * 2 * 127 * (BITS == 8 ? 128 : (1 << BITS) - 1) <= 32767);
 };
 
 // Half h (rows 8h..8h+7) of the codes of quad q (inputs 4q..4q+3 of a sub-block) of one tile: u, or for Q8_0
-// u - 128 as s8. The sub-block's lo lines are at lo + i * LS, its hi line at hi (LS = Tp * 64, the step's line
+// without AVX-VNNI u - 128 as s8. The sub-block's lo lines are at lo + i * LS, its hi line at hi (LS = Tp * 64, the step's line
 // stride, block_layout.h).
 template <class F, int64_t LS>
 BS_AVX2 inline __m256i codes(const uint8_t* lo, const uint8_t* hi, int q, int h) {
-  if constexpr (F::BITS == 8) {
+  if constexpr (F::BITS == 8 && !kVnni) {
     return _mm256_xor_si256(load32(lo + q * LS + h * 32), _mm256_set1_epi8(static_cast<char>(0x80)));
-  } else if constexpr (F::BYTES) {  // Unpacked: quad q is line q
+  } else if constexpr (F::BYTES) {  // Q8_0 with AVX-VNNI, Unpacked: quad q is line q
     return load32(lo + q * LS + h * 32);
   } else {
     const __m256i v = load32(lo + (q / 2) * LS + h * 32), low4 = _mm256_set1_epi8(0x0F);
@@ -166,7 +180,7 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
         // the sum. kernels_bench avx2 up 1536 x 8960, 1 thread, Zen 4, 2 x 5 rounds interleaved, medians: q4_k
         // M = 1 352-356 -> 332-346 us, M = 4 878-885 -> 657-675 us. Q5_K (two widenings a sub-block, G = 4) lost
         // 11% at M = 1 with it (the sc lanes built twice): not used.
-        constexpr bool kScInMadd = F::SC && F::ZC == 0 && G == QPS;
+        constexpr bool kScInMadd = F::SC && F::ZC == 0 && G == QPS && !kVnni;
         __m256i acc[2][MB];  // int32 sums of sub-block j (times sc when kScInMadd)
         #pragma GCC unroll 16
         for (int h = 0; h < 2; ++h)
@@ -183,13 +197,19 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
             #pragma GCC unroll 2
             for (int h = 0; h < 2; ++h) {
               u[h] = codes<F, LS>(lo, hi, g0 + qq, h);
-              au[h] = F::BITS == 8 ? _mm256_abs_epi8(u[h]) : u[h];
+              au[h] = F::BITS == 8 && !kVnni ? _mm256_abs_epi8(u[h]) : u[h];
             }
             #pragma GCC unroll 16
             for (int m = 0; m < MB; ++m) {
               const __m256i b = bcast4(xq[m] + q * 4);
               #pragma GCC unroll 2
-              for (int h = 0; h < 2; ++h) {
+              for (int h = 0; h < 2 && kVnni; ++h) {
+#if BS_BLOCK_AVXVNNI
+                acc[h][m] = _mm256_dpbusd_avx_epi32(acc[h][m], u[h], b);
+#endif
+              }
+              #pragma GCC unroll 2
+              for (int h = 0; h < 2 && !kVnni; ++h) {
                 const __m256i p = _mm256_maddubs_epi16(au[h], F::BITS == 8 ? _mm256_sign_epi8(b, u[h]) : b);
                 p16[h][m] = qq == 0 ? p : _mm256_add_epi16(p16[h][m], p);
                 // Keeps the sum a chain: GCC's reassociation otherwise makes it a tree over all G products at once,
@@ -199,7 +219,7 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
             }
           }
           #pragma GCC unroll 2
-          for (int h = 0; h < 2; ++h) {
+          for (int h = 0; h < 2 && !kVnni; ++h) {
             __m256i wid = ones;  // built here, after the quads: before them it slowed q4_k at M = 1 by 30%
             if constexpr (kScInMadd) {
               // Rows 8h..8h+7's sc, each into both int16 halves of its lane: the 8 bytes in both 128-bit lanes,
@@ -224,9 +244,10 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
         #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
           __m256i sw = _mm256_set1_epi32(1);
-          __m256 mcf = _mm256_set1_ps(1.f);  // sc as int32, float(mc)
+          __m256 scf = _mm256_set1_ps(1.f), mcf = _mm256_set1_ps(1.f);  // sc as int32 or (AVX-VNNI) f32, float(mc)
           if constexpr (F::SC) {
-            if constexpr (!kScInMadd) sw = _mm256_cvtepi8_epi32(load8(sc + h * 8));
+            if constexpr (!kScInMadd && !kVnni) sw = _mm256_cvtepi8_epi32(load8(sc + h * 8));
+            if constexpr (kVnni) scf = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load8(sc + h * 8)));
             if constexpr (F::MIN) mcf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(load8(sc + T * 16 + h * 8)));
           }
           if constexpr (NS == 1) {
@@ -250,9 +271,13 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
           #pragma GCC unroll 16
           for (int m = 0; m < MB; ++m) {
             __m256i I = acc[h][m];
-            if constexpr (F::SC && !kScInMadd) I = _mm256_mullo_epi32(I, sw);
+            if constexpr (F::SC && !kScInMadd && !kVnni) I = _mm256_mullo_epi32(I, sw);
+            __m256 P = _mm256_cvtepi32_ps(I);
+            // AVX-VNNI (Intel client cores, where vpmulld is two uops of 10 cycles): float(I) * float(sc), the same
+            // value (both factors and the product, |I * sc| < 2^24, are exact in f32; block_avx512.cc does this).
+            if constexpr (F::SC && kVnni) P = _mm256_mul_ps(P, scf);
             float* b = blk[t][h][m];
-            _mm256_store_ps(b, _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_set1_ps(xd[m][ja]), _mm256_load_ps(b)));
+            _mm256_store_ps(b, _mm256_fmadd_ps(P, _mm256_set1_ps(xd[m][ja]), _mm256_load_ps(b)));
             if constexpr (F::MIN) {
               float* mb = mblk[t][h][m];
               _mm256_store_ps(mb, _mm256_fmadd_ps(mcf, _mm256_set1_ps(xc[m][j]), _mm256_load_ps(mb)));
@@ -356,11 +381,18 @@ BS_AVX2 void gemm_impl(const BlockActs& a, const BlockWeights& w, float* y, int6
 
 }  // namespace
 
-BS_AVX2 void gemm_block_avx2(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) {
+// gemm_block_avx2(_prefetch), or gemm_block_avxvnni(_prefetch) from block_avxvnni.cc.
+#if BS_BLOCK_AVXVNNI
+#define BS_BLOCK_GEMM(suffix) gemm_block_avxvnni##suffix
+#else
+#define BS_BLOCK_GEMM(suffix) gemm_block_avx2##suffix
+#endif
+
+BS_AVX2 void BS_BLOCK_GEMM()(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0, int64_t tile1) {
   with_block_fmt(w.format, [&]<class F>() { gemm_impl<Fmt<F>>(a, w, y, tile0, tile1, false); });
 }
 
-BS_AVX2 void gemm_block_avx2_prefetch(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0,
+BS_AVX2 void BS_BLOCK_GEMM(_prefetch)(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile0,
                                       int64_t tile1) {
   with_block_fmt(w.format, [&]<class F>() { gemm_impl<Fmt<F>>(a, w, y, tile0, tile1, true); });
 }

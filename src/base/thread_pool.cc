@@ -11,6 +11,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 namespace blockspec {
 
@@ -207,10 +208,17 @@ void ThreadPool::run_tiles() {
     const int64_t t = blocked ? (c % T) * k + c / T : c;
     const int64_t u0 = t * units / job_tiles_, u1 = (t + 1) * units / job_tiles_;
     const int64_t b = std::min(job_n_, u0 * job_grain_), e = std::min(job_n_, u1 * job_grain_);
-    if (job_dynamic_) {
-      for (int64_t i = b; i < e; ++i) (*job_)(i, i + 1);
-    } else if (b < e) {
-      (*job_)(b, e);
+    try {
+      if (job_dynamic_) {
+        for (int64_t i = b; i < e; ++i) (*job_)(i, i + 1);
+      } else if (b < e) {
+        (*job_)(b, e);
+      }
+    } catch (...) {
+      // An exception must not leave a worker thread (std::terminate): kept for the caller, the rest dropped.
+      std::lock_guard<std::mutex> lk(error_mu_);
+      if (!job_error_) job_error_ = std::current_exception();
+      next_.store(job_tiles_, std::memory_order_relaxed);
     }
   }
 }
@@ -263,6 +271,7 @@ void ThreadPool::run_job(int64_t n, int64_t grain, bool dynamic, const std::func
   }
   job_ = nullptr;
   watch_contention();
+  if (job_error_) std::rethrow_exception(std::exchange(job_error_, nullptr));
 }
 
 void ThreadPool::watch_contention() {

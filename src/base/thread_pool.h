@@ -27,6 +27,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -115,6 +116,10 @@ class ThreadPool {
   int64_t job_n_ = 0, job_grain_ = 1, job_tiles_ = 0;
   bool job_dynamic_ = false;
   std::atomic<int64_t> next_{0};  // next tile of the current job
+  // The first exception a tile of the current job threw (on any thread), rethrown by the caller once every joined
+  // worker has left the job; the tiles not yet claimed are dropped.
+  std::mutex error_mu_;
+  std::exception_ptr job_error_;
   // Generation (bits 63..32), closed (bit 31), workers in the job (bits 30..0): one word, so joining and closing
   // are atomic with respect to each other.
   std::atomic<uint64_t> state_{0};

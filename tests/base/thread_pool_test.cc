@@ -65,6 +65,28 @@ TEST(ThreadPool, DynamicCoversRangeExactlyOnceAndSharesWork) {
   for (int i = 1; i < 9; ++i) EXPECT_NE(who[i], who[0]) << i;
 }
 
+// A tile that throws, on a worker or on the caller, makes the job throw in the caller (a worker that let it escape
+// would std::terminate the process), and the pool runs the next job as usual.
+TEST(ThreadPool, ExceptionInATileReachesTheCaller) {
+  ThreadPool pool(2);
+  for (int rep = 0; rep < 20; ++rep) {
+    std::atomic<int> ran{0};
+    EXPECT_THROW(pool.parallel_for(64,
+                                   [&](int64_t b, int64_t) {
+                                     ++ran;
+                                     std::this_thread::sleep_for(std::chrono::microseconds(200));  // workers join
+                                     if (b != 0) fail("tile ", b, " failed");
+                                   }),
+                 Error);
+    EXPECT_GE(ran.load(), 1);
+    std::atomic<int64_t> sum{0};
+    pool.parallel_for(100, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sum += i;
+    });
+    EXPECT_EQ(sum.load(), 4950);
+  }
+}
+
 TEST(ThreadPool, ReusableManyTimes) {
   ThreadPool pool(2);
   std::atomic<int64_t> sum{0};

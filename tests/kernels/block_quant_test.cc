@@ -328,6 +328,12 @@ TEST(BlockQuant, RefusesWhatItCannotHold) {
   EXPECT_THROW(make_block_weight(fx.ref_ctx, WeightFormat::kQ4_0, 1, 32,
                                  [&](int64_t, int64_t, QBlock* out) { out[0] = bad; }),
                Error);
+  // The same in the last row of a 256-row weight, packed by the pool's threads: an error, not a crash.
+  EXPECT_THROW(make_block_weight(fx.ref_ctx, WeightFormat::kQ4_0, 256, 32,
+                                 [&](int64_t r0, int64_t r1, QBlock* out) {
+                                   for (int64_t r = r0; r < r1; ++r) out[r - r0] = r == 255 ? bad : QBlock{};
+                                 }),
+               Error);
 }
 
 }  // namespace

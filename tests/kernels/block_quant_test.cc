@@ -110,7 +110,8 @@ std::vector<std::pair<std::string, KernelTable>> block_tables() {
     if (isa == "avx2") {
       variants = {{"avx2", &gemm_block_avx2}, {"avx2 prefetch", &gemm_block_avx2_prefetch}};
       if (avxvnni)
-        variants.insert(variants.end(), {{"avxvnni", &gemm_block_avxvnni}, {"avxvnni prefetch", &gemm_block_avxvnni_prefetch}});
+        variants.insert(variants.end(),
+                        {{"avxvnni", &gemm_block_avxvnni}, {"avxvnni prefetch", &gemm_block_avxvnni_prefetch}});
     }
     for (const auto& [name, g] : variants) {
       if (g == kt.gemm_block) continue;

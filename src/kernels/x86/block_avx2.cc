@@ -84,8 +84,8 @@ struct Fmt : Base {
 };
 
 // Half h (rows 8h..8h+7) of the codes of quad q (inputs 4q..4q+3 of a sub-block) of one tile: u, or for Q8_0
-// without AVX-VNNI u - 128 as s8. The sub-block's lo lines are at lo + i * LS, its hi line at hi (LS = Tp * 64, the step's line
-// stride, block_layout.h).
+// without AVX-VNNI u - 128 as s8. The sub-block's lo lines are at lo + i * LS, its hi line at hi (LS = Tp * 64,
+// the step's line stride, block_layout.h).
 template <class F, int64_t LS>
 BS_AVX2 inline __m256i codes(const uint8_t* lo, const uint8_t* hi, int q, int h) {
   if constexpr (F::BITS == 8 && !kVnni) {

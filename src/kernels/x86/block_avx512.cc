@@ -13,8 +13,9 @@
 // EPYC, up 1536 x 8960, against 4 rows by two tiles (b391a58), M = 512: q4_k 49.7 -> 45.7 ms, q5_k 58.3 -> 46.8,
 // q6_k 64.1 -> 56.1, q4_0 42.7 -> 40.6, q4_1 and q8_0 level; M = 8 level or faster. From 17 rows on (prefill)
 // the sub-byte formats unpack each panel once into bytes and f32 scales (Unpacked<F, true>, block_fmt.h) and run
-// the same kernel on that copy: kernels_bench, 1 thread, Xeon, up 1536 x 8960, M = 512, 2 rounds: q4_k 39.6-39.9 -> 35.2-36.0
-// ms, q5_k 45.1-45.2 -> 35.8-38.8, q6_k 55.2-55.5 -> 47.4-47.5, q4_0 38.4-38.9 -> 34.5-35.4; M = 64 -11 to -18%.
+// the same kernel on that copy: kernels_bench, 1 thread, Xeon, up 1536 x 8960, M = 512, 2 rounds: q4_k
+// 39.6-39.9 -> 35.2-36.0 ms, q5_k 45.1-45.2 -> 35.8-38.8, q6_k 55.2-55.5 -> 47.4-47.5, q4_0 38.4-38.9 -> 34.5-35.4;
+// M = 64 -11 to -18%.
 //
 // GCC 12 warns falsely inside its own avx512fintrin.h (_mm512_undefined_ps).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

@@ -49,17 +49,6 @@ BS_VNNI inline __m512i dpbusd_b(__m512i acc, __m512i a_u8, const int8_t* p) {
   return acc;
 }
 
-// Zeroed registers by the zero idiom (vpxord r, r, r; rename only, no execution port). Left to itself GCC
-// zeroes one register and copies it with vmovdqa64 / vmovaps, an ALU uop per sub-block and row: at 8 rows that is
-// 64 copies per Q4_K step beside 512 vpdpbusd and 272 fold and split ops on the same two ports (perf annotate,
-// Xeon, prefill of Qwen2.5-Coder-1.5B Q4_K_M).
-BS_VNNI inline __m512i zero_i() {
-  __m512i z;
-  asm volatile("vpxord %0, %0, %0" : "=v"(z));
-  return z;
-}
-BS_VNNI inline __m512 zero_f() { return _mm512_castsi512_ps(zero_i()); }
-
 // The 16 x 4 unsigned codes of quad q (inputs 4q..4q+3 of a sub-block) of one tile: the sub-block's lo lines at
 // lo + i * LS, its hi line at hi (LS = Tp * 64, the step's line stride, block_layout.h).
 template <class F, int64_t LS>
@@ -159,7 +148,7 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, const uint8_t* pan
     #pragma GCC unroll 16
     for (int t = 0; t < T; ++t)
       #pragma GCC unroll 16
-      for (int m = 0; m < MB; ++m) blk[t][m] = zero_f(), mblk[t][m] = zero_f();
+      for (int m = 0; m < MB; ++m) blk[t][m] = _mm512_setzero_ps(), mblk[t][m] = _mm512_setzero_ps();
     // Sub-blocks fully unrolled, except the 16-input ones (q6_k, q3_k, q2_k) at 4 rows or more, one per
     // iteration: kernels_bench, 1 thread, Zen 4 EPYC, q6_k M = 512 59.5 -> 55.6 ms rolled (M = 8 level); q4_k
     // rolled is slower at M = 8 (1.42 against 1.25-1.30 ms) and level at M = 512, q5_k level.
@@ -176,8 +165,8 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, const uint8_t* pan
         for (int m = 0; m < MB; ++m) {
           // The zero-point term -zero * X starts the sum (the same int32 as subtracting it at the end, one
           // vector op fewer per tile, row and sub-block).
-          acc[t][m] = F::Z != 0 ? _mm512_set1_epi32(-F::Z * xs[j * MB + m]) : zero_i();
-          acc16[t][m] = split ? zero_i() : _mm512_setzero_si512();  // unused unless split
+          acc[t][m] = F::Z != 0 ? _mm512_set1_epi32(-F::Z * xs[j * MB + m]) : _mm512_setzero_si512();
+          acc16[t][m] = _mm512_setzero_si512();
         }
       #pragma GCC unroll 8
       for (int qq = 0; qq < QPS; ++qq) {

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -51,8 +52,10 @@ Tensor::Tensor(DType dtype, Shape shape, bool zero) : dtype_(dtype), shape_(std:
   void* p = std::aligned_alloc(align, alloc);
   if (p == nullptr) fail("out of memory allocating ", alloc, " bytes for tensor ", shape_str(shape_));
   if (huge) ::madvise(p, alloc, MADV_HUGEPAGE);  // advisory: without THP the pages stay 4 KiB
-  // Zero the data and its 64-byte tail only: the rest of the last 2 MiB is touched only if THP backs it anyway.
-  if (zero) std::memset(p, 0, std::min(alloc, std::max<size_t>((n + 63) / 64 * 64, 64)));
+  // Zero the data (unless the caller writes it) and its 64-byte tail only: the rest of the last 2 MiB is touched
+  // only if THP backs it anyway.
+  const size_t end = std::min(alloc, std::max<size_t>((n + 63) / 64 * 64, 64)), from = zero ? 0 : std::min(n, end);
+  std::memset(static_cast<uint8_t*>(p) + from, 0, end - from);
   keep_ = std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); });
   data_ = p;
   owned_ = true;

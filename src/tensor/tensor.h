@@ -23,8 +23,9 @@ class Tensor {
   Tensor() = default;
   // Allocates zeroed, aligned, owned storage.
   Tensor(DType dtype, Shape shape);
-  // The same storage left unwritten, for a caller that writes every byte itself (from several threads, so that
-  // the first touch of the pages, the kernel's zeroing of them, is shared).
+  // The same storage with only the 64-byte tail past the data zeroed, for a caller that writes every byte of the
+  // data itself (from several threads, so that the first touch of the pages, the kernel's zeroing of them, is
+  // shared).
   static Tensor uninitialized(DType dtype, Shape shape);
   // Non-owning view; `keep` (optional) keeps the backing memory alive.
   static Tensor view(DType dtype, Shape shape, const void* data,

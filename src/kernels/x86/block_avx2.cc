@@ -153,7 +153,13 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
     // opposite (prefetch_small; kernels/dispatch.cc): `BLOCKSPEC_ISA=avx2 kernels_bench`, family 6 model 207, 2
     // rounds, us, without -> with: M = 1 q4_k up 971-973 -> 646-649 (1 thread), 501-513 -> 331-332 (2), q6_k up
     // 1479-1482 -> 1041-1090 / 750-769 -> 521-529; M = 4 q4_k up 1253 -> 1096-1104, q6_k 1938-1953 -> 1771-1778.
-    if (F::B == 32 || a.M > 4 || prefetch_small) prefetch_ahead(rec0, T * F::REC);
+    // The 256-blocks at up to 16 rows on Intel spread it over the step (block_avx512.cc says why): each (j, t)
+    // prefetches its share, kLPI lines. `BLOCKSPEC_ISA=avx2 kernels_bench` (the AVX-VNNI variant), Xeon, 2 threads,
+    // 2 rounds, us, burst -> spread: q4_k up M = 2 512-514 -> 339-380, M = 4 684-689 -> 508-527, M = 8 1085-1337
+    // -> 933-963; q6_k up M = 1 626-645 -> 519-538, M = 4 946-983 -> 698-757, M = 8 1486-1698 -> 1163-1317.
+    const bool spread = F::B == 256 && prefetch_small && a.M <= 16 && panel_in == nullptr;
+    if (!spread && (F::B == 32 || a.M > 4 || prefetch_small)) prefetch_ahead(rec0, T * F::REC);
+    constexpr int64_t kLPI = (T * F::REC / 64 + NS * T - 1) / (NS * T);  // step lines per (j, t)
     // The block's f32 sums of every tile (block_layout.h: blk, mblk), in L1 like facc.
     alignas(32) float blk[T][2][MB][8], mblk[T][2][MB][8];  // unused by the 32-blocks (NS == 1)
     // Zeroed by vector stores: a memset here compiled to `rep stos` (4% of the Q4_K kernel's decode samples, Zen 3).
@@ -172,6 +178,7 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
       for (int t = 0; t < T; ++t) {
         // Sub-block j of tile t: lo lines (line i at + i * LS), hi line at + LOL * LS, sc at + (LOL + HIL) * LS,
         // mc T * 16 on.
+        if (spread) prefetch_ahead(rec0 + (j * T + t) * kLPI * 64, kLPI * 64);  // this share of the step
         const uint8_t* lo = rec0 + j * F::SUB * T + t * 64, *hi = lo + F::LOL * LS;
         const uint8_t* sc = rec0 + j * F::SUB * T + (F::LOL + F::HIL) * LS + t * 16;
         // Formats without a zero correction that widen once per sub-block (Q2_K, Q4_K) widen with sc itself

@@ -101,20 +101,125 @@ inline constexpr int kTilesPerPass =
     MB <= 4 || (F::B == 32 && MB <= 7) ? kMaxT
             : std::max(1, std::min(kMaxT, 24 / (MB * ((F::MIN ? 3 : 2) + (kSplitNibbles<F, MB> ? 1 : 0)))));
 
-// Tiles t0 .. t0 + T - 1 of the panel starting at tile `tile` (Tp tiles) times activation rows m0 .. m0 + MB - 1.
+// Constants of format F's steps of Tp tiles (block_layout.h).
+template <class F, int Tp>
+struct StepGeom {
+  static constexpr int NS = F::B / F::S, QPS = F::S / 4;  // sub-blocks per block, quads per sub-block
+  static constexpr int64_t LS = Tp * 64;  // line stride of a step
+  // Sub-block j of a step at j * SJ: its lo lines, then hi lines at HO, sc at SC, mc at SC + Tp * 16; d at DD.
+  static constexpr int64_t SJ = F::SUB * Tp, HO = F::LOL * LS, SC = (F::LOL + F::HIL) * LS;
+  static constexpr int64_t DD = (F::LO + F::HI + F::SCB + F::MCB) * Tp;
+  static constexpr int64_t SCW = F::FSC ? 64 : 16;  // bytes of one tile's sc (and mc)
+  static constexpr int64_t kLines = (Tp * F::REC + 63) / 64, kQuads = NS * QPS;
+};
+
+// One step (block) of tiles t0 .. t0 + T - 1 of a Tp-tile panel against MB rows: facc[t][m] += the block's sums
+// times d (and the min term times dm). rec0: the step; xq, xs, xc, xd: the rows' codes, sums, csums and scales of
+// this block (interleaved, [F::B / 4][MB][4], [NS][MB], [NS][MB], [F::B / 32][MB]). pf: when not null, quad q of
+// the step prefetches LPQ lines from pf + q * LPQ * 64 (its share of the stream; tiles() says why).
+template <class F, int T, int MB, int Tp, int64_t LPQ, bool Rolled = false>
+BS_VNNI __attribute__((always_inline)) inline void step(const uint8_t* rec0, int64_t t0, const int8_t* xq,
+                                                        const int32_t* xs, const float* xc, const float* xd,
+                                                        __m512 (&facc)[T][MB], const uint8_t* pf) {
+  using G = StepGeom<F, Tp>;
+  constexpr int NS = G::NS, QPS = G::QPS;
+  constexpr int64_t LS = G::LS, SJ = G::SJ, HO = G::HO, SC = G::SC, DD = G::DD, SCW = G::SCW;
+  constexpr bool split = kSplitNibbles<F, MB>;
+  const __m512i high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
+  __m512 blk[T][MB], mblk[T][MB];
+  #pragma GCC unroll 16
+  for (int t = 0; t < T; ++t)
+    #pragma GCC unroll 16
+    for (int m = 0; m < MB; ++m) blk[t][m] = _mm512_setzero_ps(), mblk[t][m] = _mm512_setzero_ps();
+  // Sub-blocks fully unrolled, except the 16-input ones (q6_k, q3_k, q2_k) at 4 rows or more, one per
+  // iteration: kernels_bench, 1 thread, Zen 4 EPYC, q6_k M = 512 59.5 -> 55.6 ms rolled (M = 8 level); q4_k
+  // rolled is slower at M = 8 (1.42 against 1.25-1.30 ms) and level at M = 512, q5_k level.
+  constexpr int JU = Rolled || (MB >= 4 && F::S == 16) ? 1 : NS;
+  #pragma GCC unroll 1
+  for (int jo = 0; jo < NS; jo += JU) {
+  #pragma GCC unroll 16
+  for (int j = jo; j < jo + JU; ++j) {
+    const uint8_t* sub = rec0 + j * SJ;  // sub-block j of the step
+    __m512i acc[T][MB], acc16[T][MB];
+    #pragma GCC unroll 16
+    for (int t = 0; t < T; ++t)
+      #pragma GCC unroll 16
+      for (int m = 0; m < MB; ++m) {
+        // The zero-point term -zero * X starts the sum (the same int32 as subtracting it at the end, one
+        // vector op fewer per tile, row and sub-block).
+        acc[t][m] = F::Z != 0 ? _mm512_set1_epi32(-F::Z * xs[j * MB + m]) : _mm512_setzero_si512();
+        acc16[t][m] = _mm512_setzero_si512();
+      }
+    #pragma GCC unroll 8
+    for (int qq = 0; qq < QPS; ++qq) {
+      const int q = j * QPS + qq;
+      if (pf != nullptr) prefetch_ahead(pf + q * LPQ * 64, LPQ * 64);  // this quad's share of the stream
+      const bool hi16 = split && q % 2 == 1;  // this quad's codes are 16 u (kSplitNibbles)
+      __m512i u[T];
+      #pragma GCC unroll 16
+      for (int t = 0; t < T; ++t)
+        u[t] = hi16 ? _mm512_and_si512(_mm512_loadu_si512(sub + (t0 + t) * 64 + (qq / 2) * LS), high4)
+                    : codes<F, LS>(sub + (t0 + t) * 64, sub + HO + (t0 + t) * 64, qq);
+      #pragma GCC unroll 16
+      for (int m = 0; m < MB; ++m) {
+        const int8_t* b = xq + (q * MB + m) * 4;
+        #pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) {
+          if (hi16) acc16[t][m] = dpbusd_b(acc16[t][m], u[t], b);
+          else acc[t][m] = dpbusd_b(acc[t][m], u[t], b);
+        }
+      }
+    }
+    const int ja = j * F::S / kBlockActs;  // activation block of sub-block j, within the block
+    #pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* r = sub + SC + (t0 + t) * SCW;  // sc; mc Tp * SCW on
+      __m512 scf = _mm512_set1_ps(1.f);
+      __m512 mcf = _mm512_set1_ps(1.f);
+      if constexpr (F::SC && F::FSC) {
+        scf = _mm512_loadu_ps(r);
+        if constexpr (F::MIN) mcf = _mm512_loadu_ps(r + Tp * SCW);
+      } else if constexpr (F::SC) {
+        scf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r))));
+        if constexpr (F::MIN)
+          mcf = _mm512_cvtepi32_ps(
+              _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + Tp * 16))));
+      }
+      #pragma GCC unroll 16
+      for (int m = 0; m < MB; ++m) {
+        __m512i I = acc[t][m];
+        if constexpr (split) I = _mm512_add_epi32(I, _mm512_srai_epi32(acc16[t][m], 4));
+        __m512 P = _mm512_cvtepi32_ps(I);
+        if constexpr (F::SC) P = _mm512_mul_ps(P, scf);  // == float(I * sc): both exact, |I * sc| < 2^24
+        blk[t][m] = _mm512_fmadd_ps(P, _mm512_set1_ps(xd[ja * MB + m]), blk[t][m]);
+        if constexpr (F::MIN) mblk[t][m] = _mm512_fmadd_ps(mcf, _mm512_set1_ps(xc[j * MB + m]), mblk[t][m]);
+      }
+    }
+  }
+  }
+  #pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) {
+    const uint8_t* r = rec0 + DD + (t0 + t) * 32;  // d; dm Tp * 32 bytes on
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r)));
+    const __m512 dm = F::MIN ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + Tp * 32)))
+                             : _mm512_setzero_ps();
+    #pragma GCC unroll 16
+    for (int m = 0; m < MB; ++m) {
+      facc[t][m] = _mm512_fmadd_ps(blk[t][m], d, facc[t][m]);
+      if constexpr (F::MIN) facc[t][m] = _mm512_fmadd_ps(mblk[t][m], dm, facc[t][m]);
+    }
+  }
+}
+
+// Tiles t0 .. t0 + T - 1 of the panel starting at tile `tile` (Tp tiles) times activation rows m0 .. m0 + MB - 1,
+// all the panel's steps in one pass with the output sums in registers.
 // prefetch_small: prefetch the steps up to 4 rows too (gemm_block_avx512vnni_prefetch).
 // panel: the panel's steps in F's layout (w.step(tile, 0), or an Unpacked copy).
 template <class F, int T, int MB, int Tp>
 BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, const uint8_t* panel, float* y, int64_t tile, int64_t t0,
                    int64_t m0, bool prefetch_small) {
-  constexpr int NS = F::B / F::S, QPS = F::S / 4;  // sub-blocks per block, quads per sub-block
-  constexpr bool split = kSplitNibbles<F, MB>;
+  using G = StepGeom<F, Tp>;
   const int64_t K = w.K, nb = w.n_blocks, KS = K / F::S, KA = K / kBlockActs;
-  constexpr int64_t LS = Tp * 64;  // line stride of a step (block_layout.h)
-  // Sub-block j of a step at j * SJ: its lo lines, then hi lines at HO, sc at SC, mc at SC + Tp * 16; d at DD.
-  constexpr int64_t SJ = F::SUB * Tp, HO = F::LOL * LS, SC = (F::LOL + F::HIL) * LS;
-  constexpr int64_t DD = (F::LO + F::HI + F::SCB + F::MCB) * Tp;
-  constexpr int64_t SCW = F::FSC ? 64 : 16;  // bytes of one tile's sc (and mc)
   __m512 facc[T][MB];
   #pragma GCC unroll 16
   for (int t = 0; t < T; ++t)
@@ -126,7 +231,6 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, const uint8_t* pan
   const int32_t* xs = a.sums + m0 * KS;  // [K / S][MB]
   const float* xc = a.csums + m0 * KS;   // [K / S][MB]
   const float* xd = a.d + m0 * KA;       // [K / 32][MB]
-  const __m512i high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
   for (int64_t s = 0; s < nb; ++s) {
     const uint8_t* rec0 = panel + s * Tp * F::REC;  // the step
     // Prefetch history: with the tiles kept whole (before the steps interleaved them, block_layout.h) a step was
@@ -143,92 +247,22 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, const uint8_t* pan
     // 32-blocks (q4_0, q8_0) ran faster without at M = 1 (29-31 / 32-51 against 22 / 31-39 GB/s).
     // On Intel Xeons the hardware prefetchers alone leave the small-M stream latency-bound, and the prefetch pays
     // there at every M up to 16, the 32-blocks included (prefetch_small; dispatch.cc has the measurements).
-    if (t0 == 0 && a.M <= 16 && (prefetch_small || (F::B == 256 && a.M > 4))) prefetch_ahead(rec0, Tp * F::REC);
-    __m512 blk[T][MB], mblk[T][MB];
-    #pragma GCC unroll 16
-    for (int t = 0; t < T; ++t)
-      #pragma GCC unroll 16
-      for (int m = 0; m < MB; ++m) blk[t][m] = _mm512_setzero_ps(), mblk[t][m] = _mm512_setzero_ps();
-    // Sub-blocks fully unrolled, except the 16-input ones (q6_k, q3_k, q2_k) at 4 rows or more, one per
-    // iteration: kernels_bench, 1 thread, Zen 4 EPYC, q6_k M = 512 59.5 -> 55.6 ms rolled (M = 8 level); q4_k
-    // rolled is slower at M = 8 (1.42 against 1.25-1.30 ms) and level at M = 512, q5_k level.
-    constexpr int JU = MB >= 4 && F::S == 16 ? 1 : NS;
-    #pragma GCC unroll 1
-    for (int jo = 0; jo < NS; jo += JU) {
-    #pragma GCC unroll 16
-    for (int j = jo; j < jo + JU; ++j) {
-      const uint8_t* sub = rec0 + j * SJ;  // sub-block j of the step
-      __m512i acc[T][MB], acc16[T][MB];
-      #pragma GCC unroll 16
-      for (int t = 0; t < T; ++t)
-        #pragma GCC unroll 16
-        for (int m = 0; m < MB; ++m) {
-          // The zero-point term -zero * X starts the sum (the same int32 as subtracting it at the end, one
-          // vector op fewer per tile, row and sub-block).
-          acc[t][m] = F::Z != 0 ? _mm512_set1_epi32(-F::Z * xs[j * MB + m]) : _mm512_setzero_si512();
-          acc16[t][m] = _mm512_setzero_si512();
-        }
-      #pragma GCC unroll 8
-      for (int qq = 0; qq < QPS; ++qq) {
-        const int q = j * QPS + qq;
-        const bool hi16 = split && q % 2 == 1;  // this quad's codes are 16 u (kSplitNibbles)
-        __m512i u[T];
-        #pragma GCC unroll 16
-        for (int t = 0; t < T; ++t)
-          u[t] = hi16 ? _mm512_and_si512(_mm512_loadu_si512(sub + (t0 + t) * 64 + (qq / 2) * LS), high4)
-                      : codes<F, LS>(sub + (t0 + t) * 64, sub + HO + (t0 + t) * 64, qq);
-        #pragma GCC unroll 16
-        for (int m = 0; m < MB; ++m) {
-          const int8_t* b = xq + (q * MB + m) * 4;
-          #pragma GCC unroll 16
-          for (int t = 0; t < T; ++t) {
-            if (hi16) acc16[t][m] = dpbusd_b(acc16[t][m], u[t], b);
-            else acc[t][m] = dpbusd_b(acc[t][m], u[t], b);
-          }
-        }
-      }
-      const int ja = j * F::S / kBlockActs;  // activation block of sub-block j, within the block
-      #pragma GCC unroll 16
-      for (int t = 0; t < T; ++t) {
-        const uint8_t* r = sub + SC + (t0 + t) * SCW;  // sc; mc Tp * SCW on
-        __m512 scf = _mm512_set1_ps(1.f);
-        __m512 mcf = _mm512_set1_ps(1.f);
-        if constexpr (F::SC && F::FSC) {
-          scf = _mm512_loadu_ps(r);
-          if constexpr (F::MIN) mcf = _mm512_loadu_ps(r + Tp * SCW);
-        } else if constexpr (F::SC) {
-          scf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r))));
-          if constexpr (F::MIN)
-            mcf = _mm512_cvtepi32_ps(
-                _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + Tp * 16))));
-        }
-        #pragma GCC unroll 16
-        for (int m = 0; m < MB; ++m) {
-          __m512i I = acc[t][m];
-          if constexpr (split) I = _mm512_add_epi32(I, _mm512_srai_epi32(acc16[t][m], 4));
-          __m512 P = _mm512_cvtepi32_ps(I);
-          if constexpr (F::SC) P = _mm512_mul_ps(P, scf);  // == float(I * sc): both exact, |I * sc| < 2^24
-          blk[t][m] = _mm512_fmadd_ps(P, _mm512_set1_ps(xd[ja * MB + m]), blk[t][m]);
-          if constexpr (F::MIN) mblk[t][m] = _mm512_fmadd_ps(mcf, _mm512_set1_ps(xc[j * MB + m]), mblk[t][m]);
-        }
-      }
-    }
-    }
-    #pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) {
-      const uint8_t* r = rec0 + DD + (t0 + t) * 32;  // d; dm Tp * 32 bytes on
-      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r)));
-      const __m512 dm = F::MIN ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + Tp * 32)))
-                               : _mm512_setzero_ps();
-      #pragma GCC unroll 16
-      for (int m = 0; m < MB; ++m) {
-        facc[t][m] = _mm512_fmadd_ps(blk[t][m], d, facc[t][m]);
-        if constexpr (F::MIN) facc[t][m] = _mm512_fmadd_ps(mblk[t][m], dm, facc[t][m]);
-      }
-    }
+    // There the 256-blocks spread it over the step: each quad prefetches its share (kLPQ lines, the same
+    // distances) instead of the whole step at its start. A burst of ~300 prefetches fills the line-fill buffers and
+    // stalls the vpdpbusd behind it; spread, the stream overlaps the compute, which from 2 rows on takes as long
+    // as the stream itself (kernels_bench, weights in L3 against from DRAM: q4_k up M = 4, 2 threads, 300 / 406 us).
+    // kernels_bench, Xeon, 2 threads, weights from DRAM, 3 rounds, us, burst -> spread: q4_k up M = 2 314-349 ->
+    // 279-300, M = 3 327-355 -> 280-303, M = 4 387-402 -> 298-351, M = 8 518-547 -> 501-525; q6_k up M = 3 446-459
+    // -> 395-406, M = 4 566-596 -> 418-501, M = 1 (1 thread) 725-783 -> 664-691. The 32-blocks measured level to
+    // slower spread (q4_0 up M = 4 305-331 -> 331-376, M = 8 512-516 -> 535-577) and keep the burst.
+    const bool pf_step = t0 == 0 && a.M <= 16 && (prefetch_small || (F::B == 256 && a.M > 4));
+    const bool spread = F::B == 256 && pf_step && prefetch_small;
+    if (pf_step && !spread) prefetch_ahead(rec0, Tp * F::REC);
+    constexpr int64_t kLPQ = (G::kLines + G::kQuads - 1) / G::kQuads;  // lines a quad
+    step<F, T, MB, Tp, kLPQ>(rec0, t0, xq, xs, xc, xd, facc, spread ? rec0 : nullptr);
     xq += F::B * MB;
-    xs += NS * MB;
-    xc += NS * MB;
+    xs += G::NS * MB;
+    xc += G::NS * MB;
     xd += F::B / kBlockActs * MB;
   }
   #pragma GCC unroll 16
@@ -241,6 +275,63 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, const uint8_t* pan
   }
 }
 
+// Tiles T0 .. T0 + n - 1 of one step (step()) with their output sums kept in fm ([Tp][MB][16] f32) between steps.
+// pf: the start of this group's share of the step's stream (LPQ lines a quad), or null.
+template <class F, int n, int MB, int Tp, int64_t LPQ>
+BS_VNNI __attribute__((always_inline)) inline void step_group(const uint8_t* rec0, int64_t T0, const int8_t* xq,
+                                                              const int32_t* xs, const float* xc, const float* xd,
+                                                              float* fm, const uint8_t* pf) {
+  __m512 f[n][MB];
+  #pragma GCC unroll 16
+  for (int t = 0; t < n; ++t)
+    #pragma GCC unroll 16
+    for (int m = 0; m < MB; ++m) f[t][m] = _mm512_load_ps(fm + ((T0 + t) * MB + m) * 16);
+  step<F, n, MB, Tp, LPQ, true>(rec0, T0, xq, xs, xc, xd, f, pf);
+  #pragma GCC unroll 16
+  for (int t = 0; t < n; ++t)
+    #pragma GCC unroll 16
+    for (int m = 0; m < MB; ++m) _mm512_store_ps(fm + ((T0 + t) * MB + m) * 16, f[t][m]);
+}
+
+// The Tp-tile panel starting at `tile` times rows m0 .. m0 + MB - 1, step by step (step_groups): the order for 5 to
+// 16 rows on Intel (micro). In passes (tiles()), the first pass streams the panel from DRAM with a quarter of the
+// compute to hide it behind, and the other passes compute from L2 with no stream at all; by steps, every group's
+// compute overlaps the stream. Each output lane still takes its steps in order with the same operations.
+template <class F, int MB, int Tp>
+BS_VNNI void panel_by_steps(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0) {
+  using G = StepGeom<F, Tp>;
+  const int64_t K = w.K, KS = K / F::S, KA = K / kBlockActs;
+  alignas(64) float fm[Tp * MB * 16];
+  std::fill(fm, fm + Tp * MB * 16, 0.f);
+  const uint8_t* panel = w.step(tile, 0);
+  // Groups of TP tiles (kTilesPerPass), the last one shorter where TP does not divide Tp; group g prefetches the
+  // g-th share of the step's stream over its quads, so the stream is spread over the whole step's compute. The
+  // groups of a step run in a loop, one copy of the step's code: inlined per group, q4_k's fully unrolled
+  // sub-blocks overflowed the instruction cache (kernels_bench q4_k up M = 8, 2 threads: 509-594 -> 607-643 us).
+  constexpr int TP = kTilesPerPass<F, MB>, kFull = Tp / TP, kRest = Tp % TP, kGroups = kFull + (kRest ? 1 : 0);
+  constexpr int64_t LPQ = (G::kLines + kGroups * G::kQuads - 1) / (kGroups * G::kQuads);
+  constexpr int64_t kShare = G::kQuads * LPQ * 64;  // bytes of one group's share
+  for (int64_t s = 0; s < w.n_blocks; ++s) {
+    const uint8_t* rec0 = panel + s * Tp * F::REC;
+    const int8_t* xq = a.q + m0 * K + s * F::B * MB;
+    const int32_t* xs = a.sums + m0 * KS + s * G::NS * MB;
+    const float* xc = a.csums + m0 * KS + s * G::NS * MB;
+    const float* xd = a.d + m0 * KA + s * (F::B / kBlockActs) * MB;
+    #pragma GCC unroll 1
+    for (int g = 0; g < kFull; ++g)
+      step_group<F, TP, MB, Tp, LPQ>(rec0, g * TP, xq, xs, xc, xd, fm, rec0 + g * kShare);
+    if constexpr (kRest != 0)
+      step_group<F, kRest, MB, Tp, LPQ>(rec0, kFull * TP, xq, xs, xc, xd, fm, rec0 + kFull * kShare);
+  }
+  for (int t = 0; t < Tp; ++t) {
+    const int64_t n = (tile + t) * kQTile;
+    const int64_t valid = std::min<int64_t>(kQTile, w.N - n);
+    const __mmask16 mk = static_cast<__mmask16>((1u << valid) - 1u);
+    for (int m = 0; m < MB; ++m)
+      _mm512_mask_storeu_ps(y + (m0 + m) * w.N + n, mk, _mm512_load_ps(fm + (t * MB + m) * 16));
+  }
+}
+
 // T tiles (one panel) times MB rows: passes of kTilesPerPass tiles, each weight read once per MB rows.
 // (kernels_bench, 1 thread, cache-resident weights, up M = 512: one tile at a time with 8 rows measured no faster
 // for q4_k / q6_k and slower for q4_1 / q8_0 under the earlier per-sub-block fold.)
@@ -248,6 +339,9 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, const uint8_t* pan
 template <class F, int T, int MB, int T0 = 0>
 BS_VNNI void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0, bool pf,
                    const uint8_t* panel) {
+  if constexpr (T0 == 0 && F::B == 256 && kTilesPerPass<F, MB> < T) {
+    if (pf && panel == nullptr && a.M <= 16) return panel_by_steps<F, MB, T>(a, w, y, tile, m0);
+  }
   constexpr int n = std::min(kTilesPerPass<F, MB>, T - T0);
   tiles<F, n, MB, T>(a, w, panel ? panel : w.step(tile, 0), y, tile, T0, m0, pf);
   if constexpr (T0 + n < T) micro<F, T, MB, T0 + n>(a, w, y, tile, m0, pf, panel);

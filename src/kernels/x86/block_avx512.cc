@@ -296,7 +296,14 @@ BS_VNNI __attribute__((always_inline)) inline void step_group(const uint8_t* rec
 // The Tp-tile panel starting at `tile` times rows m0 .. m0 + MB - 1, step by step (step_groups): the order for 5 to
 // 16 rows on Intel (micro). In passes (tiles()), the first pass streams the panel from DRAM with a quarter of the
 // compute to hide it behind, and the other passes compute from L2 with no stream at all; by steps, every group's
-// compute overlaps the stream. Each output lane still takes its steps in order with the same operations.
+// compute overlaps the stream. Each output lane still takes its steps in order with the same operations. The
+// step's sub-blocks run rolled here (q4_k and q5_k unrolled them in passes): a step's code is one copy for every
+// group, and q4_k's unrolled step measured slower by steps than in passes. kernels_bench, Xeon (family 6 model
+// 207), 2 threads, weights from DRAM, 2 rounds, us, passes (with the spread prefetch) -> by steps: up M = 5 q4_k
+// 471-509 -> 408-425, M = 8 q4_k 579-617 -> 410-509, q5_k 666-687 -> 455-594, q6_k 702-857 -> 574-749, M = 6
+// q4_k 535-588 -> 416-445; down M = 8 q4_k 658-678 -> 511-532, q6_k 790-943 -> 623-663; M = 16 mixed (q4_k up
+// 839-1010 -> 738-1186, q6_k 1155-1501 -> 1092-1390). Measured on Intel only (session 35 found a step-major order
+// no faster on AMD, before the spread prefetch): AMD keeps the passes.
 template <class F, int MB, int Tp>
 BS_VNNI void panel_by_steps(const BlockActs& a, const BlockWeights& w, float* y, int64_t tile, int64_t m0) {
   using G = StepGeom<F, Tp>;
@@ -360,16 +367,16 @@ struct Micro {
 template <class F, int Tp>
 BS_VNNI void unpack_panel(const BlockWeights& w, int64_t tile, uint8_t* out) {
   using U = Unpacked<F, true>;
-  constexpr int NS = F::B / F::S, QPS = F::S / 4;
-  constexpr int64_t LS = Tp * 64, HO = F::LOL * LS, SC = (F::LOL + F::HIL) * LS;
-  constexpr int64_t DD = (F::LO + F::HI + F::SCB + F::MCB) * Tp, UDD = (U::LO + U::SCB + U::MCB) * Tp;
+  using G = StepGeom<F, Tp>;
+  constexpr int NS = G::NS, QPS = G::QPS;
+  constexpr int64_t LS = G::LS, HO = G::HO, SC = G::SC, DD = G::DD, UDD = StepGeom<U, Tp>::DD;
   const uint8_t* panel = w.step(tile, 0);
   for (int64_t s = 0; s < w.n_blocks; ++s) {
     const uint8_t* rec = panel + s * Tp * F::REC;
     prefetch_ahead(rec, Tp * F::REC);  // a DRAM stream with little work per byte
     uint8_t* o = out + s * Tp * U::REC;
     for (int j = 0; j < NS; ++j) {
-      const uint8_t* sub = rec + j * F::SUB * Tp;
+      const uint8_t* sub = rec + j * G::SJ;
       uint8_t* os = o + j * U::SUB * Tp;
       #pragma GCC unroll 8
       for (int qq = 0; qq < QPS; ++qq)

@@ -159,7 +159,7 @@ BS_AVX2 void micro(const BlockActs& a, const BlockWeights& w, float* y, int64_t 
     // -> 933-963; q6_k up M = 1 626-645 -> 519-538, M = 4 946-983 -> 698-757, M = 8 1486-1698 -> 1163-1317.
     const bool spread = F::B == 256 && prefetch_small && a.M <= 16 && panel_in == nullptr;
     if (!spread && (F::B == 32 || a.M > 4 || prefetch_small)) prefetch_ahead(rec0, T * F::REC);
-    constexpr int64_t kLPI = (T * F::REC / 64 + NS * T - 1) / (NS * T);  // step lines per (j, t)
+    constexpr int64_t kLPI = share_lines(T * F::REC, NS * T);  // step lines per (j, t)
     // The block's f32 sums of every tile (block_layout.h: blk, mblk), in L1 like facc.
     alignas(32) float blk[T][2][MB][8], mblk[T][2][MB][8];  // unused by the 32-blocks (NS == 1)
     // Zeroed by vector stores: a memset here compiled to `rep stos` (4% of the Q4_K kernel's decode samples, Zen 3).

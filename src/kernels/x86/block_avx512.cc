@@ -101,6 +101,13 @@ inline constexpr int kTilesPerPass =
     MB <= 4 || (F::B == 32 && MB <= 7) ? kMaxT
             : std::max(1, std::min(kMaxT, 24 / (MB * ((F::MIN ? 3 : 2) + (kSplitNibbles<F, MB> ? 1 : 0)))));
 
+// One row's 16 outputs of tile `tile` into y_row (that row of y, [w.N]), masked past the weight's last row.
+BS_VNNI inline void store_tile(const BlockWeights& w, int64_t tile, float* y_row, __m512 v) {
+  const int64_t n = tile * kQTile;
+  const int64_t valid = std::min<int64_t>(kQTile, w.N - n);
+  _mm512_mask_storeu_ps(y_row + n, static_cast<__mmask16>((1u << valid) - 1u), v);
+}
+
 // Constants of format F's steps of Tp tiles (block_layout.h).
 template <class F, int Tp>
 struct StepGeom {
@@ -110,7 +117,7 @@ struct StepGeom {
   static constexpr int64_t SJ = F::SUB * Tp, HO = F::LOL * LS, SC = (F::LOL + F::HIL) * LS;
   static constexpr int64_t DD = (F::LO + F::HI + F::SCB + F::MCB) * Tp;
   static constexpr int64_t SCW = F::FSC ? 64 : 16;  // bytes of one tile's sc (and mc)
-  static constexpr int64_t kLines = (Tp * F::REC + 63) / 64, kQuads = NS * QPS;
+  static constexpr int64_t kQuads = NS * QPS;
 };
 
 // One step (block) of tiles t0 .. t0 + T - 1 of a Tp-tile panel against MB rows: facc[t][m] += the block's sums
@@ -258,7 +265,7 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, const uint8_t* pan
     const bool pf_step = t0 == 0 && a.M <= 16 && (prefetch_small || (F::B == 256 && a.M > 4));
     const bool spread = F::B == 256 && pf_step && prefetch_small;
     if (pf_step && !spread) prefetch_ahead(rec0, Tp * F::REC);
-    constexpr int64_t kLPQ = (G::kLines + G::kQuads - 1) / G::kQuads;  // lines a quad
+    constexpr int64_t kLPQ = share_lines(Tp * F::REC, G::kQuads);  // lines a quad
     step<F, T, MB, Tp, kLPQ>(rec0, t0, xq, xs, xc, xd, facc, spread ? rec0 : nullptr);
     xq += F::B * MB;
     xs += G::NS * MB;
@@ -266,13 +273,9 @@ BS_VNNI void tiles(const BlockActs& a, const BlockWeights& w, const uint8_t* pan
     xd += F::B / kBlockActs * MB;
   }
   #pragma GCC unroll 16
-  for (int t = 0; t < T; ++t) {
-    const int64_t n = (tile + t0 + t) * kQTile;
-    const int64_t valid = std::min<int64_t>(kQTile, w.N - n);
-    const __mmask16 mk = static_cast<__mmask16>((1u << valid) - 1u);
+  for (int t = 0; t < T; ++t)
     #pragma GCC unroll 16
-    for (int m = 0; m < MB; ++m) _mm512_mask_storeu_ps(y + (m0 + m) * w.N + n, mk, facc[t][m]);
-  }
+    for (int m = 0; m < MB; ++m) store_tile(w, tile + t0 + t, y + (m0 + m) * w.N, facc[t][m]);
 }
 
 // Tiles T0 .. T0 + n - 1 of one step (step()) with their output sums kept in fm ([Tp][MB][16] f32) between steps.
@@ -316,7 +319,7 @@ BS_VNNI void panel_by_steps(const BlockActs& a, const BlockWeights& w, float* y,
   // groups of a step run in a loop, one copy of the step's code: inlined per group, q4_k's fully unrolled
   // sub-blocks overflowed the instruction cache (kernels_bench q4_k up M = 8, 2 threads: 509-594 -> 607-643 us).
   constexpr int TP = kTilesPerPass<F, MB>, kFull = Tp / TP, kRest = Tp % TP, kGroups = kFull + (kRest ? 1 : 0);
-  constexpr int64_t LPQ = (G::kLines + kGroups * G::kQuads - 1) / (kGroups * G::kQuads);
+  constexpr int64_t LPQ = share_lines(Tp * F::REC, kGroups * G::kQuads);
   constexpr int64_t kShare = G::kQuads * LPQ * 64;  // bytes of one group's share
   for (int64_t s = 0; s < w.n_blocks; ++s) {
     const uint8_t* rec0 = panel + s * Tp * F::REC;
@@ -330,13 +333,8 @@ BS_VNNI void panel_by_steps(const BlockActs& a, const BlockWeights& w, float* y,
     if constexpr (kRest != 0)
       step_group<F, kRest, MB, Tp, LPQ>(rec0, kFull * TP, xq, xs, xc, xd, fm, rec0 + kFull * kShare);
   }
-  for (int t = 0; t < Tp; ++t) {
-    const int64_t n = (tile + t) * kQTile;
-    const int64_t valid = std::min<int64_t>(kQTile, w.N - n);
-    const __mmask16 mk = static_cast<__mmask16>((1u << valid) - 1u);
-    for (int m = 0; m < MB; ++m)
-      _mm512_mask_storeu_ps(y + (m0 + m) * w.N + n, mk, _mm512_load_ps(fm + (t * MB + m) * 16));
-  }
+  for (int t = 0; t < Tp; ++t)
+    for (int m = 0; m < MB; ++m) store_tile(w, tile + t, y + (m0 + m) * w.N, _mm512_load_ps(fm + (t * MB + m) * 16));
 }
 
 // T tiles (one panel) times MB rows: passes of kTilesPerPass tiles, each weight read once per MB rows.

@@ -34,6 +34,10 @@ inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
   }
 }
 
+// Lines of a `bytes`-long step that each of `shares` equal prefetch shares covers, rounded up so that together they
+// cover the step (the spread prefetch of the block GEMMs on Intel).
+constexpr int64_t share_lines(int64_t bytes, int64_t shares) { return ((bytes + 63) / 64 + shares - 1) / shares; }
+
 // Micro::template fn<T, MB> is the micro-kernel for T tiles and MB rows, an Fn.
 template <class Fn, class Micro, int T, int... MB>
 constexpr std::array<Fn, sizeof...(MB)> panel_row(std::integer_sequence<int, MB...>) {
